@@ -1,0 +1,33 @@
+# make train: set up .venv (once) and run the main job; make test: set up and run the test suite.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+# On 2 CPU cores one thread per process is fastest for GRPO (thread contention otherwise).
+THREADS ?= 1
+
+.PHONY: train test setup base-model lint
+
+setup: $(STAMP)
+
+# CPU wheel of torch where there is no CUDA GPU (an unpinned torch pulls a 3 GB CUDA build); CUDA build otherwise.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	if nvidia-smi >/dev/null 2>&1; then $(BIN)/pip install -q torch; else $(BIN)/pip install -q torch==2.13.0; fi
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+train: $(STAMP)
+	OMP_NUM_THREADS=$(THREADS) $(BIN)/accelerate launch --num_processes 1 --num_machines 1 --mixed_precision no \
+		--dynamo_backend no scripts/train.py --config configs/qlora.yaml
+
+test: $(STAMP)
+	OMP_NUM_THREADS=$(THREADS) HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+
+base-model: $(STAMP)
+	OMP_NUM_THREADS=2 $(BIN)/python scripts/build_base_model.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check grpo_ext scripts tests evals benchmarks

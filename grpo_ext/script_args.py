@@ -1,0 +1,34 @@
+"""Script arguments shared by the training entry points (parsed by `trl.TrlParser` with the configs)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+
+@dataclass
+class TaskArguments:
+    """Which task supplies the prompts and the verifier, and which reward functions score completions."""
+
+    task: str = field(default="arithmetic", metadata={"help": "Task name (see grpo_ext.tasks.TASKS)."})
+    task_kwargs: dict | str | None = field(
+        default=None,
+        metadata={"help": "Task knobs, e.g. {max_operands: 3} in YAML or a JSON string on the command line."},
+    )
+    train_size: int | None = field(default=None, metadata={"help": "Number of training prompts (task default)."})
+    reward_funcs: list[str] = field(
+        default_factory=lambda: ["outcome"],
+        metadata={"help": "Reward functions: `outcome` (the task's verifier) or dotted import paths."},
+    )
+
+    def __post_init__(self):
+        if isinstance(self.task_kwargs, str):
+            try:
+                self.task_kwargs = json.loads(self.task_kwargs)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"task_kwargs: expected a JSON object, got {self.task_kwargs!r}") from err
+        if self.task_kwargs is not None and not isinstance(self.task_kwargs, dict):
+            raise ValueError(f"task_kwargs: expected a mapping, got {type(self.task_kwargs).__name__}")
+        self.task_kwargs = dict(self.task_kwargs or {})
+        if not self.reward_funcs:
+            raise ValueError("reward_funcs: at least one reward function is needed")

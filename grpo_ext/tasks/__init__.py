@@ -1,0 +1,27 @@
+"""Verifiable tasks by name. `get_task("arithmetic", max_operands=3)` builds one."""
+
+from __future__ import annotations
+
+from grpo_ext.tasks.arithmetic import ArithmeticTask
+from grpo_ext.tasks.base import Task
+
+TASKS: dict[str, type[Task]] = {"arithmetic": ArithmeticTask}
+
+
+def register_task(cls: type[Task]) -> type[Task]:
+    """Class decorator: make a task available by its `name`."""
+    TASKS[cls.name] = cls
+    return cls
+
+
+def get_task(name: str, **kwargs) -> Task:
+    """The task registered as `name`, built with `kwargs` (its knobs)."""
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(TASKS))}")
+    try:
+        return TASKS[name](**kwargs)
+    except TypeError as err:  # an unknown knob: name it rather than show a constructor traceback
+        raise ValueError(f"task {name!r}: bad task_kwargs {kwargs}: {err}") from err
+
+
+__all__ = ["TASKS", "Task", "get_task", "register_task"]

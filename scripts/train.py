@@ -1,0 +1,73 @@
+"""GRPO training on a verifiable task (YAML through TrlParser; command-line flags override the YAML).
+
+    accelerate launch scripts/train.py --config configs/qlora.yaml [--max_steps 20 ...]
+    python scripts/train.py --config configs/default.yaml
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import yaml
+
+
+def parse_args(argv: list[str]):
+    from trl import GRPOConfig, ModelConfig, TrlParser
+
+    from grpo_ext.script_args import TaskArguments
+
+    parser = TrlParser((TaskArguments, GRPOConfig, ModelConfig))
+    return parser.parse_args_and_config(argv)
+
+
+def save_resolved_config(output_dir: str, task_args, training_args, model_args) -> Path:
+    """All three argument groups as one YAML, next to the model (what was really run)."""
+    resolved = {
+        "task": dataclasses.asdict(task_args),
+        "training": training_args.to_dict(),
+        "model": {k: v for k, v in dataclasses.asdict(model_args).items()},
+    }
+    path = Path(output_dir) / "grpo_ext_config.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".yaml.tmp")
+    tmp.write_text(yaml.safe_dump(resolved, sort_keys=False, default_flow_style=False))
+    tmp.replace(path)
+    return path
+
+
+def main(argv: list[str]) -> None:
+    from trl import GRPOTrainer
+
+    from grpo_ext.modeling import policy_init
+    from grpo_ext.rewards import resolve_reward_funcs
+    from grpo_ext.tasks import get_task
+    from grpo_ext.tasks.base import require_prompt_column
+
+    task_args, training_args, model_args = parse_args(argv)
+    task = get_task(task_args.task, **task_args.task_kwargs)
+    train_dataset = require_prompt_column(task.load("train", task_args.train_size), f"task {task.name!r}")
+    model_id, quantization_config, peft_config = policy_init(model_args, training_args)
+
+    trainer = GRPOTrainer(
+        model=model_id,
+        reward_funcs=resolve_reward_funcs(task_args.reward_funcs, task),
+        args=training_args,
+        train_dataset=train_dataset,
+        quantization_config=quantization_config,
+        peft_config=peft_config,
+    )
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model(training_args.output_dir)
+    if trainer.accelerator.is_main_process:
+        trainer.processing_class.save_pretrained(training_args.output_dir)
+        save_resolved_config(training_args.output_dir, task_args, training_args, model_args)
+        print(f"saved to {training_args.output_dir}")
+    if training_args.push_to_hub:
+        trainer.push_to_hub(dataset_name=task.name)
+
+
+if __name__ == "__main__":
+    from grpo_ext.cli import run_cli
+
+    run_cli(main)
