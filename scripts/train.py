@@ -13,11 +13,12 @@ import yaml
 
 
 def parse_args(argv: list[str]):
-    from trl import GRPOConfig, ModelConfig, TrlParser
+    from trl import ModelConfig, TrlParser
 
+    from grpo_ext.config import GRPOExtConfig
     from grpo_ext.script_args import TaskArguments
 
-    parser = TrlParser((TaskArguments, GRPOConfig, ModelConfig))
+    parser = TrlParser((TaskArguments, GRPOExtConfig, ModelConfig))
     return parser.parse_args_and_config(argv)
 
 
@@ -37,21 +38,23 @@ def save_resolved_config(output_dir: str, task_args, training_args, model_args) 
 
 
 def main(argv: list[str]) -> None:
-    from trl import GRPOTrainer
-
     from grpo_ext.modeling import policy_init
-    from grpo_ext.rewards import resolve_reward_funcs
+    from grpo_ext.rewards import resolve_process_reward_funcs, resolve_reward_funcs
+    from grpo_ext.trainer import GRPOExtTrainer
     from grpo_ext.tasks import get_task
     from grpo_ext.tasks.base import require_prompt_column
 
     task_args, training_args, model_args = parse_args(argv)
     task = get_task(task_args.task, **task_args.task_kwargs)
     train_dataset = require_prompt_column(task.load("train", task_args.train_size), f"task {task.name!r}")
+    if training_args.step_separator is None and task.step_separator is not None:
+        training_args.step_separator = task.step_separator
     model_id, quantization_config, peft_config = policy_init(model_args, training_args)
 
-    trainer = GRPOTrainer(
+    trainer = GRPOExtTrainer(
         model=model_id,
         reward_funcs=resolve_reward_funcs(task_args.reward_funcs, task),
+        process_reward_funcs=resolve_process_reward_funcs(training_args.process_reward_funcs, task),
         args=training_args,
         train_dataset=train_dataset,
         quantization_config=quantization_config,

@@ -29,3 +29,16 @@ def load_callable(dotted_path: str, field_name: str) -> Callable:
 def resolve_reward_funcs(names: list[str], task: Task) -> list[Callable]:
     """Reward functions for GRPOTrainer: `outcome` is the task's verifier, anything else a dotted path."""
     return [task.outcome_reward if name == "outcome" else load_callable(name, "reward_funcs") for name in names]
+
+
+def resolve_process_reward_funcs(names: list[str] | None, task: Task) -> list[Callable]:
+    """Process reward functions: `step` is the task's rule-based step verifier, anything else a dotted path."""
+    funcs = []
+    for name in names or []:
+        if name == "step":
+            if task.step_reward is None:
+                raise ValueError(f"process_reward_funcs: task {task.name!r} has no step verifier for `step`")
+            funcs.append(task.step_reward)
+        else:
+            funcs.append(load_callable(name, "process_reward_funcs"))
+    return funcs

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from datasets import Dataset
 
+from grpo_ext.steps import step_texts
 from grpo_ext.tasks.base import Task, _text
 
 STEP_SEPARATOR = ";"
@@ -161,9 +162,7 @@ class ArithmeticTask(Task):
         and it comes right after the last operation. Anything else (garbage, extra steps) scores 0.
         """
         problem = Problem.from_prompt(prompt)
-        segments = completion.split(STEP_SEPARATOR)
-        if segments and segments[-1].strip() == "":
-            segments = segments[:-1]  # a trailing separator opens no step
+        segments = step_texts(completion, STEP_SEPARATOR)  # the trainer's segmentation, so the counts agree
         scores: list[float] = []
         left, n_ops, answered = problem.operands[0], len(problem.operators), False
         for i, segment in enumerate(segments):

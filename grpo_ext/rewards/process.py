@@ -1,0 +1,87 @@
+"""Process rewards: call step-scoring functions, check what they return, place scores at step-end tokens."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from grpo_ext.steps import step_end_token_indices
+
+
+@dataclass
+class ScoredSteps:
+    """One completion's steps: token index of each step's end, the step scores, the completion's length."""
+
+    ends: list[int]
+    scores: list[float]
+    length: int
+
+
+def _func_name(func: Callable) -> str:
+    return getattr(func, "__name__", type(func).__name__)
+
+
+def _as_score(value, name: str, row: int) -> float:
+    if value is None:
+        return math.nan  # the function could not score this step: it is missing, not zero
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"process reward function {name!r}: completion {row} has a non-number step score {value!r}")
+    if math.isinf(value):
+        raise ValueError(f"process reward function {name!r}: completion {row} has an infinite step score")
+    return float(value)
+
+
+def score_steps(
+    funcs: Sequence[Callable],
+    tokenizer,
+    separator: str,
+    prompts: list,
+    completions: list,
+    completion_ids_list: list[list[int]],
+    reward_kwargs: dict,
+) -> list[ScoredSteps]:
+    """Each function's step scores, summed over functions (a NaN score makes that step missing).
+
+    Every function must return, per completion, exactly as many scores as `grpo_ext.steps` finds steps.
+    """
+    ends = [step_end_token_indices(tokenizer, ids, separator) for ids in completion_ids_list]
+    totals = [[0.0] * len(e) for e in ends]
+    for func in funcs:
+        name = _func_name(func)
+        returned = func(prompts=prompts, completions=completions, completion_ids=completion_ids_list, **reward_kwargs)
+        if not isinstance(returned, (list, tuple)) or len(returned) != len(prompts):
+            got = len(returned) if isinstance(returned, (list, tuple)) else type(returned).__name__
+            raise ValueError(
+                f"process reward function {name!r} returned {got} results for {len(prompts)} completions "
+                "(expected a list with one list of step scores per completion)"
+            )
+        for row, (scores, row_ends) in enumerate(zip(returned, ends, strict=True)):
+            if not isinstance(scores, (list, tuple)) or len(scores) != len(row_ends):
+                got = len(scores) if isinstance(scores, (list, tuple)) else type(scores).__name__
+                raise ValueError(
+                    f"process reward function {name!r} returned {got} step scores for completion {row}, which has "
+                    f"{len(row_ends)} steps (step_separator {separator!r}); expected one score per step"
+                )
+            for j, value in enumerate(scores):
+                totals[row][j] += _as_score(value, name, row)
+    return [ScoredSteps(e, t, len(ids)) for e, t, ids in zip(ends, totals, completion_ids_list, strict=True)]
+
+
+def build_step_rewards(steps: list[ScoredSteps], completion_mask: torch.Tensor, outcome: torch.Tensor | None = None):
+    """`(B, T)` step rewards in the layout `process_advantages` takes: NaN except at step-end tokens.
+
+    Steps that end on the same token (a token holding a separator and the next step's start) add up. With
+    `outcome`, each completion's outcome reward is one more step at its last token (added to a step ending there).
+    """
+    rewards = torch.full(completion_mask.shape, math.nan, dtype=torch.float32)
+    for row, item in enumerate(steps):
+        entries = list(zip(item.ends, item.scores, strict=True))
+        if outcome is not None and item.length > 0:
+            entries.append((item.length - 1, float(outcome[row])))
+        for index, score in entries:
+            current = rewards[row, index]
+            rewards[row, index] = score if torch.isnan(current) else current + score
+    return rewards.to(completion_mask.device)

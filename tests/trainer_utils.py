@@ -1,0 +1,57 @@
+"""Tiny, fast trainers on the embedded model for tests (CPU, a few prompts, short completions)."""
+
+from __future__ import annotations
+
+import os
+
+from trl import GRPOConfig, GRPOTrainer
+
+from grpo_ext.config import GRPOExtConfig
+from grpo_ext.modeling import EMBEDDED_MODEL_DIR
+from grpo_ext.tasks import get_task
+from grpo_ext.trainer import GRPOExtTrainer
+
+TASK = get_task("arithmetic", max_operands=3)
+
+
+def tiny_args(cls=GRPOExtConfig, tmp_path="/tmp/grpo_ext_test", **overrides):
+    kwargs = dict(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        seed=0,
+        max_steps=2,
+        learning_rate=1e-3,
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=24,
+        temperature=1.0,
+        top_k=0,
+        beta=0.0,
+        activation_checkpointing=False,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+    )
+    kwargs.update(overrides)
+    if cls is GRPOExtConfig and kwargs.get("step_separator") is None:
+        kwargs["step_separator"] = TASK.step_separator
+    return cls(**kwargs)
+
+
+def tiny_trainer(trainer_cls=GRPOExtTrainer, args=None, reward_funcs=None, n_prompts=64, **kwargs):
+    """A trainer ready for `_generate_and_score_completions` / `_compute_loss` calls outside `train()`."""
+    args = args if args is not None else tiny_args()
+    trainer = trainer_cls(
+        model=os.environ.get("GRPO_EXT_TEST_MODEL", str(EMBEDDED_MODEL_DIR)),
+        reward_funcs=reward_funcs if reward_funcs is not None else [TASK.outcome_reward],
+        args=args,
+        train_dataset=TASK.load("train", n_prompts),
+        **kwargs,
+    )
+    trainer.current_gradient_accumulation_steps = args.gradient_accumulation_steps  # set by train() otherwise
+    return trainer
+
+
+__all__ = ["GRPOConfig", "GRPOTrainer", "GRPOExtTrainer", "TASK", "tiny_args", "tiny_trainer"]
