@@ -1,0 +1,174 @@
+"""KL-coefficient (beta) controllers: a fixed beta, and the adaptive controller of Ziegler et al. (2019).
+
+Pure state machines, no torch and no trainer: the trainer calls ``update(current_kl, n_samples)`` once per
+optimisation step (on ``sync_gradients``) with the step's measured KL to the reference policy, reads
+``.beta`` for the next loss, and saves ``state_dict()`` next to its checkpoint.
+
+The adaptive rule (Ziegler et al. 2019, "Fine-Tuning Language Models from Human Preferences", eq. 2) is a
+proportional controller on ``log(beta)``:
+
+    e = clip(current_kl / target_kl - 1, -0.2, 0.2)
+    beta <- beta * (1 + e * n_samples / horizon)
+
+then clamped to ``[beta_min, beta_max]``. KL above target raises beta (pull harder towards the reference),
+below target lowers it. The clip bounds one step's change to a factor ``1 +- 0.2 * n_samples / horizon``,
+so a single noisy KL estimate cannot swing beta far; ``horizon`` (in samples) sets the time constant.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+__all__ = ["AdaptiveKLController", "FixedKLController", "KL_ERROR_CLIP"]
+
+KL_ERROR_CLIP = 0.2
+"""Bound on the proportional error ``current_kl / target_kl - 1`` (Ziegler et al. 2019)."""
+
+
+def _check_number(name: str, value: Any, *, positive: bool = False, allow_inf: bool = False) -> float:
+    """``value`` as a float, or ``ValueError`` naming the parameter and the value."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+    if math.isnan(value) or (math.isinf(value) and not allow_inf):
+        raise ValueError(f"{name} must be finite, got {value}")
+    if positive and not value > 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+    if not positive and value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return value
+
+
+def _check_state(d: dict[str, Any], kind: str, keys: tuple[str, ...]) -> None:
+    if not isinstance(d, dict):
+        raise ValueError(f"state_dict must be a dict, got {type(d).__name__}")
+    if d.get("type") != kind:
+        raise ValueError(f"state_dict is for a {d.get('type')!r} KL controller, not {kind!r}")
+    missing = [key for key in keys if key not in d]
+    if missing:
+        raise ValueError(f"state_dict for a {kind!r} KL controller is missing {', '.join(missing)}")
+
+
+class FixedKLController:
+    """A constant beta (TRL's behaviour). ``update`` is a no-op, so the trainer can treat both alike."""
+
+    def __init__(self, beta: float) -> None:
+        self.beta = _check_number("beta", beta)
+
+    def update(self, current_kl: float, n_samples: int) -> float:
+        """No-op; returns ``beta``."""
+        return self.beta
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"type": "fixed", "beta": self.beta}
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        _check_state(d, "fixed", ("beta",))
+        self.beta = _check_number("beta", d["beta"])
+
+    def __repr__(self) -> str:
+        return f"FixedKLController(beta={self.beta})"
+
+
+class AdaptiveKLController:
+    """Adaptive beta of Ziegler et al. (2019); see the module docstring for the rule.
+
+    Args:
+        init_beta: starting beta, > 0 (a multiplicative rule cannot leave 0) and within
+            ``[beta_min, beta_max]``.
+        target_kl: the KL (per token, as the trainer measures it) to steer towards, > 0.
+        horizon: time constant in samples, > 0: with the error clipped at +-0.2, beta changes by at most
+            a factor ``1 +- 0.2 * n_samples / horizon`` per update.
+        beta_min, beta_max: clamp after every update; ``0 <= beta_min <= beta_max``, ``beta_max`` may be inf.
+
+    Note: if ``n_samples > 5 * horizon`` the factor can reach 0 or below; beta is then clamped to
+    ``beta_min``, and a beta of 0 stays 0 (the update is multiplicative). Keep ``horizon`` well above the
+    samples per update, as in the paper (horizon 10 000).
+    """
+
+    def __init__(
+        self,
+        init_beta: float,
+        target_kl: float,
+        horizon: float,
+        beta_min: float = 0.0,
+        beta_max: float = math.inf,
+    ) -> None:
+        init_beta = _check_number("init_beta", init_beta, positive=True)
+        self.target_kl = _check_number("target_kl", target_kl, positive=True)
+        self.horizon = _check_number("horizon", horizon, positive=True)
+        self.beta_min = _check_number("beta_min", beta_min)
+        self.beta_max = _check_number("beta_max", beta_max, allow_inf=True)
+        if self.beta_min > self.beta_max:
+            raise ValueError(f"beta_min={self.beta_min} must be <= beta_max={self.beta_max}")
+        if not self.beta_min <= init_beta <= self.beta_max:
+            raise ValueError(
+                f"init_beta={init_beta} must lie in [beta_min={self.beta_min}, beta_max={self.beta_max}]"
+            )
+        self.beta = init_beta
+
+    def update(self, current_kl: float, n_samples: int) -> float:
+        """Move beta towards keeping ``current_kl`` at ``target_kl``; returns the new beta.
+
+        Args:
+            current_kl: KL to the reference measured on the last step's samples.
+            n_samples: samples behind that measurement (>= 0); the step size scales with it.
+
+        A non-finite ``current_kl`` (NaN from an empty batch, inf from a diverged step) leaves beta
+        unchanged: the clip would turn inf into a bounded step, but NaN propagates through ``clip`` and the
+        product, and a NaN beta would poison every later loss and update. Skipping one measurement is cheap.
+        """
+        n_samples = _check_number("n_samples", n_samples)
+        try:
+            current_kl = float(current_kl)
+        except (TypeError, ValueError):
+            raise ValueError(f"current_kl must be a number, got {current_kl!r}") from None
+        if not math.isfinite(current_kl):
+            return self.beta
+        error = min(max(current_kl / self.target_kl - 1.0, -KL_ERROR_CLIP), KL_ERROR_CLIP)
+        beta = self.beta * (1.0 + error * n_samples / self.horizon)
+        self.beta = min(max(beta, self.beta_min), self.beta_max)
+        return self.beta
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume, as plain JSON: an infinite ``beta_max`` is stored as ``None``
+        (strict JSON has no Infinity)."""
+        return {
+            "type": "adaptive",
+            "beta": self.beta,
+            "target_kl": self.target_kl,
+            "horizon": self.horizon,
+            "beta_min": self.beta_min,
+            "beta_max": None if math.isinf(self.beta_max) else self.beta_max,
+        }
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        """Restore beta and the hyperparameters (like torch's LR schedulers), validated as in ``__init__``.
+
+        beta itself may be 0 here: clamping to ``beta_min = 0`` can legitimately have produced it.
+        """
+        _check_state(d, "adaptive", ("beta", "target_kl", "horizon", "beta_min", "beta_max"))
+        beta_max = math.inf if d["beta_max"] is None else d["beta_max"]
+        # Validate everything before assigning anything, so a bad dict leaves the controller untouched.
+        target_kl = _check_number("target_kl", d["target_kl"], positive=True)
+        horizon = _check_number("horizon", d["horizon"], positive=True)
+        beta_min = _check_number("beta_min", d["beta_min"])
+        beta_max = _check_number("beta_max", beta_max, allow_inf=True)
+        beta = _check_number("beta", d["beta"])
+        if not beta_min <= beta <= beta_max:
+            raise ValueError(f"beta={beta} must lie in [beta_min={beta_min}, beta_max={beta_max}]")
+        self.target_kl = target_kl
+        self.horizon = horizon
+        self.beta_min = beta_min
+        self.beta_max = beta_max
+        self.beta = beta
+
+    def __repr__(self) -> str:
+        return (
+            f"AdaptiveKLController(beta={self.beta}, target_kl={self.target_kl}, horizon={self.horizon}, "
+            f"beta_min={self.beta_min}, beta_max={self.beta_max})"
+        )
