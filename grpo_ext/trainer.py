@@ -20,12 +20,14 @@ from typing import Any
 import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
+from trl.trainer.utils import is_async_callable
 
 from grpo_ext.advantages import get_gradient_coefficient, zero_std_groups
 from grpo_ext.batching import replace_rows
 from grpo_ext.config import PER_SEQUENCE_LOSS_TYPES, GRPOExtConfig
 from grpo_ext.kl_control import AdaptiveKLController, FixedKLController
 from grpo_ext.rewards import load_callable
+from grpo_ext.rewards.checked import checked_reward_func
 from grpo_ext.rewards.process import build_step_rewards, score_steps
 
 STATE_FILE = "grpo_ext_state.json"
@@ -39,6 +41,13 @@ class GRPOExtTrainer(GRPOTrainer):
     """
 
     def __init__(self, *args, process_reward_funcs: list[Callable | str] | None = None, **kwargs):
+        if kwargs.get("reward_funcs") is not None:  # plain sync callables get their output checked by name
+            funcs = kwargs["reward_funcs"]
+            funcs = funcs if isinstance(funcs, list) else [funcs]
+            kwargs["reward_funcs"] = [
+                f if isinstance(f, (str, torch.nn.Module)) or is_async_callable(f) else checked_reward_func(f)
+                for f in funcs
+            ]
         super().__init__(*args, **kwargs)
         if not isinstance(self.args, GRPOExtConfig):
             raise TypeError(f"GRPOExtTrainer needs a GRPOExtConfig, got {type(self.args).__name__}")
@@ -105,37 +114,36 @@ class GRPOExtTrainer(GRPOTrainer):
         output = self._score_batch(super()._generate_and_score_completions(inputs))
         if not self.model.training or self.args.zero_std_groups == "keep":
             return output
-        mode = "train"
-        no_signal = output.pop("_zero_std_local")
-        self._metrics[mode]["zero_std/frac_groups"].append(self._global_mean(no_signal))
-        rounds = 0
-        if self.args.zero_std_groups == "refill":
+        metrics, group = self._metrics["train"], self.num_generations
+        no_signal_rows = output.pop("_no_signal_rows")  # this process's rows of the groups without signal
+        metrics["zero_std/frac_groups"].append(self._global_mean(no_signal_rows))
+        if self.args.zero_std_groups == "refill":  # local batches hold whole groups (checked in the config)
+            rounds, no_signal = 0, no_signal_rows.view(-1, group)[:, 0].clone()
             while rounds < self.args.max_refill_rounds and self._global_any(no_signal):
                 rounds += 1
                 fresh = self._score_batch(super()._generate_and_score_completions(self._draw_refill_inputs()))
-                fresh_signal = (~fresh.pop("_zero_std_local")).nonzero().flatten().tolist()
+                fresh_signal = (~fresh.pop("_no_signal_rows").view(-1, group)[:, 0]).nonzero().flatten().tolist()
                 missing = no_signal.nonzero().flatten().tolist()
                 n = min(len(missing), len(fresh_signal))
                 if n:
-                    group = self.num_generations
                     dst = [g * group + j for g in missing[:n] for j in range(group)]
                     src = [g * group + j for g in fresh_signal[:n] for j in range(group)]
                     output = replace_rows(output, fresh, dst, src, pad_token_id=self._tokenizer.pad_token_id)
                     no_signal[missing[:n]] = False
-            self._metrics[mode]["zero_std/refill_rounds"].append(float(rounds))
-        # What still has no signal leaves the loss: its rows are masked and the normalisers recounted.
-        keep_rows = (~no_signal).repeat_interleave(self.num_generations).to(output["completion_mask"].device)
+            no_signal_rows = no_signal.repeat_interleave(group)
+            metrics["zero_std/refill_rounds"].append(float(rounds))
+        # What still has no signal leaves the loss: its rows are masked and the token count recomputed.
+        keep_rows = ~no_signal_rows.to(output["completion_mask"].device)
         output["completion_mask"] = output["completion_mask"] * keep_rows.unsqueeze(1).to(output["completion_mask"].dtype)
         loss_mask = output["completion_mask"] * output.get("tool_mask", 1)
         output["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
         output["zero_std_keep"] = keep_rows.float()
-        self._metrics[mode]["zero_std/groups_skipped"].append(
-            float(self.accelerator.gather(no_signal.sum().reshape(1)).sum().item())
-        )
+        skipped_rows = self.accelerator.gather(no_signal_rows.sum().reshape(1).to(self.accelerator.device)).sum()
+        metrics["zero_std/groups_skipped"].append(skipped_rows.item() / group)
         return output
 
     def _score_batch(self, output: dict) -> dict:
-        """Replace TRL's advantages by the configured gradient coefficient; flag the local no-signal groups."""
+        """Replace TRL's advantages by the configured gradient coefficient; flag the rows of no-signal groups."""
         mode = "train" if self.model.training else "eval"
         group = self.num_generations if mode == "train" else self.num_generations_eval
         rewards = self._outcome_rewards(self._scored["rewards_per_func"])  # gathered, (N,)
@@ -160,11 +168,10 @@ class GRPOExtTrainer(GRPOTrainer):
             advantages = advantages[local]
             output["advantages"] = advantages[:, :width] if advantages.dim() == 2 else advantages
 
-        signal_source = step_rewards if self.args.advantage_mode == "process" else rewards
         if mode == "train" and self.args.zero_std_groups != "keep":
-            no_signal = zero_std_groups(signal_source, group)  # (N // group,)
-            groups_per_process = n_local // group  # refill/skip work on whole local groups
-            output["_zero_std_local"] = no_signal[rank * groups_per_process : (rank + 1) * groups_per_process].clone()
+            signal_source = step_rewards if self.args.advantage_mode == "process" else rewards
+            no_signal = zero_std_groups(signal_source, group)  # (N // group,), over all processes
+            output["_no_signal_rows"] = no_signal.repeat_interleave(group)[local].cpu()
         return output
 
     def _log_step_metrics(self, local_steps: torch.Tensor, mode: str) -> None:

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 from grpo_ext.tasks.arithmetic import ArithmeticTask
 from grpo_ext.tasks.base import Task
+from grpo_ext.tasks.gsm8k import GSM8KTask
+from grpo_ext.tasks.jsonl import JSONLTask
+from grpo_ext.tasks.math import MathTask
 
-TASKS: dict[str, type[Task]] = {"arithmetic": ArithmeticTask}
+TASKS: dict[str, type[Task]] = {
+    "arithmetic": ArithmeticTask,
+    "gsm8k": GSM8KTask,
+    "math": MathTask,
+    "jsonl": JSONLTask,
+}
 
 
 def register_task(cls: type[Task]) -> type[Task]:

@@ -1,0 +1,30 @@
+"""Two gloo processes compute the same process advantages, zero-std decisions and loss as one process."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+
+@pytest.mark.slow
+def test_two_processes_equal_one(python, root, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(root), "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
+    script = str(root / "tests/dist/check_equal.py")
+    torchrun = [python, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533"]
+    for cmd in ([python, script, str(tmp_path)], [*torchrun, script, str(tmp_path)]):
+        proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+
+    single = json.loads((tmp_path / "rank0_of1.json").read_text())
+    ranks = [json.loads((tmp_path / f"rank{r}_of2.json").read_text()) for r in range(2)]
+    assert single["keep"] == [1.0] * 8 + [0.0] * 4  # group 2 has no signal and is skipped
+    assert ranks[0]["keep"] + ranks[1]["keep"] == single["keep"]
+    split = ranks[0]["advantages"] + ranks[1]["advantages"]
+    assert len(split) == 12
+    for row, (a, b) in enumerate(zip(single["advantages"], split)):
+        assert a == pytest.approx(b, abs=1e-6), f"row {row}"
+    assert any(abs(x) > 0.1 for row in single["advantages"][4:8] for x in row)  # group 1, split across ranks
+    assert ranks[0]["num_items_in_batch"] == ranks[1]["num_items_in_batch"] == single["num_items_in_batch"]
+    # DDP averages the ranks' gradients, so the mean of the ranks' losses is the one-process loss.
+    assert (ranks[0]["loss"] + ranks[1]["loss"]) / 2 == pytest.approx(single["loss"], rel=1e-5, abs=1e-7)
