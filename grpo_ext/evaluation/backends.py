@@ -1,0 +1,275 @@
+"""Sampling backends: ``generate(prompts, params) -> list[list[str]]`` (``params.n`` completions per prompt).
+
+- :class:`TransformersBackend`: a model in memory (the trainer's policy) or loaded from a folder: a full model,
+  or a PEFT adapter folder (``adapter_config.json`` naming ``base_model_name_or_path``) loaded onto its base and
+  merged into one model. Samples with :func:`grpo_ext.evaluation.sampling.sample` (shared-prefill KV cache).
+- :class:`VLLMBackend`: vLLM's offline ``LLM``, one request per prompt with ``SamplingParams(n=...)`` (vLLM
+  shares the prompt's prefix across the ``n`` samples itself). vLLM is imported only when this backend is built.
+
+:func:`load_backend` picks one by name: ``auto`` is vLLM when it is importable and a CUDA GPU is present,
+transformers otherwise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from grpo_ext.evaluation.sampling import SamplingParams, derive_seed, sample
+from grpo_ext.modeling import resolve_model_path
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "Backend",
+    "BackendUnavailableError",
+    "TransformersBackend",
+    "VLLMBackend",
+    "load_backend",
+    "load_model_and_tokenizer",
+    "model_fingerprint",
+    "vllm_available",
+]
+
+BACKENDS = ("auto", "transformers", "vllm")
+
+
+class BackendUnavailableError(ValueError):
+    """A backend was asked for by name but cannot run here (e.g. vLLM is not installed)."""
+
+
+class Backend:
+    """What the harness needs from a backend."""
+
+    #: How reports and the sample cache name the model (the name or path the user gave).
+    name: str = "model"
+    #: A short hash of the model's files (None for a model in memory): cached samples of a model that has since
+    #: been retrained in the same folder are not reused.
+    fingerprint: str | None = None
+    kind: str = "base"
+
+    def generate(self, prompts: Sequence[str], params: SamplingParams, *, progress: bool = False) -> list[list[str]]:
+        """``params.n`` completions for each prompt, in prompt order; deterministic for ``params.seed``."""
+        raise NotImplementedError
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# model folders
+
+
+def model_fingerprint(folder: str | Path, *, chunk: int = 4 << 20) -> str | None:
+    """A 16-hex-digit hash of a model folder's config and weights (None when `folder` is not a local folder).
+
+    Small files are hashed whole; a weights file larger than 16 MiB contributes its size and its first and last
+    `chunk` bytes (the safetensors header plus data at both ends) so a 15 GB checkpoint hashes in milliseconds.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        return None
+    digest = hashlib.sha256()
+    names = sorted(
+        p
+        for p in folder.iterdir()
+        if p.is_file() and (p.suffix in {".safetensors", ".bin"} or p.name in {"config.json", "adapter_config.json"})
+    )
+    for path in names:
+        size = path.stat().st_size
+        digest.update(f"{path.name}:{size}:".encode())
+        with path.open("rb") as handle:
+            if size <= 4 * chunk:
+                digest.update(handle.read())
+            else:
+                digest.update(handle.read(chunk))
+                handle.seek(size - chunk)
+                digest.update(handle.read(chunk))
+    return digest.hexdigest()[:16]
+
+
+def _adapter_base(folder: Path, base_model: str | None) -> str:
+    config_file = folder / "adapter_config.json"
+    try:
+        config = json.loads(config_file.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{config_file}: not valid JSON ({err})") from None
+    base = base_model or config.get("base_model_name_or_path")
+    if not base:
+        raise ValueError(
+            f"{config_file} names no base_model_name_or_path: pass the base model explicitly (base_model=...)"
+        )
+    try:
+        return resolve_model_path(base)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"adapter {folder}: its base model is missing: {err}") from None
+
+
+def _has_tokenizer(folder: Path) -> bool:
+    return any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"))
+
+
+def load_model_and_tokenizer(
+    name_or_path: str,
+    *,
+    trust_remote_code: bool = False,
+    dtype=None,
+    device: str | None = None,
+    base_model: str | None = None,
+    merge_adapter: bool = True,
+):
+    """``(model, tokenizer)`` in eval mode for a model folder, an adapter folder, ``embedded`` or a hub id.
+
+    Weights are read from safetensors only; ``trust_remote_code`` stays off unless asked. An adapter folder is
+    loaded onto its base (``base_model`` overrides the one named in ``adapter_config.json``) and, with
+    ``merge_adapter``, merged into it (one plain model: faster sampling). The tokenizer comes from the adapter
+    folder when it has one (TRL saves it there), else from the base.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_model_path(name_or_path)
+    folder = Path(path)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if dtype is None:
+        dtype = torch.float32 if device == "cpu" else "auto"
+    is_adapter = (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file()
+    base_path = _adapter_base(folder, base_model) if is_adapter else path
+    kwargs = {"trust_remote_code": trust_remote_code, "use_safetensors": True, "dtype": dtype}
+    try:
+        model = AutoModelForCausalLM.from_pretrained(base_path, **kwargs)
+        tokenizer_source = path if (is_adapter and _has_tokenizer(folder)) else base_path
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_source, trust_remote_code=trust_remote_code)
+    except OSError as err:  # no weights / not a model / hub id while offline
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise FileNotFoundError(f"cannot load model {name_or_path!r} ({base_path}): {first}") from err
+    if is_adapter:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, path)
+        if merge_adapter:
+            model = model.merge_and_unload()
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model.to(device).eval(), tokenizer
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# transformers
+
+
+class TransformersBackend(Backend):
+    """Samples with transformers ``generate`` (shared-prefill KV cache; see :mod:`grpo_ext.evaluation.sampling`).
+
+    Build it from a model in memory (``TransformersBackend(model, tokenizer)``, e.g. the trainer's policy, PEFT
+    or not) or from a folder with :meth:`from_pretrained`.
+    """
+
+    kind = "transformers"
+
+    def __init__(self, model, tokenizer, *, name: str = "model", fingerprint: str | None = None,
+                 shared_prefill: bool | None = None):
+        self.model, self.tokenizer = model, tokenizer
+        self.name, self.fingerprint, self.shared_prefill = name, fingerprint, shared_prefill
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str, *, shared_prefill: bool | None = None, **load_kwargs):
+        model, tokenizer = load_model_and_tokenizer(name_or_path, **load_kwargs)
+        return cls(model, tokenizer, name=name_or_path,
+                   fingerprint=model_fingerprint(resolve_model_path(name_or_path)), shared_prefill=shared_prefill)
+
+    def generate(self, prompts: Sequence[str], params: SamplingParams, *, progress: bool = False) -> list[list[str]]:
+        return sample(self.model, self.tokenizer, prompts, params, progress=progress,
+                      shared_prefill=self.shared_prefill)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# vLLM
+
+
+def vllm_available() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+class VLLMBackend(Backend):
+    """vLLM's offline engine: one request per prompt, ``SamplingParams(n=params.n, ...)`` and a per-prompt seed.
+
+    ``llm`` and ``sampling_params_cls`` can be injected (tests use fakes); otherwise vLLM is imported here and
+    ``vllm.LLM(model=...)`` is built, with ``enable_lora`` and a ``LoRARequest`` for an adapter folder.
+    """
+
+    kind = "vllm"
+
+    def __init__(self, name_or_path: str | None = None, *, llm=None, sampling_params_cls=None, lora_request=None,
+                 trust_remote_code: bool = False, name: str | None = None, **llm_kwargs):
+        if llm is None or sampling_params_cls is None:
+            if not vllm_available():
+                raise BackendUnavailableError(
+                    "backend 'vllm' was asked for but vllm is not installed here "
+                    "(pip install vllm on a CUDA machine, or use --backend transformers)"
+                )
+            import vllm
+
+            sampling_params_cls = sampling_params_cls or vllm.SamplingParams
+        fingerprint = None
+        if llm is None:
+            if name_or_path is None:
+                raise ValueError("VLLMBackend needs a model name or path (or an llm object)")
+            path = resolve_model_path(name_or_path)
+            folder = Path(path)
+            if (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file():
+                from vllm.lora.request import LoRARequest
+
+                rank = json.loads((folder / "adapter_config.json").read_text()).get("r", 16)
+                llm_kwargs.setdefault("enable_lora", True)
+                llm_kwargs.setdefault("max_lora_rank", max(8, int(rank)))
+                lora_request = lora_request or LoRARequest("adapter", 1, path)
+                path = _adapter_base(folder, None)
+            fingerprint = model_fingerprint(folder)
+            llm = vllm.LLM(model=path, trust_remote_code=trust_remote_code, **llm_kwargs)
+        self.llm, self.sampling_params_cls, self.lora_request = llm, sampling_params_cls, lora_request
+        self.name = name or name_or_path or "vllm-model"
+        self.fingerprint = fingerprint
+
+    def requests(self, prompts: Sequence[str], params: SamplingParams) -> list:
+        """One vLLM ``SamplingParams`` per prompt (its own seed, so a prompt's samples do not depend on the batch)."""
+        return [
+            self.sampling_params_cls(
+                n=params.n,
+                temperature=float(params.temperature),
+                top_p=float(params.top_p) if params.temperature > 0 else 1.0,
+                max_tokens=params.max_new_tokens,
+                seed=derive_seed(params.seed, params.n, prompt) % (2**31),
+            )
+            for prompt in prompts
+        ]
+
+    def generate(self, prompts: Sequence[str], params: SamplingParams, *, progress: bool = False) -> list[list[str]]:
+        prompts = list(prompts)
+        if not prompts:
+            return []
+        kwargs = {"use_tqdm": progress}
+        if self.lora_request is not None:
+            kwargs["lora_request"] = self.lora_request
+        outputs = self.llm.generate(prompts, self.requests(prompts, params), **kwargs)
+        if len(outputs) != len(prompts):
+            raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(prompts)} prompts")
+        return [[completion.text for completion in output.outputs] for output in outputs]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def load_backend(name_or_path: str, backend: str = "auto", **kwargs) -> Backend:
+    """A backend for a model: ``backend`` is ``auto`` (vLLM if importable and a GPU is present, else
+    transformers), ``transformers`` or ``vllm``. ``kwargs`` go to the backend (``trust_remote_code``, ...)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend == "auto":
+        import torch
+
+        backend = "vllm" if vllm_available() and torch.cuda.is_available() else "transformers"
+    if backend == "vllm":
+        return VLLMBackend(name_or_path, **kwargs)
+    return TransformersBackend.from_pretrained(name_or_path, **kwargs)

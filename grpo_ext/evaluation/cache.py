@@ -1,0 +1,139 @@
+"""A resumable sample cache: one JSON line per sampled completion.
+
+Record fields: ``model``, ``model_fingerprint``, ``task``, ``problem_id``, ``sample_index``, ``params`` (the
+:meth:`SamplingParams.key` of the draw), ``prompt`` and ``completion``. Verdicts (extracted answer, correct or
+not) are *not* stored: the report recomputes them with the task's checker, so another checker or other k values
+can be scored from the same samples without sampling again.
+
+Crash safety: records are appended a batch at a time and flushed (``fsync``) after each batch, so a killed run
+loses at most the batch in flight. On load, a last line without its newline (a write torn by a crash) or that
+does not parse is dropped with a warning and cut from the file before anything is appended; the harness then
+draws the missing ``(problem_id, sample_index)`` pairs again. Records for other models, tasks or sampling
+parameters are left in the file and ignored. One writer at a time per file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["RECORD_FIELDS", "SampleCache", "prompt_key"]
+
+RECORD_FIELDS = ("model", "model_fingerprint", "task", "problem_id", "sample_index", "params", "prompt", "completion")
+
+
+def _prompt_key(prompt) -> str:
+    """A hashable form of a prompt: the string itself, or the JSON of a conversation."""
+    return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, ensure_ascii=False)
+
+
+prompt_key = _prompt_key
+
+
+def _group_key(model: str, fingerprint: str | None, task: str, params_key: str) -> tuple:
+    return (model, fingerprint, task, params_key)
+
+
+class SampleCache:
+    """The samples of a JSONL file (or of memory only, with ``path=None``), grouped by (model, task, params).
+
+    ``lookup(...)`` gives ``{(problem_id, prompt key): {sample_index: completion}}`` for one group; ``append(records)``
+    adds records and makes them durable before returning.
+    """
+
+    def __init__(self, path: str | os.PathLike | None):
+        self.path = Path(path) if path is not None else None
+        self._groups: dict[tuple, dict[tuple, dict[int, str]]] = {}
+        self.dropped_lines = 0
+        self._good_size = 0  # bytes of the file made of complete, valid lines (appends start here)
+        self._known_size = 0  # the file's size as this object last saw it
+        if self.path is not None and self.path.exists():
+            self._load()
+
+    # ---- reading -------------------------------------------------------------------------------------------
+    def _load(self) -> None:
+        data = self.path.read_bytes()
+        self._known_size = len(data)
+        offset, n_lines = 0, 0
+        while offset < len(data):
+            end = data.find(b"\n", offset)
+            torn = end == -1
+            line_end = len(data) if torn else end + 1
+            raw = data[offset:line_end]
+            n_lines += 1
+            record = None if torn else self._parse(raw)
+            if record is None:
+                if torn or line_end == len(data):
+                    logger.warning(
+                        "%s: dropping a torn last line (%d bytes, line %d; a crash mid-write?): its samples will be "
+                        "drawn again", self.path, len(raw), n_lines,
+                    )
+                    self.dropped_lines += 1
+                    break  # the file is cut back to _good_size before the next append
+                logger.warning("%s: line %d is not a valid sample record: ignored", self.path, n_lines)
+                self.dropped_lines += 1
+            else:
+                self._add(record)
+            offset = line_end
+            self._good_size = offset
+
+    @staticmethod
+    def _parse(raw: bytes) -> dict | None:
+        try:
+            record = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return None
+        if not isinstance(record, dict) or any(field not in record for field in RECORD_FIELDS):
+            return None
+        if not isinstance(record["sample_index"], int) or not isinstance(record["completion"], str):
+            return None
+        return record
+
+    def _add(self, record: dict) -> None:
+        group = self._groups.setdefault(
+            _group_key(record["model"], record["model_fingerprint"], record["task"], record["params"]), {}
+        )
+        samples = group.setdefault((str(record["problem_id"]), _prompt_key(record["prompt"])), {})
+        samples.setdefault(record["sample_index"], record["completion"])  # first one wins
+
+    def lookup(self, model: str, fingerprint: str | None, task: str, params_key: str) -> dict[tuple, dict[int, str]]:
+        """``{(problem_id, prompt key): {sample_index: completion}}`` of one model, task and sampling-parameter key
+        (the prompt key is the prompt, or its JSON for a conversation: see :func:`prompt_key`)."""
+        return self._groups.get(_group_key(model, fingerprint, task, params_key), {})
+
+    def __len__(self) -> int:
+        return sum(len(samples) for group in self._groups.values() for samples in group.values())
+
+    # ---- writing -------------------------------------------------------------------------------------------
+    def append(self, records: Iterable[dict]) -> None:
+        """Add records (dicts with :data:`RECORD_FIELDS`) and, with a file, write them durably (flush + fsync)."""
+        records = list(records)
+        for record in records:
+            missing = [field for field in RECORD_FIELDS if field not in record]
+            if missing:
+                raise ValueError(f"sample record lacks {missing}: {record}")
+        if self.path is not None and records:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            payload = "".join(json.dumps({f: r[f] for f in RECORD_FIELDS}, ensure_ascii=False) + "\n"
+                              for r in records).encode("utf-8")
+            with self.path.open("ab") as handle:
+                size = handle.tell()  # append mode: the end of the file
+                if size != self._known_size:
+                    raise RuntimeError(
+                        f"{self.path} changed while this run was using it ({self._known_size} -> {size} bytes): "
+                        "is another run writing the same cache? Use one output folder per run."
+                    )
+                if size != self._good_size:  # cut the torn tail found at load before appending
+                    handle.truncate(self._good_size)
+                handle.write(payload)
+                handle.flush()
+                os.fsync(handle.fileno())
+            self._good_size += len(payload)
+            self._known_size = self._good_size
+        for record in records:
+            self._add(record)

@@ -1,0 +1,255 @@
+"""Pass@K vs Maj@K for one model on one task: sample (through the resumable cache), score, summarise.
+
+``evaluate_model`` draws ``params.n`` completions per problem, or only the ``(problem, sample_index)`` pairs the
+cache does not hold yet, then scores every sample with the task's checker (``task.is_correct`` for the verdict,
+``task.extract_answer`` for the answer key that votes in maj@k) and computes, for each k, the mean over problems
+of the unbiased pass@k and the exact maj@k (:mod:`grpo_ext.evaluation.metrics`).
+
+k larger than n: pass@k and maj@k need k of the n samples, so such a k cannot be estimated. The harness drops it
+with a warning that is also recorded in the result (``dropped_ks``, ``warnings``) rather than failing a long run
+(a training callback with a small n, a list of k shared between runs); if no k is left it is an error. The
+command line (``evals/passk_majk.py``) is stricter and rejects k > n before sampling.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from grpo_ext.evaluation.backends import Backend
+from grpo_ext.evaluation.cache import SampleCache, prompt_key
+from grpo_ext.evaluation.metrics import maj_at_k_many, mean_accuracy, pass_at_k_many
+from grpo_ext.evaluation.sampling import SamplingParams, derive_seed
+from grpo_ext.tasks.base import Task
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["check_ks", "evaluate_model", "load_problems", "score_samples", "validate_problems"]
+
+
+def check_ks(ks: Iterable[int], n: int) -> tuple[list[int], list[int]]:
+    """``(kept, dropped)``: the distinct ks sorted, split at ``n``. A k < 1 or a non-integer is an error."""
+    ks = list(ks)
+    if not ks:
+        raise ValueError("ks is empty: give at least one k (e.g. 1,2,4,8)")
+    for k in ks:
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"every k must be an integer >= 1, got {k!r}")
+    ks = sorted({int(k) for k in ks})
+    return [k for k in ks if k <= n], [k for k in ks if k > n]
+
+
+def load_problems(task: Task, split: str = "test", limit: int | None = None) -> list[dict]:
+    """The task's problems as ``{"problem_id", "prompt", "answer"}`` dicts, validated, at most ``limit`` of them.
+
+    An empty dataset, a row without a prompt and a row without a reference answer are errors naming the task,
+    the split and the row.
+    """
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    source = f"task {task.name!r} split {split!r}"
+    if limit == 0:
+        raise ValueError(f"{source}: limit=0 leaves no problems to evaluate")
+    dataset = task.load(split, limit) if limit else task.load(split)
+    rows = list(dataset)[:limit] if limit else list(dataset)
+    return validate_problems(rows, task, source)
+
+
+def validate_problems(rows: Sequence[dict], task: Task, source: str = "problems") -> list[dict]:
+    """Rows with ``prompt`` and ``answer`` (and optionally ``problem_id``/``id``) as problem dicts; errors name
+    ``source`` and the row."""
+    if len(rows) == 0:
+        raise ValueError(f"{source}: the dataset is empty (no problems to evaluate)")
+    problems = []
+    for i, row in enumerate(rows):
+        prompt, answer = row.get("prompt"), row.get("answer")
+        conversation = isinstance(prompt, list) and prompt and all(
+            isinstance(m, dict) and "role" in m and "content" in m for m in prompt
+        )
+        if not (isinstance(prompt, str) and prompt) and not conversation:
+            raise ValueError(
+                f"{source}: row {i} has no prompt (a non-empty 'prompt' string or list of chat messages is required)"
+            )
+        if answer is None or (isinstance(answer, str) and not answer.strip()):
+            raise ValueError(f"{source}: row {i} has no reference answer ('answer' is {answer!r})")
+        try:
+            task.normalize_answer(str(answer))
+        except Exception as err:  # noqa: BLE001 - any checker failure: name the row
+            raise ValueError(f"{source}: row {i} has an answer the task cannot read ({answer!r}: {err})") from None
+        problem_id = row.get("problem_id", row.get("id", i))
+        problems.append({"problem_id": str(problem_id), "prompt": prompt, "answer": str(answer)})
+    ids = [p["problem_id"] for p in problems]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{source}: problem ids are not unique")
+    return problems
+
+
+def score_samples(task: Task, problems: Sequence[dict], completions: Sequence[Sequence[str]], ks: Sequence[int]):
+    """Scores of a full sample matrix (``completions[i]`` holds the n samples of ``problems[i]``).
+
+    Returns ``(summary, per_problem)``: summary has ``pass@k`` / ``maj@k`` (``{k: mean over problems}``),
+    ``mean_accuracy`` and ``answers_extracted`` (fraction of samples with an extracted answer).
+    """
+    correct = [[task.is_correct(c, p["answer"]) for c in comps] for p, comps in zip(problems, completions, strict=True)]
+    answers = [[task.extract_answer(c) for c in comps] for comps in completions]
+    n = np.array([len(c) for c in completions])
+    n_correct = np.array([sum(flags) for flags in correct])
+    maj = maj_at_k_many(answers, correct, ks)  # (problems, len(ks))
+    summary = {
+        "pass@k": {k: float(np.mean(pass_at_k_many(n, n_correct, k))) for k in ks},
+        "maj@k": {k: float(maj[:, j].mean()) for j, k in enumerate(ks)},
+        "mean_accuracy": mean_accuracy(correct),
+        "answers_extracted": float(np.mean([a is not None for row in answers for a in row])),
+    }
+    per_problem = []
+    for p, flags, keys in zip(problems, correct, answers, strict=True):
+        votes: dict[str, int] = {}
+        for key in keys:
+            if key is not None:
+                votes[key] = votes.get(key, 0) + 1
+        per_problem.append({
+            "problem_id": p["problem_id"],
+            "prompt": p["prompt"],
+            "answer": p["answer"],
+            "n_correct": int(sum(flags)),
+            "n_extracted": int(sum(key is not None for key in keys)),
+            "top_answer": max(votes, key=votes.get) if votes else None,
+        })
+    return summary, per_problem
+
+
+def evaluate_model(
+    backend: Backend,
+    task: Task,
+    params: SamplingParams,
+    ks: Iterable[int],
+    cache_path=None,
+    limit: int | None = None,
+    *,
+    split: str = "test",
+    problems: Sequence[dict] | None = None,
+    task_id: str | None = None,
+    progress: bool = True,
+) -> dict:
+    """Pass@k and maj@k of ``backend``'s model on ``task`` (``limit`` problems of ``split``, or ``problems``).
+
+    Samples go through the JSONL cache at ``cache_path`` (None: no cache): only missing ``(problem, sample)``
+    pairs are drawn, a batch of ``params.batch_size`` prompts at a time, each batch appended durably. ``task_id``
+    names the task in the cache (default ``<task name>/<split>``; include the task's knobs when they vary).
+    Returns a JSON-ready dict (see the keys below); ks above ``params.n`` are dropped with a recorded warning.
+    """
+    kept, dropped = check_ks(ks, params.n)
+    warnings: list[str] = []
+    if dropped:
+        message = (
+            f"k={','.join(map(str, dropped))} > n={params.n}: dropped (pass@k and maj@k need k of the n samples; "
+            f"raise n to report them)"
+        )
+        logger.warning(message)
+        warnings.append(message)
+    if not kept:
+        raise ValueError(f"every k ({', '.join(map(str, dropped))}) exceeds n={params.n}: nothing to report")
+    if problems is None:
+        problems = load_problems(task, split, limit)
+    else:
+        problems = validate_problems(list(problems)[:limit] if limit else list(problems), task, f"task {task.name!r}")
+    task_id = task_id or f"{task.name}/{split}"
+    n, key = params.n, params.key()
+
+    cache = SampleCache(cache_path)
+    cached = cache.lookup(backend.name, backend.fingerprint, task_id, key)
+    samples: list[dict[int, str]] = []
+    for problem in problems:
+        have = cached.get((problem["problem_id"], prompt_key(problem["prompt"])), {})
+        samples.append({index: completion for index, completion in have.items() if 0 <= index < n})
+    wanted = {(p["problem_id"], prompt_key(p["prompt"])) for p in problems}
+    ids = {p["problem_id"] for p in problems}
+    stale = sum(len(v) for (pid, prompt), v in cached.items() if pid in ids and (pid, prompt) not in wanted)
+    if stale:
+        warnings.append(f"{stale} cached samples were drawn for another prompt under the same problem id: ignored")
+        logger.warning(warnings[-1])
+    from_cache = sum(len(s) for s in samples)
+
+    # Work units: (problem position, missing sample indices); problems missing the same indices share batches.
+    # Longest prompts first: similar lengths in a batch mean less padding.
+    units = [(i, tuple(j for j in range(n) if j not in have)) for i, have in enumerate(samples)]
+    units = [u for u in units if u[1]]
+    units.sort(key=lambda u: (u[1], -len(prompt_key(problems[u[0]]["prompt"]))))
+    to_draw = sum(len(missing) for _, missing in units)
+    start = time.perf_counter()
+    bar = tqdm(total=to_draw, desc=f"sampling {backend.name}", unit="sample", disable=not progress or not to_draw)
+    try:
+        i = 0
+        while i < len(units):
+            missing = units[i][1]
+            batch = [units[i]]
+            i += 1
+            while i < len(units) and units[i][1] == missing and len(batch) < params.batch_size:
+                batch.append(units[i])
+                i += 1
+            full = len(missing) == n
+            # A problem's first draw uses the run's seed; redrawing a few indices uses a seed of its own so the
+            # new samples are not copies of the old ones' random stream.
+            call_params = params if full else params.replace(
+                n=len(missing), seed=derive_seed(params.seed, "redraw", *missing)
+            )
+            prompts = [problems[pos]["prompt"] for pos, _ in batch]
+            completions = backend.generate(prompts, call_params)
+            if len(completions) != len(prompts) or any(len(c) != len(missing) for c in completions):
+                raise RuntimeError(
+                    f"backend {backend.name!r} returned {[len(c) for c in completions]} completions for "
+                    f"{len(prompts)} prompts x {len(missing)} samples"
+                )
+            records = []
+            for (pos, _), comps in zip(batch, completions, strict=True):
+                for index, completion in zip(missing, comps, strict=True):
+                    samples[pos][index] = completion
+                    records.append({
+                        "model": backend.name,
+                        "model_fingerprint": backend.fingerprint,
+                        "task": task_id,
+                        "problem_id": problems[pos]["problem_id"],
+                        "sample_index": index,
+                        "params": key,
+                        "prompt": problems[pos]["prompt"],
+                        "completion": completion,
+                    })
+            cache.append(records)
+            bar.update(len(records))
+    finally:
+        bar.close()
+    seconds = time.perf_counter() - start
+
+    completions = [[have[j] for j in range(n)] for have in samples]
+    summary, per_problem = score_samples(task, problems, completions, kept)
+    return {
+        "model": backend.name,
+        "model_fingerprint": backend.fingerprint,
+        "backend": backend.kind,
+        "task": task.name,
+        "task_id": task_id,
+        "split": split,
+        "n_problems": len(problems),
+        "n": n,
+        "ks": kept,
+        "dropped_ks": dropped,
+        "warnings": warnings,
+        "params": params.to_dict(),
+        "params_key": key,
+        "pass@k": {str(k): v for k, v in summary["pass@k"].items()},
+        "maj@k": {str(k): v for k, v in summary["maj@k"].items()},
+        "mean_accuracy": summary["mean_accuracy"],
+        "answers_extracted": summary["answers_extracted"],
+        "samples": {
+            "total": len(problems) * n,
+            "from_cache": from_cache,
+            "generated": to_draw,
+            "seconds": round(seconds, 3),
+            "samples_per_second": round(to_draw / seconds, 1) if to_draw and seconds > 0 else None,
+        },
+        "per_problem": per_problem,
+    }

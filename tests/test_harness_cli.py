@@ -1,0 +1,193 @@
+"""evals/passk_majk.py end to end on the embedded model, its error handling, and the training callback."""
+
+import importlib.util
+import json
+import subprocess
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from grpo_ext.cli import run_cli
+from grpo_ext.evaluation.metrics import maj_at_k, pass_at_k
+from grpo_ext.modeling import EMBEDDED_MODEL_DIR
+from grpo_ext.tasks import get_task
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "evals" / "passk_majk.py"
+# Until the shipped model lands in the package, fall back to the builder's stand-ins (same tokenizer and format).
+STAND_INS = ("/tmp/embedded_850", "/tmp/emb")
+
+
+def _model() -> str:
+    if (EMBEDDED_MODEL_DIR / "config.json").is_file():
+        return "embedded"
+    for path in STAND_INS:
+        if (Path(path) / "config.json").is_file():
+            return path
+    pytest.skip("the embedded model is not built yet")
+
+
+@pytest.fixture(scope="module")
+def cli():
+    spec = importlib.util.spec_from_file_location("passk_majk_cli", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory, python):
+    """One real run of the script as a user runs it (a subprocess), small n and limit."""
+    out = tmp_path_factory.mktemp("passk")
+    args = ["--model", _model(), "--n", "8", "--k", "1,2,4,8", "--limit", "12", "--max-new-tokens", "40",
+            "--batch-size", "4", "--out", str(out), "--no-progress"]
+    proc = subprocess.run([python, str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, args, proc
+
+
+def test_cli_writes_report_json_png_and_cache(small_run):
+    out, _, proc = small_run
+    for name in ("report.md", "report.json", "passk_majk.png", "samples.jsonl"):
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    assert (out / "passk_majk.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = (out / "report.md").read_text()
+    assert "| k | pass@k | maj@k |" in md and "answers extracted" in md and "temperature 0.7" in md
+    assert "mean accuracy" in proc.stdout
+    assert not list(out.glob(".*.tmp"))  # atomic writes leave no temporary files
+
+
+def test_report_numbers_equal_metrics_recomputed_from_the_cache(small_run):
+    out, _, _ = small_run
+    report = json.loads((out / "report.json").read_text())
+    (result,) = report["models"]
+    task = get_task("arithmetic")
+    by_problem = defaultdict(dict)
+    for line in (out / "samples.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        by_problem[record["problem_id"]][record["sample_index"]] = record["completion"]
+    answers = {p["problem_id"]: p["answer"] for p in result["per_problem"]}
+    assert len(by_problem) == result["n_problems"] == 12
+    for k in (1, 2, 4, 8):
+        passes, majs = [], []
+        for pid, samples in by_problem.items():
+            completions = [samples[i] for i in range(8)]
+            correct = [task.is_correct(c, answers[pid]) for c in completions]
+            passes.append(pass_at_k(8, sum(correct), k))
+            majs.append(maj_at_k([task.extract_answer(c) for c in completions], correct, k))
+        assert result["pass@k"][str(k)] == pytest.approx(np.mean(passes), abs=1e-12)
+        assert result["maj@k"][str(k)] == pytest.approx(np.mean(majs), abs=1e-12)
+    assert result["mean_accuracy"] == pytest.approx(result["pass@k"]["1"], abs=1e-12)
+
+
+def test_rerun_reuses_the_cache_and_other_k_need_no_sampling(small_run, cli):
+    out, args, _ = small_run
+    first = json.loads((out / "report.json").read_text())["models"][0]
+    again = cli.main(args)["results"][0]
+    assert again["samples"]["generated"] == 0 and again["samples"]["from_cache"] == 96
+    assert again["pass@k"] == first["pass@k"] and again["maj@k"] == first["maj@k"]
+    fewer_k = cli.main([*args, "--k", "1,8"])["results"][0]  # a later --k wins in argparse
+    assert fewer_k["samples"]["generated"] == 0 and fewer_k["ks"] == [1, 8]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--task", "arithmetc"], "unknown task 'arithmetc'"),
+        (["--model", "/nonexistent/model"], "no such model folder: /nonexistent/model"),
+        (["--n", "4", "--k", "1,2,8"], "--k 8 exceeds --n 4"),
+        (["--limit", "0"], "no problems to evaluate"),
+        (["--k", "1,two"], "comma-separated integers"),
+        (["--task-kwargs", "{max_operands: 3"], "--task-kwargs is not valid JSON"),
+        (["--task-kwargs", '{"max_operand": 3}'], "bad task_kwargs"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_code_2(cli, capsys, tmp_path, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(cli.main, ["--model", _model(), *argv, "--out", str(tmp_path)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "samples.jsonl").exists()
+
+
+def test_empty_dataset_is_one_line_and_exit_code_2(cli, capsys, tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(cli.main, ["--model", _model(), "--task", "jsonl", "--task-kwargs", json.dumps({"path": str(empty)}),
+                           "--out", str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "empty.jsonl" in err and len(err.splitlines()) == 1, err
+
+
+def test_the_script_itself_exits_2_with_one_line(python, tmp_path):
+    proc = subprocess.run([python, str(SCRIPT), "--task", "nope", "--out", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [errors[0]] and "unknown task 'nope'" in errors[0] and "Traceback" not in proc.stderr
+
+
+def test_callback_logs_pass_and_maj_at_k_during_grpo_training(tmp_path):
+    from trl import GRPOConfig, GRPOTrainer
+
+    from grpo_ext.evaluation.callback import make_passk_callback
+    from grpo_ext.modeling import resolve_model_path
+
+    task = get_task("arithmetic")
+    config = GRPOConfig(
+        output_dir=str(tmp_path), use_cpu=True, bf16=False, max_steps=2, per_device_train_batch_size=4,
+        num_generations=4, max_completion_length=16, report_to="none", activation_checkpointing=False,
+        logging_steps=1, save_strategy="no", learning_rate=1e-5,
+    )
+    trainer = GRPOTrainer(
+        model=resolve_model_path(_model()), reward_funcs=task.outcome_reward, args=config,
+        train_dataset=task.load("train", 16),
+    )
+    callback = make_passk_callback(task, n_prompts=4, n=4, ks=(1, 4, 8), every=1, trainer=trainer)
+    assert callback.ks == [1, 4]  # 8 > n: dropped with a warning
+    assert callback.params.max_new_tokens == 16  # the trainer's max_completion_length
+    trainer.train()
+    evals = [entry for entry in trainer.state.log_history if "eval/pass@1" in entry]
+    assert [entry["step"] for entry in evals] == [1, 2]
+    for entry in evals:
+        assert 0.0 <= entry["eval/pass@1"] <= entry["eval/pass@4"] <= 1.0 and "eval/maj@4" in entry
+        assert "reward" not in entry  # TRL's training metrics stay in their own entries
+    assert sum("reward" in entry for entry in trainer.state.log_history) == 2
+    assert trainer.model.training  # put back in training mode after each evaluation
+
+
+def test_adapter_folder_is_loaded_onto_its_base_as_one_model(tmp_path):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from grpo_ext.evaluation.backends import load_backend
+    from grpo_ext.evaluation.sampling import SamplingParams, sample
+    from grpo_ext.modeling import resolve_model_path
+
+    base_path = resolve_model_path(_model())
+    torch.manual_seed(0)
+    peft_model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(base_path),
+        LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False),
+    ).eval()
+    peft_model.save_pretrained(tmp_path / "adapter")
+    tokenizer = AutoTokenizer.from_pretrained(base_path)
+    assert json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())["base_model_name_or_path"]
+
+    backend = load_backend(str(tmp_path / "adapter"), "transformers")
+    assert backend.fingerprint and not hasattr(backend.model, "peft_config")  # merged: one plain model
+    prompts = get_task("arithmetic").load("test", 6)["prompt"]
+    greedy = SamplingParams(n=1, temperature=0, max_new_tokens=20)
+    # the PEFT model in memory (the trainer's case) samples through the shared-prefill path as it is
+    assert backend.generate(prompts, greedy) == sample(peft_model, tokenizer, prompts, greedy, progress=False,
+                                                        shared_prefill=True)
+    with pytest.raises(FileNotFoundError, match="base model is missing"):
+        (tmp_path / "broken").mkdir()
+        (tmp_path / "broken" / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "/no/base"}))
+        load_backend(str(tmp_path / "broken"), "transformers")

@@ -1,0 +1,284 @@
+"""The sampler (seeded, shared-prefill KV cache), the resumable sample cache and the backends, on tiny models."""
+
+import json
+import logging
+import os
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from grpo_ext.char_tokenizer import build_char_tokenizer
+from grpo_ext.evaluation import sampling
+from grpo_ext.evaluation.backends import (
+    Backend,
+    BackendUnavailableError,
+    TransformersBackend,
+    VLLMBackend,
+    load_backend,
+    vllm_available,
+)
+from grpo_ext.evaluation.cache import SampleCache
+from grpo_ext.evaluation.harness import evaluate_model
+from grpo_ext.evaluation.io import atomic_write_text
+from grpo_ext.evaluation.sampling import SamplingParams, derive_seed, sample
+from grpo_ext.tasks import get_task
+
+# prompts of different lengths: left padding is exercised
+PROMPTS = ["1+2=", "37+45-18=", "9=", "12-3+40-7=", "5+5="]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """A random 2-layer Llama with the project's character tokenizer (never stops early: every sample is long)."""
+    torch.manual_seed(0)
+    tokenizer = build_char_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id, bos_token_id=None, tie_word_embeddings=True,
+    )
+    model = LlamaForCausalLM(config).eval()
+    return model, tokenizer
+
+
+# ---- SamplingParams ---------------------------------------------------------------------------------------------
+
+
+def test_params_key_is_stable_and_names_the_distribution():
+    p = SamplingParams(n=64, temperature=0.7, top_p=1.0, max_new_tokens=48, seed=3, batch_size=8)
+    assert p.key() == "temperature=0.7,top_p=1.0,max_new_tokens=48,seed=3"
+    assert p.replace(n=8, batch_size=2).key() == p.key()  # n and batch size do not change the distribution
+    assert p.replace(temperature=1).key() != p.key() and p.replace(seed=4).key() != p.key()
+    assert SamplingParams(temperature=1).key() == SamplingParams(temperature=1.0).key()
+    with pytest.raises(ValueError, match="greedy"):
+        SamplingParams(n=4, temperature=0)
+    with pytest.raises(ValueError, match="top_p"):
+        SamplingParams(top_p=0)
+    with pytest.raises(ValueError, match="n must be"):
+        SamplingParams(n=0)
+
+
+# ---- the sampler ------------------------------------------------------------------------------------------------
+
+
+def test_sampler_is_deterministic_for_a_seed_and_leaves_the_global_rng_alone(tiny):
+    model, tok = tiny
+    params = SamplingParams(n=4, temperature=1.0, max_new_tokens=8, seed=1, batch_size=2)
+    state = torch.get_rng_state()
+    a = sample(model, tok, PROMPTS, params, progress=False)
+    assert torch.equal(state, torch.get_rng_state())
+    torch.manual_seed(123)  # whatever ran before does not matter
+    b = sample(model, tok, PROMPTS, params, progress=False)
+    c = sample(model, tok, PROMPTS, params.replace(seed=2), progress=False)
+    assert a == b
+    assert a != c
+    assert [len(x) for x in a] == [4] * len(PROMPTS)
+    assert all(len(set(x)) > 1 for x in a)  # n samples of a prompt are distinct draws, not copies
+
+
+def test_shared_prefill_equals_plain_generate_greedy(tiny):
+    model, tok = tiny
+    params = SamplingParams(n=1, temperature=0, max_new_tokens=12, batch_size=5)
+    shared = sample(model, tok, PROMPTS, params, progress=False, shared_prefill=True)
+    plain = sample(model, tok, PROMPTS, params, progress=False, shared_prefill=False)
+    assert shared == plain
+    # and with the model's own generate, prompt by prompt (no padding at all)
+    for prompt, (completion,) in zip(PROMPTS, shared, strict=True):
+        ids = tok(prompt, return_tensors="pt")
+        out = model.generate(**ids, max_new_tokens=12, do_sample=False, pad_token_id=tok.pad_token_id)
+        assert tok.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True) == completion
+
+
+def test_shared_prefill_samples_like_plain_num_return_sequences(tiny):
+    """Same seed, same logits: the shared-prefill path draws the very samples plain generate draws."""
+    model, tok = tiny
+    params = SamplingParams(n=8, temperature=1.0, max_new_tokens=10, seed=5, batch_size=3)
+    shared = sample(model, tok, PROMPTS, params, progress=False, shared_prefill=True)
+    plain = sample(model, tok, PROMPTS, params, progress=False, shared_prefill=False)
+    pairs = [(a, b) for xs, ys in zip(shared, plain, strict=True) for a, b in zip(xs, ys, strict=True)]
+    assert sum(a == b for a, b in pairs) >= 0.95 * len(pairs)  # float rounding may flip a rare draw
+
+
+def test_shared_prefill_falls_back_when_the_model_does_not_allow_it(tiny, monkeypatch):
+    model, tok = tiny
+    params = SamplingParams(n=3, temperature=1.0, max_new_tokens=6, seed=0, batch_size=4)
+    expected = sample(model, tok, PROMPTS, params, progress=False, shared_prefill=False)
+    monkeypatch.setattr(sampling, "_forward_accepts", lambda model, name: False)
+    assert sample(model, tok, PROMPTS, params, progress=False) == expected
+
+
+def test_sample_completions_keeps_its_keyword_form(tiny):
+    model, tok = tiny
+    out = sampling.sample_completions(model, tok, PROMPTS[:2], 2, temperature=1.0, max_new_tokens=4, seed=0,
+                                      progress=False)
+    assert [len(x) for x in out] == [2, 2]
+
+
+# ---- the cache, through the harness, with a counting fake backend -----------------------------------------------
+
+
+class FakeBackend(Backend):
+    """Completions are a function of (prompt, seed, draw number): counts calls; can fail after `fail_after` calls."""
+
+    kind = "fake"
+
+    def __init__(self, name="fake", fail_after=None):
+        self.name, self.fingerprint, self.fail_after = name, "f00", fail_after
+        self.calls, self.samples = 0, 0
+
+    def generate(self, prompts, params, *, progress=False):
+        if self.fail_after is not None and self.calls >= self.fail_after:
+            raise RuntimeError("killed")
+        self.calls += 1
+        self.samples += len(prompts) * params.n
+        out = []
+        for prompt in prompts:
+            right = eval(prompt[:-1])  # "37+45-18=": + and - evaluate left to right, like the task
+            out.append([f"#{right if derive_seed(prompt, params.seed, j) % 3 else right + 1}" for j in range(params.n)])
+        return out
+
+
+def _records(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture
+def setup(tmp_path):
+    task = get_task("arithmetic")
+    params = SamplingParams(n=4, temperature=1.0, max_new_tokens=8, seed=0, batch_size=3)
+    return task, params, tmp_path / "samples.jsonl"
+
+
+def test_cache_resume_after_a_kill_redoes_nothing_and_loses_nothing(setup):
+    task, params, path = setup
+    killed = FakeBackend(fail_after=2)
+    with pytest.raises(RuntimeError, match="killed"):
+        evaluate_model(killed, task, params, [1, 4], path, limit=10, progress=False)
+    assert len(_records(path)) == 2 * 3 * 4  # two batches of 3 prompts x 4 samples, durable
+    resumed = FakeBackend()
+    result = evaluate_model(resumed, task, params, [1, 4], path, limit=10, progress=False)
+    assert resumed.samples == (10 - 6) * 4  # only the missing problems
+    assert result["samples"] == {**result["samples"], "from_cache": 24, "generated": 16}
+    keys = [(r["problem_id"], r["sample_index"]) for r in _records(path)]
+    assert len(keys) == len(set(keys)) == 40
+    again = FakeBackend()
+    assert evaluate_model(again, task, params, [1, 4], path, limit=10, progress=False)["pass@k"] == result["pass@k"]
+    assert again.calls == 0
+
+
+def test_torn_last_line_is_dropped_with_a_warning_and_redrawn(setup, caplog):
+    task, params, path = setup
+    evaluate_model(FakeBackend(), task, params, [1, 2], path, limit=5, progress=False)
+    data = path.read_bytes()
+    path.write_bytes(data[:-15])  # crash in the middle of writing the last record
+    resumed = FakeBackend()
+    with caplog.at_level(logging.WARNING):
+        result = evaluate_model(resumed, task, params, [1, 2], path, limit=5, progress=False)
+    assert "torn last line" in caplog.text
+    assert resumed.samples == 1  # just the lost sample, under a seed of its own
+    records = _records(path)  # every line parses again
+    assert len(records) == 20 and len({(r["problem_id"], r["sample_index"]) for r in records}) == 20
+    assert result["samples"]["from_cache"] == 19
+
+
+def test_records_of_other_params_models_or_prompts_are_ignored(setup):
+    task, params, path = setup
+    evaluate_model(FakeBackend(), task, params, [1], path, limit=4, progress=False)
+    other_seed = FakeBackend()
+    evaluate_model(other_seed, task, params.replace(seed=1), [1], path, limit=4, progress=False)
+    assert other_seed.samples == 16
+    other_model = FakeBackend(name="other")
+    evaluate_model(other_model, task, params, [1], path, limit=4, progress=False)
+    assert other_model.samples == 16
+    more = FakeBackend()  # raising n reuses the first samples and draws only the new indices
+    result = evaluate_model(more, task, params.replace(n=6), [1, 6], path, limit=4, progress=False)
+    assert more.samples == 4 * 2 and result["samples"]["from_cache"] == 16
+    changed = get_task("arithmetic", seed=1)  # same problem ids, other prompts: nothing reused
+    fresh = FakeBackend()
+    evaluate_model(fresh, changed, params, [1], path, limit=4, progress=False)
+    assert fresh.samples == 16
+    assert len(SampleCache(path)) == 16 * 4 + 8
+
+
+def test_harness_drops_k_above_n_with_a_recorded_warning_and_names_bad_rows(setup, caplog):
+    task, params, path = setup
+    with caplog.at_level(logging.WARNING):
+        result = evaluate_model(FakeBackend(), task, params, [1, 4, 8, 16], None, limit=3, progress=False)
+    assert result["ks"] == [1, 4] and result["dropped_ks"] == [8, 16]
+    assert "k=8,16 > n=4: dropped" in result["warnings"][0] and "dropped" in caplog.text
+    with pytest.raises(ValueError, match="every k"):
+        evaluate_model(FakeBackend(), task, params, [8], None, limit=3, progress=False)
+    with pytest.raises(ValueError, match="empty"):
+        evaluate_model(FakeBackend(), task, params, [1], None, problems=[], progress=False)
+    with pytest.raises(ValueError, match="row 1 has no reference answer"):
+        evaluate_model(FakeBackend(), task, params, [1], None, progress=False,
+                       problems=[{"prompt": "1+1=", "answer": "2"}, {"prompt": "2+2=", "answer": None}])
+
+
+# ---- backends and io --------------------------------------------------------------------------------------------
+
+
+def test_transformers_backend_generates_n_per_prompt(tiny):
+    model, tok = tiny
+    backend = TransformersBackend(model, tok, name="tiny")
+    out = backend.generate(PROMPTS[:3], SamplingParams(n=2, max_new_tokens=3))
+    assert [len(x) for x in out] == [2, 2, 2]
+
+
+class FakeSamplingParams:
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+
+
+class FakeLLM:
+    def __init__(self):
+        self.calls = []
+
+    def generate(self, prompts, sampling_params, **kwargs):
+        self.calls.append((prompts, sampling_params, kwargs))
+
+        class Out:
+            def __init__(self, prompt, sp):
+                self.outputs = [type("C", (), {"text": f"{prompt}|{i}"})() for i in range(sp.kwargs["n"])]
+
+        return [Out(p, sp) for p, sp in zip(prompts, sampling_params, strict=True)]
+
+
+def test_vllm_backend_builds_one_request_per_prompt():
+    llm = FakeLLM()
+    backend = VLLMBackend(llm=llm, sampling_params_cls=FakeSamplingParams, name="fake-vllm", lora_request="LORA")
+    params = SamplingParams(n=3, temperature=0.7, top_p=0.9, max_new_tokens=20, seed=1)
+    out = backend.generate(["a=", "b="], params)
+    assert out == [["a=|0", "a=|1", "a=|2"], ["b=|0", "b=|1", "b=|2"]]
+    prompts, requests, kwargs = llm.calls[0]
+    assert prompts == ["a=", "b="] and kwargs == {"use_tqdm": False, "lora_request": "LORA"}
+    assert [r.kwargs["n"] for r in requests] == [3, 3]
+    assert {(r.kwargs["temperature"], r.kwargs["top_p"], r.kwargs["max_tokens"]) for r in requests} == {(0.7, 0.9, 20)}
+    seeds = [r.kwargs["seed"] for r in requests]
+    assert seeds[0] != seeds[1] and seeds == [r.kwargs["seed"] for r in backend.requests(["a=", "b="], params)]
+    greedy = backend.requests(["a="], SamplingParams(n=1, temperature=0))[0].kwargs
+    assert greedy["temperature"] == 0.0 and greedy["top_p"] == 1.0
+
+
+@pytest.mark.skipif(vllm_available(), reason="vllm is installed here")
+def test_asking_for_vllm_without_it_is_a_clear_error():
+    with pytest.raises(BackendUnavailableError, match="vllm is not installed"):
+        load_backend("embedded", "vllm")
+    with pytest.raises(ValueError, match="unknown backend"):
+        load_backend("embedded", "tensorrt")
+
+
+def test_atomic_write_replaces_whole_or_not_at_all(tmp_path, monkeypatch):
+    target = tmp_path / "sub" / "report.md"
+    atomic_write_text(target, "old")
+    assert target.read_text() == "old"
+
+    def boom(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(OSError, match="disk full"):
+        atomic_write_text(target, "new")
+    assert target.read_text() == "old"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["report.md"]  # no temporary file left behind
