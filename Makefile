@@ -27,7 +27,7 @@ test: $(STAMP)
 	OMP_NUM_THREADS=$(THREADS) HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
 
 base-model: $(STAMP)
-	OMP_NUM_THREADS=2 $(BIN)/python scripts/build_base_model.py
+	OMP_NUM_THREADS=1 $(BIN)/python scripts/build_base_model.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check grpo_ext scripts tests evals benchmarks

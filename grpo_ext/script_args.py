@@ -21,6 +21,14 @@ class TaskArguments:
         metadata={"help": "Reward functions: `outcome` (the task's verifier) or dotted import paths."},
     )
 
+    passk_eval_steps: int = field(
+        default=0,
+        metadata={"help": "Every this many steps, log eval/pass@k and eval/maj@k on held-out prompts (0: off)."},
+    )
+    passk_eval_prompts: int = field(default=64, metadata={"help": "Held-out prompts for the pass@k callback."})
+    passk_eval_n: int = field(default=8, metadata={"help": "Samples per prompt for the pass@k callback."})
+    passk_eval_k: list[int] = field(default_factory=lambda: [1, 8], metadata={"help": "k values (<= passk_eval_n)."})
+
     def __post_init__(self):
         if isinstance(self.task_kwargs, str):
             try:
@@ -30,5 +38,9 @@ class TaskArguments:
         if self.task_kwargs is not None and not isinstance(self.task_kwargs, dict):
             raise ValueError(f"task_kwargs: expected a mapping, got {type(self.task_kwargs).__name__}")
         self.task_kwargs = dict(self.task_kwargs or {})
+        if self.passk_eval_steps < 0:
+            raise ValueError(f"passk_eval_steps: must be >= 0 (0 turns it off), got {self.passk_eval_steps}")
+        if self.passk_eval_steps and any(k > self.passk_eval_n for k in self.passk_eval_k):
+            raise ValueError(f"passk_eval_k: every k must be <= passk_eval_n ({self.passk_eval_n}), got {self.passk_eval_k}")
         if not self.reward_funcs:
             raise ValueError("reward_funcs: at least one reward function is needed")

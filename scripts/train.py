@@ -60,6 +60,14 @@ def main(argv: list[str]) -> None:
         quantization_config=quantization_config,
         peft_config=peft_config,
     )
+    if task_args.passk_eval_steps:
+        from grpo_ext.evaluation.callback import make_passk_callback
+
+        make_passk_callback(
+            task, task_args.passk_eval_prompts, task_args.passk_eval_n, task_args.passk_eval_k,
+            every=task_args.passk_eval_steps, temperature=training_args.temperature, seed=training_args.seed,
+            trainer=trainer,
+        )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
     if trainer.accelerator.is_main_process:

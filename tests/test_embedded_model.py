@@ -21,7 +21,7 @@ def test_loads_offline_and_solves_some_test_problems_greedily():
     task = get_task("arithmetic")
     test = task.load("test", 32)
     tok.padding_side = "left"
-    enc = tok(test["prompt"], return_tensors="pt", padding=True, add_special_tokens=False)
+    enc = tok(list(test["prompt"]), return_tensors="pt", padding=True, add_special_tokens=False)
     with torch.no_grad():
         out = model.generate(**enc, max_new_tokens=48, do_sample=False, pad_token_id=tok.pad_token_id)
     texts = tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)

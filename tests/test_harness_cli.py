@@ -11,22 +11,14 @@ import pytest
 
 from grpo_ext.cli import run_cli
 from grpo_ext.evaluation.metrics import maj_at_k, pass_at_k
-from grpo_ext.modeling import EMBEDDED_MODEL_DIR
 from grpo_ext.tasks import get_task
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "evals" / "passk_majk.py"
-# Until the shipped model lands in the package, fall back to the builder's stand-ins (same tokenizer and format).
-STAND_INS = ("/tmp/embedded_850", "/tmp/emb")
 
 
 def _model() -> str:
-    if (EMBEDDED_MODEL_DIR / "config.json").is_file():
-        return "embedded"
-    for path in STAND_INS:
-        if (Path(path) / "config.json").is_file():
-            return path
-    pytest.skip("the embedded model is not built yet")
+    return "embedded"
 
 
 @pytest.fixture(scope="module")

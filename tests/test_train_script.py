@@ -25,7 +25,11 @@ def run_train(python, root, *args, check=True):
 @pytest.mark.slow
 def test_qlora_config_trains_two_steps_and_writes_a_peft_adapter(python, root, tmp_path):
     out = tmp_path / "run"
-    run_train(python, root, "--config", "configs/qlora.yaml", "--output_dir", str(out), *FAST)
+    proc = run_train(
+        python, root, "--config", "configs/qlora.yaml", "--output_dir", str(out), *FAST,
+        "--passk_eval_steps", "1", "--passk_eval_prompts", "4", "--passk_eval_n", "2", "--passk_eval_k", "1", "2",
+    )
+    assert "eval/pass@2" in proc.stdout + proc.stderr and "eval/maj@2" in proc.stdout + proc.stderr  # the callback
     assert (out / "adapter_config.json").is_file() and (out / "adapter_model.safetensors").is_file()
     resolved = yaml.safe_load((out / "grpo_ext_config.yaml").read_text())
     assert resolved["training"]["max_steps"] == 2  # the flag overrode the YAML
