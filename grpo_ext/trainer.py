@@ -25,7 +25,9 @@ from trl.trainer.utils import is_async_callable
 from grpo_ext.advantages import get_gradient_coefficient, zero_std_groups
 from grpo_ext.batching import replace_rows
 from grpo_ext.config import PER_SEQUENCE_LOSS_TYPES, GRPOExtConfig
+from grpo_ext.hub import trainer_model_card
 from grpo_ext.kl_control import AdaptiveKLController, FixedKLController
+from grpo_ext.modeling import prepare_quantized_policy
 from grpo_ext.rewards import load_callable
 from grpo_ext.rewards.checked import checked_reward_func
 from grpo_ext.rewards.process import build_step_rewards, score_steps
@@ -78,6 +80,8 @@ class GRPOExtTrainer(GRPOTrainer):
         self._kl_window: list[tuple[float, float]] = []  # (KL x tokens, tokens) per micro-batch
         self._refill_draws = 0  # refill prompt draws so far: saved in checkpoints so a resumed run draws the same
         self._scored: dict[str, Any] = {}
+        # CPU 4-bit: keep LoRA gradients right after eval-mode passes (bitsandbytes repacks), LoRA in fp32.
+        prepare_quantized_policy(self.model)
 
     def _resolve_process_rewards(self, funcs: list[Callable | str] | None) -> list[Callable]:
         config = self.args
@@ -88,6 +92,13 @@ class GRPOExtTrainer(GRPOTrainer):
 
             resolved.append(ProcessRewardModel(config.process_reward_model, config.step_separator or "\n"))
         return resolved
+
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None):
+        """TRL writes README.md on checkpoint saves and push_to_hub: the grpo-ext card instead."""
+        if not self.is_world_process_zero():
+            return
+        card = trainer_model_card(self, model_name=model_name, dataset_name=dataset_name, tags=tags)
+        card.save(os.path.join(self.args.output_dir, "README.md"))
 
     # ---- rewards ----------------------------------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):

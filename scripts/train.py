@@ -60,6 +60,10 @@ def main(argv: list[str]) -> None:
         quantization_config=quantization_config,
         peft_config=peft_config,
     )
+    if trainer.accelerator.is_main_process:
+        from grpo_ext.modeling import log_memory_footprint
+
+        log_memory_footprint(trainer.model, model_id)
     if task_args.passk_eval_steps:
         from grpo_ext.evaluation.callback import make_passk_callback
 
@@ -69,6 +73,7 @@ def main(argv: list[str]) -> None:
             trainer=trainer,
         )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_state()  # trainer_state.json: the real step count for the model card
     trainer.save_model(training_args.output_dir)
     if trainer.accelerator.is_main_process:
         trainer.processing_class.save_pretrained(training_args.output_dir)
