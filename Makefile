@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 # On 2 CPU cores one thread per process is fastest for GRPO (thread contention otherwise).
 THREADS ?= 1
 
-.PHONY: train test setup base-model lint
+.PHONY: train test setup base-model lint iterative
 
 setup: $(STAMP)
 
@@ -31,3 +31,8 @@ base-model: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check grpo_ext scripts tests evals benchmarks
+
+# Iterative RL (DeepSeekMath 4.1.4): reward model retrained on policy samples with ~10% replay; 2 iterations.
+iterative: $(STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python scripts/iterative.py --config configs/iterative.yaml \
+		--output_dir outputs/iterative --report_dir results/iterative
