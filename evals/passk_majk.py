@@ -52,30 +52,55 @@ def build_parser() -> argparse.ArgumentParser:
         description="Pass@K vs Maj@K of one or more models on a verifiable task (report.md, report.json, "
         "passk_majk.png and a resumable sample cache in --out).",
     )
-    parser.add_argument("--model", action="append", default=None, metavar="PATH",
-                        help="model folder, PEFT adapter folder, 'embedded' or hub id; repeat to compare "
-                        "(default: embedded)")
+    parser.add_argument(
+        "--model",
+        action="append",
+        default=None,
+        metavar="PATH",
+        help="model folder, PEFT adapter folder, 'embedded' or hub id; repeat to compare (default: embedded)",
+    )
     parser.add_argument("--task", default="arithmetic", help="registered task name (default: arithmetic)")
-    parser.add_argument("--task-kwargs", default="{}", metavar="JSON",
-                        help='the task\'s knobs as a JSON object, e.g. \'{"max_operands": 3}\'')
+    parser.add_argument(
+        "--task-kwargs",
+        default="{}",
+        metavar="JSON",
+        help="the task's knobs as a JSON object, e.g. '{\"max_operands\": 3}'",
+    )
     parser.add_argument("--split", default="test", help="dataset split (default: test)")
     parser.add_argument("--n", type=int, default=64, help="samples per problem (default: 64)")
-    parser.add_argument("--k", type=_int_list, default=None, metavar="K1,K2,...",
-                        help="k values, each <= n (default: the powers of two up to n, and n)")
+    parser.add_argument(
+        "--k",
+        type=_int_list,
+        default=None,
+        metavar="K1,K2,...",
+        help="k values, each <= n (default: the powers of two up to n, and n)",
+    )
     parser.add_argument("--temperature", type=float, default=0.7, help="default: 0.7 (DeepSeekMath's setting)")
     parser.add_argument("--top-p", type=float, default=1.0, help="default: 1.0")
-    parser.add_argument("--max-new-tokens", type=int, default=None,
-                        help="default: 48 for arithmetic, 512 otherwise")
-    parser.add_argument("--batch-size", type=int, default=8,
-                        help="prompts per generation batch (each expanded to n samples; default: 8)")
-    parser.add_argument("--limit", type=int, default=None,
-                        help="evaluate the first L problems (default: 200 for arithmetic, all otherwise)")
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="default: 48 for arithmetic, 512 otherwise")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=8,
+        help="prompts per generation batch (each expanded to n samples; default: 8)",
+    )
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        help="evaluate the first L problems (default: 200 for arithmetic, all otherwise)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
-    parser.add_argument("--backend", default="auto", choices=("auto", "transformers", "vllm"),
-                        help="auto: vLLM when installed and a GPU is present, else transformers")
+    parser.add_argument(
+        "--backend",
+        default="auto",
+        choices=("auto", "transformers", "vllm"),
+        help="auto: vLLM when installed and a GPU is present, else transformers",
+    )
     parser.add_argument("--trust-remote-code", action="store_true", help="allow model code from the model folder")
-    parser.add_argument("--out", default="outputs/passk_majk", metavar="DIR",
-                        help="output folder (default: outputs/passk_majk)")
+    parser.add_argument(
+        "--out", default="outputs/passk_majk", metavar="DIR", help="output folder (default: outputs/passk_majk)"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     return parser
@@ -124,8 +149,14 @@ def main(argv: list[str]) -> dict:
             f"--k {','.join(map(str, too_big))} exceeds --n {args.n}: pass@k and maj@k need k <= n samples per "
             f"problem; raise --n or drop those k"
         )
-    params = SamplingParams(n=args.n, temperature=args.temperature, top_p=args.top_p, max_new_tokens=max_new_tokens,
-                            seed=args.seed, batch_size=args.batch_size)
+    params = SamplingParams(
+        n=args.n,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        max_new_tokens=max_new_tokens,
+        seed=args.seed,
+        batch_size=args.batch_size,
+    )
     from grpo_ext.evaluation.backends import BackendUnavailableError, load_backend, vllm_available
 
     if args.backend == "vllm" and not vllm_available():
@@ -143,8 +174,17 @@ def main(argv: list[str]) -> dict:
     results = []
     for model in models:
         backend = load_backend(model, args.backend, trust_remote_code=args.trust_remote_code)
-        result = evaluate_model(backend, task, params, ks, out / CACHE_NAME, problems=problems, task_id=task_id,
-                                split=args.split, progress=not args.no_progress)
+        result = evaluate_model(
+            backend,
+            task,
+            params,
+            ks,
+            out / CACHE_NAME,
+            problems=problems,
+            task_id=task_id,
+            split=args.split,
+            progress=not args.no_progress,
+        )
         results.append(result)
         del backend
         gc.collect()

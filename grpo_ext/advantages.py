@@ -103,9 +103,7 @@ def _has_signal(grouped: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
 # ------------------------------------------------------------------------------------------------------------
 
 
-def outcome_advantages(
-    rewards: torch.Tensor, group_size: int, scale: bool = True, eps: float = 1e-4
-) -> torch.Tensor:
+def outcome_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True, eps: float = 1e-4) -> torch.Tensor:
     """GRPO outcome-supervision advantages (DeepSeekMath 4.1.2): ``(r - group mean) / (group std + eps)``.
 
     Args:
@@ -185,9 +183,7 @@ def process_advantages(
     """
     group_size = _check_grouped(step_rewards, group_size, "step_rewards", ndims=(2,))
     if not step_rewards.is_floating_point():
-        raise ValueError(
-            f"step_rewards must be a float tensor (NaN marks 'no step'), got {step_rewards.dtype}"
-        )
+        raise ValueError(f"step_rewards must be a float tensor (NaN marks 'no step'), got {step_rewards.dtype}")
     n, t = step_rewards.shape
     device = step_rewards.device
     out_dtype = torch.float32
@@ -202,9 +198,7 @@ def process_advantages(
         return torch.zeros(n, t, dtype=out_dtype, device=device)
     values = step_rewards[rows, ends].to(out_dtype)  # (S,)
     if not bool(torch.isfinite(values).all()):
-        raise ValueError(
-            "step_rewards contains +-inf; step rewards must be finite, or NaN where no step ends"
-        )
+        raise ValueError("step_rewards contains +-inf; step rewards must be finite, or NaN where no step ends")
     steps_per_row = torch.bincount(rows, minlength=n)  # (N,)
     first_of_row = torch.cumsum(steps_per_row, 0) - steps_per_row  # (N,) index in the S-vector
     rank = torch.arange(num_steps, device=device) - first_of_row[rows]  # (S,)
@@ -302,9 +296,7 @@ def register_gradient_coefficient(name: str) -> Callable[[_F], _F]:
     def decorator(fn: _F) -> _F:
         existing = GRADIENT_COEFFICIENTS.get(name)
         if existing is not None and _qualified_name(existing) != _qualified_name(fn):
-            raise ValueError(
-                f"gradient coefficient {name!r} is already registered to {_qualified_name(existing)}"
-            )
+            raise ValueError(f"gradient coefficient {name!r} is already registered to {_qualified_name(existing)}")
         GRADIENT_COEFFICIENTS[name] = fn
         return fn
 

@@ -45,7 +45,10 @@ class GRPOExtConfig(GRPOConfig):
     )
     step_separator: str | None = field(
         default=None,
-        metadata={"help": "Separator between reasoning steps; unset: the task's separator in scripts/train.py, else a newline."},
+        metadata={
+            "help": "Separator between reasoning steps; unset: the task's separator in scripts/train.py, "
+            "else a newline."
+        },
     )
     process_include_outcome: bool = field(
         default=False,
@@ -66,7 +69,10 @@ class GRPOExtConfig(GRPOConfig):
     # --- KL coefficient (Ziegler et al. 2019) ---
     kl_controller: str = field(
         default="fixed",
-        metadata={"help": "`fixed` (TRL: constant beta) or `adaptive` (beta tracks target_kl).", "choices": list(KL_CONTROLLERS)},
+        metadata={
+            "help": "`fixed` (TRL: constant beta) or `adaptive` (beta tracks target_kl).",
+            "choices": list(KL_CONTROLLERS),
+        },
     )
     target_kl: float = field(
         default=0.05, metadata={"help": "Adaptive KL target, in the units TRL logs `kl` (mean per-token KL)."}

@@ -105,9 +105,11 @@ def summarize_training(resolved: dict, steps: int | None = None, hardware: str |
     load_in_4bit = bool(model.get("load_in_4bit"))
     quant = None
     if load_in_4bit:
-        quant = f"4-bit {model.get('bnb_4bit_quant_type') or 'nf4'}" + (
-            " with double quantisation" if model.get("use_bnb_nested_quant") else ""
-        ) + " (bitsandbytes)"
+        quant = (
+            f"4-bit {model.get('bnb_4bit_quant_type') or 'nf4'}"
+            + (" with double quantisation" if model.get("use_bnb_nested_quant") else "")
+            + " (bitsandbytes)"
+        )
     elif model.get("load_in_8bit"):
         quant = "8-bit (bitsandbytes)"
     lora = None
@@ -362,7 +364,7 @@ def _load_section(repo_id: str, kind: str, base: str | None, quantized: bool) ->
         if quantized:
             text += (
                 "\nIt was trained on the base loaded in 4 bit; to run it that way, load the base with "
-                "`quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"nf4\", "
+                '`quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", '
                 "bnb_4bit_use_double_quant=True)`. To serve it without PEFT, merge it into the full-precision base "
                 "(`model.merge_and_unload()`, or `scripts/publish.py --merge` in grpo-ext).\n"
             )
@@ -371,7 +373,9 @@ def _load_section(repo_id: str, kind: str, base: str | None, quantized: bool) ->
         return text
     merged = (
         "The LoRA adapter is merged into the base weights loaded in full precision (not into 4-bit weights), so "
-        "this is a plain transformers model: no PEFT and no bitsandbytes needed.\n\n" if kind == "merged" else ""
+        "this is a plain transformers model: no PEFT and no bitsandbytes needed.\n\n"
+        if kind == "merged"
+        else ""
     )
     return (
         f"{merged}```python\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
@@ -500,17 +504,23 @@ def build_model_card(
     return ModelCard(f"---\n{card_data.to_yaml()}\n---\n\n{body}")
 
 
-def trainer_model_card(trainer, model_name: str | None = None, dataset_name: str | None = None,
-                       tags: str | list[str] | None = None) -> ModelCard:
+def trainer_model_card(
+    trainer, model_name: str | None = None, dataset_name: str | None = None, tags: str | list[str] | None = None
+) -> ModelCard:
     """The grpo-ext card for a trainer's output (what `GRPOExtTrainer.create_model_card` writes to README.md)."""
     repo_id = (
-        getattr(trainer, "hub_model_id", None) or trainer.args.hub_model_id or model_name
+        getattr(trainer, "hub_model_id", None)
+        or trainer.args.hub_model_id
+        or model_name
         or Path(trainer.args.output_dir).name
     )
     from accelerate.utils import is_peft_model
 
     extra = [tags] if isinstance(tags, str) else list(tags or [])
     return build_model_card(
-        None, repo_id, kind="adapter" if is_peft_model(trainer.model) else "model",
-        summary=trainer_summary(trainer, dataset_name), extra_tags=extra,
+        None,
+        repo_id,
+        kind="adapter" if is_peft_model(trainer.model) else "model",
+        summary=trainer_summary(trainer, dataset_name),
+        extra_tags=extra,
     )

@@ -124,8 +124,16 @@ class IterativeArguments:
         if isinstance(self.iterations, bool) or not isinstance(self.iterations, int) or self.iterations < 1:
             raise ValueError(f"iterations: must be an integer >= 1, got {self.iterations!r}")
         check_replay_ratio(self.replay_ratio)
-        for name in ("rm_prompts", "rm_samples_per_prompt", "rm_batch_size", "rm_eval_prompts",
-                     "rm_eval_samples_per_prompt", "eval_prompts", "eval_samples", "sampling_batch_size"):
+        for name in (
+            "rm_prompts",
+            "rm_samples_per_prompt",
+            "rm_batch_size",
+            "rm_eval_prompts",
+            "rm_eval_samples_per_prompt",
+            "eval_prompts",
+            "eval_samples",
+            "sampling_batch_size",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: must be an integer >= 1, got {value!r}")
@@ -208,8 +216,18 @@ def _save_folder(src: Path, dst: Path) -> None:
 
 
 # ---- the policy step -------------------------------------------------------------------------------------------
-def build_policy_trainer(policy_dir, reward_model_dir, kind, task, train_dataset, training_args, output_dir,
-                         *, log_verifier_reward: bool = True, seed: int | None = None):
+def build_policy_trainer(
+    policy_dir,
+    reward_model_dir,
+    kind,
+    task,
+    train_dataset,
+    training_args,
+    output_dir,
+    *,
+    log_verifier_reward: bool = True,
+    seed: int | None = None,
+):
     """A GRPOExtTrainer for one iteration: the policy *and* its reference start from ``policy_dir`` (the reset),
     the reward is the RM in ``reward_model_dir`` (outcome: RMRewardFunction; process: the PRM's step scores)."""
     from grpo_ext.rewards.prm import ProcessRewardModel
@@ -276,8 +294,10 @@ class _Loop:
         from grpo_ext.tasks import get_task
         from grpo_ext.tasks.base import require_prompt_column
 
-        if getattr(model_args, "use_peft", False) or getattr(model_args, "load_in_4bit", False) or getattr(
-            model_args, "load_in_8bit", False
+        if (
+            getattr(model_args, "use_peft", False)
+            or getattr(model_args, "load_in_4bit", False)
+            or getattr(model_args, "load_in_8bit", False)
         ):
             raise ValueError(
                 "use_peft/load_in_4bit/load_in_8bit: the iterative loop resets the reference to the full policy "
@@ -324,7 +344,8 @@ class _Loop:
         if state is not None:
             if state["config"] != self._config_snapshot():
                 changed = sorted(
-                    k for k in set(state["config"]) | set(self._config_snapshot())
+                    k
+                    for k in set(state["config"]) | set(self._config_snapshot())
                     if state["config"].get(k) != self._config_snapshot().get(k)
                 )
                 raise ValueError(
@@ -334,8 +355,16 @@ class _Loop:
             logger.info("resuming after iteration %d", state["iteration"])
             print(f"[iterative] resuming {self.run_dir} after iteration {state['iteration']}")
         else:
-            state = {"version": STATE_VERSION, "iteration": -1, "config": self._config_snapshot(), "buffer": [],
-                     "policy": self.base, "reward_model": None, "reference": None, "history": []}
+            state = {
+                "version": STATE_VERSION,
+                "iteration": -1,
+                "config": self._config_snapshot(),
+                "buffer": [],
+                "policy": self.base,
+                "reward_model": None,
+                "reference": None,
+                "history": [],
+            }
         # a half-done iteration left a folder behind: discard it (it is redone from the saved state)
         if self.run_dir.is_dir():
             for folder in self.run_dir.glob("iter_*"):
@@ -357,8 +386,15 @@ class _Loop:
         from grpo_ext.evaluation.sampling import sample_completions
 
         return sample_completions(
-            model, tokenizer, list(prompts), n, temperature=self.temperature, max_new_tokens=self.max_new_tokens,
-            batch_size=self.args.sampling_batch_size, seed=seed, progress=False,
+            model,
+            tokenizer,
+            list(prompts),
+            n,
+            temperature=self.temperature,
+            max_new_tokens=self.max_new_tokens,
+            batch_size=self.args.sampling_batch_size,
+            seed=seed,
+            progress=False,
         )
 
     def _policy_samples(self, model, tokenizer, iteration: int):
@@ -367,14 +403,28 @@ class _Loop:
         rng = random.Random(f"{self.seed}/rm-prompts/{iteration}")
         indices = sorted(rng.sample(range(len(self.train_dataset)), min(a.rm_prompts, len(self.train_dataset))))
         rows = self.train_dataset.select(indices)
-        completions = self._sample(model, tokenizer, rows["prompt"], a.rm_samples_per_prompt,
-                                   self.seed * 1000 + 2 * iteration)
-        new = label_samples(self.task, self.kind, rows["prompt"], rows["answer"], completions,
-                            f"it{iteration}/train", iteration)
-        held = self._sample(model, tokenizer, self.rm_eval_set["prompt"], a.rm_eval_samples_per_prompt,
-                            self.seed * 1000 + 2 * iteration + 1)
-        held_out = label_samples(self.task, self.kind, self.rm_eval_set["prompt"], self.rm_eval_set["answer"], held,
-                                 f"it{iteration}/heldout", iteration)
+        completions = self._sample(
+            model, tokenizer, rows["prompt"], a.rm_samples_per_prompt, self.seed * 1000 + 2 * iteration
+        )
+        new = label_samples(
+            self.task, self.kind, rows["prompt"], rows["answer"], completions, f"it{iteration}/train", iteration
+        )
+        held = self._sample(
+            model,
+            tokenizer,
+            self.rm_eval_set["prompt"],
+            a.rm_eval_samples_per_prompt,
+            self.seed * 1000 + 2 * iteration + 1,
+        )
+        held_out = label_samples(
+            self.task,
+            self.kind,
+            self.rm_eval_set["prompt"],
+            self.rm_eval_set["answer"],
+            held,
+            f"it{iteration}/heldout",
+            iteration,
+        )
         return new, held_out
 
     def _evaluate_policy(self, model, tokenizer, path) -> dict:
@@ -383,11 +433,23 @@ class _Loop:
         from grpo_ext.evaluation.sampling import SamplingParams
 
         k = self.args.eval_samples
-        params = SamplingParams(n=k, temperature=self.temperature, max_new_tokens=self.max_new_tokens,
-                                seed=self.seed, batch_size=self.args.sampling_batch_size)
+        params = SamplingParams(
+            n=k,
+            temperature=self.temperature,
+            max_new_tokens=self.max_new_tokens,
+            seed=self.seed,
+            batch_size=self.args.sampling_batch_size,
+        )
         backend = TransformersBackend(model, tokenizer, name=str(path), fingerprint=model_fingerprint(path))
-        result = evaluate_model(backend, self.task, params, sorted({1, k}), problems=self.eval_problems,
-                                cache_path=self.run_dir / "eval_samples.jsonl", progress=False)
+        result = evaluate_model(
+            backend,
+            self.task,
+            params,
+            sorted({1, k}),
+            problems=self.eval_problems,
+            cache_path=self.run_dir / "eval_samples.jsonl",
+            progress=False,
+        )
         return {
             "pass@1": result["pass@k"]["1"],
             f"pass@{k}": result["pass@k"][str(k)],
@@ -396,8 +458,12 @@ class _Loop:
 
     def _rm_metrics(self, model, tokenizer, records, prefix: str) -> dict:
         metrics = evaluate_reward_model(self.kind, model, tokenizer, records, self.separator)
-        out = {f"rm_accuracy_{prefix}": metrics["accuracy"], f"rm_auc_{prefix}": metrics["auc"],
-               f"rm_mean_score_{prefix}": metrics.get("mean_score"), "heldout_positive_rate": metrics["positive_rate"]}
+        out = {
+            f"rm_accuracy_{prefix}": metrics["accuracy"],
+            f"rm_auc_{prefix}": metrics["auc"],
+            f"rm_mean_score_{prefix}": metrics.get("mean_score"),
+            "heldout_positive_rate": metrics["positive_rate"],
+        }
         if self.kind == "process":
             out[f"rm_outcome_accuracy_{prefix}"] = metrics["outcome_accuracy"]
         return out
@@ -405,8 +471,16 @@ class _Loop:
     def _train_rm(self, model, tokenizer, records, out_dir: Path, iteration: int) -> dict:
         a = self.args
         return train_reward_model(
-            self.kind, model, tokenizer, records, out_dir, separator=self.separator, epochs=a.rm_epochs,
-            learning_rate=a.rm_learning_rate, batch_size=a.rm_batch_size, seed=self.seed + iteration,
+            self.kind,
+            model,
+            tokenizer,
+            records,
+            out_dir,
+            separator=self.separator,
+            epochs=a.rm_epochs,
+            learning_rate=a.rm_learning_rate,
+            batch_size=a.rm_batch_size,
+            seed=self.seed + iteration,
         )
 
     def _history(self, state) -> list[dict]:
@@ -432,12 +506,22 @@ class _Loop:
         row.update(policy_eval)
         row.update(
             policy_sample_accuracy=sum(r["label"] for r in new) / len(new),
-            n_new=len(new), n_replay=0, replay_ratio_used=0.0, replay_fraction=0.0,
-            rm_train_loss=rm_train["train_loss"], seconds=round(time.perf_counter() - start, 1),
+            n_new=len(new),
+            n_replay=0,
+            replay_ratio_used=0.0,
+            replay_fraction=0.0,
+            rm_train_loss=rm_train["train_loss"],
+            seconds=round(time.perf_counter() - start, 1),
         )
         _write_jsonl(folder / "rm_data.jsonl", new)
-        state.update(iteration=0, reward_model=str(folder / "reward_model"), policy=self.base, reference=None,
-                     buffer=["iter_0/rm_data.jsonl"], history=[row])
+        state.update(
+            iteration=0,
+            reward_model=str(folder / "reward_model"),
+            policy=self.base,
+            reference=None,
+            buffer=["iter_0/rm_data.jsonl"],
+            history=[row],
+        )
         return state
 
     def iteration(self, state: dict, k: int) -> dict:
@@ -448,8 +532,15 @@ class _Loop:
         # (a) GRPO against RM_{k-1}; policy and reference both start from policy_{k-1}
         work = folder / "policy.tmp"
         trainer = build_policy_trainer(
-            previous_policy, rm_dir, self.kind, self.task, self.train_dataset, self.training_args, work,
-            log_verifier_reward=self.args.log_verifier_reward, seed=self.seed + k,
+            previous_policy,
+            rm_dir,
+            self.kind,
+            self.task,
+            self.train_dataset,
+            self.training_args,
+            work,
+            log_verifier_reward=self.args.log_verifier_reward,
+            seed=self.seed + k,
         )
         reference_reset = _reference_matches_policy(trainer)
         if reference_reset is False:
@@ -471,19 +562,33 @@ class _Loop:
         # (c) new + replay of history, (d) continue training the RM
         records, replay = mix_with_replay(new, self._history(state), self.args.replay_ratio, seed=self.seed + k)
         rm, rm_tokenizer = load_reward_model(self.kind, rm_dir)
-        row = {"iteration": k, "policy": str(policy_dir), "reference": previous_policy,
-               "reference_reset": reference_reset}
+        row = {
+            "iteration": k,
+            "policy": str(policy_dir),
+            "reference": previous_policy,
+            "reference_reset": reference_reset,
+        }
         row.update(self._rm_metrics(rm, rm_tokenizer, held_out, "before"))
         rm_train = self._train_rm(rm, rm_tokenizer, records, folder / "reward_model", k)
         row.update(self._rm_metrics(rm, rm_tokenizer, held_out, "after"))
         row.update(policy_eval)
-        row.update(policy_sample_accuracy=sum(r["label"] for r in new) / len(new), **replay, **summary,
-                   rm_train_loss=rm_train["train_loss"], seconds=round(time.perf_counter() - start, 1))
+        row.update(
+            policy_sample_accuracy=sum(r["label"] for r in new) / len(new),
+            **replay,
+            **summary,
+            rm_train_loss=rm_train["train_loss"],
+            seconds=round(time.perf_counter() - start, 1),
+        )
         _write_jsonl(folder / "rm_data.jsonl", new)
         # (e) the next iteration's policy and reference are policy_k
-        state.update(iteration=k, policy=str(policy_dir), reward_model=str(folder / "reward_model"),
-                     reference=str(policy_dir), buffer=[*state["buffer"], f"iter_{k}/rm_data.jsonl"],
-                     history=[*state["history"], row])
+        state.update(
+            iteration=k,
+            policy=str(policy_dir),
+            reward_model=str(folder / "reward_model"),
+            reference=str(policy_dir),
+            buffer=[*state["buffer"], f"iter_{k}/rm_data.jsonl"],
+            history=[*state["history"], row],
+        )
         return state
 
     def run(self) -> dict:
@@ -539,10 +644,16 @@ def render_report(state: dict, k: int) -> str:
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|",
     ]
     for r in rows:
-        rm_reward = (f"{_fmt(r.get('train_rm_reward_first'))} → {_fmt(r.get('train_rm_reward_last'))}"
-                     if "train_rm_reward_first" in r else "–")
-        verifier = (f"{_fmt(r.get('train_verifier_reward_first'))} → {_fmt(r.get('train_verifier_reward_last'))}"
-                    if "train_verifier_reward_first" in r else "–")
+        rm_reward = (
+            f"{_fmt(r.get('train_rm_reward_first'))} → {_fmt(r.get('train_rm_reward_last'))}"
+            if "train_rm_reward_first" in r
+            else "–"
+        )
+        verifier = (
+            f"{_fmt(r.get('train_verifier_reward_first'))} → {_fmt(r.get('train_verifier_reward_last'))}"
+            if "train_verifier_reward_first" in r
+            else "–"
+        )
         lines.append(
             f"| {r['iteration']} | {_fmt(r.get('heldout_positive_rate'))} | {_fmt(r['rm_accuracy_before'])} | "
             f"{_fmt(r['rm_accuracy_after'])} | "

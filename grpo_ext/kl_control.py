@@ -106,9 +106,7 @@ class AdaptiveKLController:
         if self.beta_min > self.beta_max:
             raise ValueError(f"beta_min={self.beta_min} must be <= beta_max={self.beta_max}")
         if not self.beta_min <= init_beta <= self.beta_max:
-            raise ValueError(
-                f"init_beta={init_beta} must lie in [beta_min={self.beta_min}, beta_max={self.beta_max}]"
-            )
+            raise ValueError(f"init_beta={init_beta} must lie in [beta_min={self.beta_min}, beta_max={self.beta_max}]")
         self.beta = init_beta
 
     def update(self, current_kl: float, n_samples: int) -> float:

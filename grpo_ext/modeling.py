@@ -264,7 +264,9 @@ def log_memory_footprint(model, model_id: str | None = None, logger: logging.Log
     }
     full_text = (
         f"full precision would be {_mb(full['float32'])} fp32 / {_mb(full['bfloat16'])} bf16 "
-        f"({full['parameters'] / 1e6:,.2f} M parameters)" if full else "no full-precision estimate"
+        f"({full['parameters'] / 1e6:,.2f} M parameters)"
+        if full
+        else "no full-precision estimate"
     )
     state = f" + {_mb(info['quant_state_bytes'])} quantisation state" if info["quant_state_bytes"] else ""
     message = (

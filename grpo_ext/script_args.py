@@ -41,6 +41,8 @@ class TaskArguments:
         if self.passk_eval_steps < 0:
             raise ValueError(f"passk_eval_steps: must be >= 0 (0 turns it off), got {self.passk_eval_steps}")
         if self.passk_eval_steps and any(k > self.passk_eval_n for k in self.passk_eval_k):
-            raise ValueError(f"passk_eval_k: every k must be <= passk_eval_n ({self.passk_eval_n}), got {self.passk_eval_k}")
+            raise ValueError(
+                f"passk_eval_k: every k must be <= passk_eval_n ({self.passk_eval_n}), got {self.passk_eval_k}"
+            )
         if not self.reward_funcs:
             raise ValueError("reward_funcs: at least one reward function is needed")

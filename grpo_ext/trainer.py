@@ -61,8 +61,10 @@ class GRPOExtTrainer(GRPOTrainer):
             raise ValueError(
                 "advantage_mode: `process` needs a process reward source: process_reward_funcs or process_reward_model"
             )
-        if config.zero_std_groups != "keep" and self.loss_type in PER_SEQUENCE_LOSS_TYPES and (
-            self._entropy_bonus_enabled or self.aux_loss_enabled
+        if (
+            config.zero_std_groups != "keep"
+            and self.loss_type in PER_SEQUENCE_LOSS_TYPES
+            and (self._entropy_bonus_enabled or self.aux_loss_enabled)
         ):
             raise ValueError(
                 f"zero_std_groups: `{config.zero_std_groups}` with loss_type `{self.loss_type}` cannot be combined "
@@ -72,7 +74,10 @@ class GRPOExtTrainer(GRPOTrainer):
             raise ValueError("zero_std_groups: `refill` does not support vision-language models")
         if config.kl_controller == "adaptive":
             self.kl_control = AdaptiveKLController(
-                config.beta, config.target_kl, config.kl_horizon, beta_min=config.beta_min,
+                config.beta,
+                config.target_kl,
+                config.kl_horizon,
+                beta_min=config.beta_min,
                 beta_max=config.beta_max if config.beta_max is not None else math.inf,
             )
         else:
@@ -105,11 +110,20 @@ class GRPOExtTrainer(GRPOTrainer):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._scored = {"rewards_per_func": rewards_per_func}
         if self.process_reward_funcs:
-            reward_kwargs = {k: [x[k] for x in inputs] for k in inputs[0] if k not in ("prompt", "completion", "completion_ids")}
-            reward_kwargs.update(trainer_state=self.state, log_extra=self._log_completion_extra, log_metric=self._log_metric)
+            reward_kwargs = {
+                k: [x[k] for x in inputs] for k in inputs[0] if k not in ("prompt", "completion", "completion_ids")
+            }
+            reward_kwargs.update(
+                trainer_state=self.state, log_extra=self._log_completion_extra, log_metric=self._log_metric
+            )
             self._scored["steps"] = score_steps(
-                self.process_reward_funcs, self._tokenizer, self.step_separator,
-                prompts, completions, completion_ids_list, reward_kwargs,
+                self.process_reward_funcs,
+                self._tokenizer,
+                self.step_separator,
+                prompts,
+                completions,
+                completion_ids_list,
+                reward_kwargs,
             )
         return rewards_per_func
 
@@ -145,7 +159,9 @@ class GRPOExtTrainer(GRPOTrainer):
             metrics["zero_std/refill_rounds"].append(float(rounds))
         # What still has no signal leaves the loss: its rows are masked and the token count recomputed.
         keep_rows = ~no_signal_rows.to(output["completion_mask"].device)
-        output["completion_mask"] = output["completion_mask"] * keep_rows.unsqueeze(1).to(output["completion_mask"].dtype)
+        output["completion_mask"] = output["completion_mask"] * keep_rows.unsqueeze(1).to(
+            output["completion_mask"].dtype
+        )
         loss_mask = output["completion_mask"] * output.get("tool_mask", 1)
         output["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
         output["zero_std_keep"] = keep_rows.float()
@@ -165,7 +181,8 @@ class GRPOExtTrainer(GRPOTrainer):
         step_rewards, width = None, output["completion_ids"].shape[1]
         if "steps" in self._scored:
             local_steps = build_step_rewards(
-                self._scored["steps"], output["completion_mask"],
+                self._scored["steps"],
+                output["completion_mask"],
                 outcome=rewards[local] if self.args.process_include_outcome else None,
             )
             padded = self.accelerator.pad_across_processes(local_steps, dim=1, pad_index=float("nan"))
@@ -187,7 +204,9 @@ class GRPOExtTrainer(GRPOTrainer):
 
     def _log_step_metrics(self, local_steps: torch.Tensor, mode: str) -> None:
         present = ~torch.isnan(local_steps)
-        stats = torch.stack([present.sum().float(), torch.nan_to_num(local_steps).sum(), torch.tensor(float(len(local_steps)))])
+        stats = torch.stack(
+            [present.sum().float(), torch.nan_to_num(local_steps).sum(), torch.tensor(float(len(local_steps)))]
+        )
         total = self.accelerator.reduce(stats.to(self.accelerator.device), reduction="sum")
         self._metrics[mode]["process/steps_per_completion"].append((total[0] / total[2].clamp(min=1)).item())
         self._metrics[mode]["process/step_reward_mean"].append((total[1] / total[0].clamp(min=1)).item())
@@ -265,7 +284,9 @@ class GRPOExtTrainer(GRPOTrainer):
             return
         path = os.path.join(checkpoint, STATE_FILE)
         if not os.path.exists(path):
-            raise FileNotFoundError(f"resume_from_checkpoint: {checkpoint} has no {STATE_FILE} (not a grpo-ext checkpoint?)")
+            raise FileNotFoundError(
+                f"resume_from_checkpoint: {checkpoint} has no {STATE_FILE} (not a grpo-ext checkpoint?)"
+            )
         with open(path) as f:
             state = json.load(f)
         self.kl_control.load_state_dict(state["kl_controller"])

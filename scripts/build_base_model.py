@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from pathlib import Path
 
@@ -65,10 +64,12 @@ def sft_batches(tokenizer, prompts, solutions, batch_size, generator):
 
 def evaluate(model, tokenizer, task, n_prompts: int, n: int, seed: int) -> dict:
     test = task.load("test", n_prompts)
-    samples = sample_completions(model, tokenizer, test["prompt"], n, temperature=1.0, max_new_tokens=64,
-                                 batch_size=16, seed=seed)
-    greedy = sample_completions(model, tokenizer, test["prompt"], 1, temperature=0.0, max_new_tokens=64,
-                                batch_size=64, seed=seed)
+    samples = sample_completions(
+        model, tokenizer, test["prompt"], n, temperature=1.0, max_new_tokens=64, batch_size=16, seed=seed
+    )
+    greedy = sample_completions(
+        model, tokenizer, test["prompt"], 1, temperature=0.0, max_new_tokens=64, batch_size=64, seed=seed
+    )
     pass1, passn, majn = [], [], []
     for completions, answer in zip(samples, test["answer"], strict=True):
         correct = [task.is_correct(c, answer) for c in completions]
@@ -78,9 +79,13 @@ def evaluate(model, tokenizer, task, n_prompts: int, n: int, seed: int) -> dict:
         majn.append(maj_at_k(answers, correct, n))
     acc = [task.is_correct(g[0], a) for g, a in zip(greedy, test["answer"], strict=True)]
     return {
-        "n_prompts": n_prompts, "temperature": 1.0, "n": n,
-        "pass@1": sum(pass1) / n_prompts, f"pass@{n}": sum(passn) / n_prompts,
-        f"maj@{n}": sum(majn) / n_prompts, "greedy": sum(acc) / n_prompts,
+        "n_prompts": n_prompts,
+        "temperature": 1.0,
+        "n": n,
+        "pass@1": sum(pass1) / n_prompts,
+        f"pass@{n}": sum(passn) / n_prompts,
+        f"maj@{n}": sum(majn) / n_prompts,
+        "greedy": sum(acc) / n_prompts,
     }
 
 
@@ -102,8 +107,9 @@ def main() -> None:
     print(f"parameters: {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M")
 
     train = task.load("train", 100_000)
-    batches = sft_batches(tokenizer, train["prompt"], train["solution"], args.batch_size,
-                          torch.Generator().manual_seed(args.seed))
+    batches = sft_batches(
+        tokenizer, train["prompt"], train["solution"], args.batch_size, torch.Generator().manual_seed(args.seed)
+    )
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / args.warmup))
     model.train()
@@ -121,8 +127,14 @@ def main() -> None:
     train_seconds = time.time() - start
 
     metrics = evaluate(model, tokenizer, task, args.eval_prompts, n=16, seed=args.seed)
-    metrics.update(steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
-                   train_seconds=round(train_seconds, 1), final_loss=round(loss.item(), 4))
+    metrics.update(
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        seed=args.seed,
+        train_seconds=round(train_seconds, 1),
+        final_loss=round(loss.item(), 4),
+    )
     print(json.dumps(metrics, indent=2))
     if not (0.2 <= metrics["pass@1"] <= 0.6 and metrics["pass@16"] >= 0.8):
         print("warning: outside the target band (pass@1 0.2-0.6, pass@16 >= 0.8); adjust --steps")

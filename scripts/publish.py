@@ -21,12 +21,22 @@ from pathlib import Path
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 MODEL_WEIGHTS = (
-    "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json",
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
 )
 MODEL_FILES = ("config.json", "generation_config.json")
 TOKENIZER_FILES = (
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json",
-    "merges.txt", "tokenizer.model", "chat_template.jinja", "chat_template.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "chat_template.json",
 )
 CONFIG_FILE = "grpo_ext_config.yaml"
 
@@ -52,8 +62,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "(default: the adapter's base_model_name_or_path)",
     )
     parser.add_argument("--license", help="card license (default: apache-2.0 for the embedded base, else other)")
-    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
-                        help="dtype of merged weights (default: the base's stored dtype)")
+    parser.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16", "float16"],
+        help="dtype of merged weights (default: the base's stored dtype)",
+    )
     parser.add_argument("--commit-message", default="Upload with grpo-ext scripts/publish.py")
     return parser.parse_args(argv)
 
@@ -222,8 +235,9 @@ def upload(folder: Path, args: argparse.Namespace) -> str:
     api = HfApi()
     try:
         url = api.create_repo(args.repo_id, private=args.private, exist_ok=True, repo_type="model")
-        api.upload_folder(repo_id=args.repo_id, folder_path=str(folder), commit_message=args.commit_message,
-                          repo_type="model")
+        api.upload_folder(
+            repo_id=args.repo_id, folder_path=str(folder), commit_message=args.commit_message, repo_type="model"
+        )
     except Exception as err:  # network, auth, offline mode: one line, nothing left behind
         raise PublishError(f"upload to {args.repo_id} failed: {type(err).__name__}: {err}") from err
     return str(url)

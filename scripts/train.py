@@ -1,7 +1,7 @@
 """GRPO training on a verifiable task (YAML through TrlParser; command-line flags override the YAML).
 
-    accelerate launch scripts/train.py --config configs/qlora.yaml [--max_steps 20 ...]
-    python scripts/train.py --config configs/default.yaml
+accelerate launch scripts/train.py --config configs/qlora.yaml [--max_steps 20 ...]
+python scripts/train.py --config configs/default.yaml
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ def save_resolved_config(output_dir: str, task_args, training_args, model_args) 
 def main(argv: list[str]) -> None:
     from grpo_ext.modeling import policy_init
     from grpo_ext.rewards import resolve_process_reward_funcs, resolve_reward_funcs
-    from grpo_ext.trainer import GRPOExtTrainer
     from grpo_ext.tasks import get_task
     from grpo_ext.tasks.base import require_prompt_column
+    from grpo_ext.trainer import GRPOExtTrainer
 
     task_args, training_args, model_args = parse_args(argv)
     task = get_task(task_args.task, **task_args.task_kwargs)
@@ -68,8 +68,13 @@ def main(argv: list[str]) -> None:
         from grpo_ext.evaluation.callback import make_passk_callback
 
         make_passk_callback(
-            task, task_args.passk_eval_prompts, task_args.passk_eval_n, task_args.passk_eval_k,
-            every=task_args.passk_eval_steps, temperature=training_args.temperature, seed=training_args.seed,
+            task,
+            task_args.passk_eval_prompts,
+            task_args.passk_eval_n,
+            task_args.passk_eval_k,
+            every=task_args.passk_eval_steps,
+            temperature=training_args.temperature,
+            seed=training_args.seed,
             trainer=trainer,
         )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)

@@ -13,15 +13,19 @@ def test_generator_is_deterministic_and_seed_dependent():
 
 
 def test_splits_are_disjoint_across_seeds_and_sizes():
-    train = set(ArithmeticTask(seed=0).load("train", 5000)["prompt"]) | set(ArithmeticTask(seed=7).load("train", 2000)["prompt"])
-    test = set(ArithmeticTask(seed=0).load("test", 500)["prompt"]) | set(ArithmeticTask(seed=9).load("test", 500)["prompt"])
+    train = set(ArithmeticTask(seed=0).load("train", 5000)["prompt"]) | set(
+        ArithmeticTask(seed=7).load("train", 2000)["prompt"]
+    )
+    test = set(ArithmeticTask(seed=0).load("test", 500)["prompt"]) | set(
+        ArithmeticTask(seed=9).load("test", 500)["prompt"]
+    )
     assert train.isdisjoint(test)
     assert all(split_of(p) == "test" for p in test)
 
 
 def test_difficulty_knobs():
     rows = ArithmeticTask(min_operands=3, max_operands=3, digits=1, operators="*", seed=0).load("train", 50)
-    for prompt, solution in zip(rows["prompt"], rows["solution"]):
+    for prompt, solution in zip(rows["prompt"], rows["solution"], strict=False):
         problem = Problem.from_prompt(prompt)
         assert len(problem.operands) == 3 and all(x < 10 for x in problem.operands)
         assert set(problem.operators) == {"*"}
@@ -67,7 +71,9 @@ def test_reward_functions_have_trl_signature():
     ]
     assert TASK.step_reward(prompts=prompts, completions=completions, answer=["64", "3"]) == [[1, 1, 1], [0, 0]]
     conversational = [[{"role": "assistant", "content": "1+2=3;#3"}]]
-    assert TASK.outcome_reward(prompts=[[{"role": "user", "content": "1+2="}]], completions=conversational, answer=["3"]) == [1.0]
+    assert TASK.outcome_reward(
+        prompts=[[{"role": "user", "content": "1+2="}]], completions=conversational, answer=["3"]
+    ) == [1.0]
 
 
 def test_answer_extraction():

@@ -22,7 +22,7 @@ def test_two_processes_equal_one(python, root, tmp_path):
     assert ranks[0]["keep"] + ranks[1]["keep"] == single["keep"]
     split = ranks[0]["advantages"] + ranks[1]["advantages"]
     assert len(split) == 12
-    for row, (a, b) in enumerate(zip(single["advantages"], split)):
+    for row, (a, b) in enumerate(zip(single["advantages"], split, strict=False)):
         assert a == pytest.approx(b, abs=1e-6), f"row {row}"
     assert any(abs(x) > 0.1 for row in single["advantages"][4:8] for x in row)  # group 1, split across ranks
     assert ranks[0]["num_items_in_batch"] == ranks[1]["num_items_in_batch"] == single["num_items_in_batch"]

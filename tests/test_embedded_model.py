@@ -25,7 +25,7 @@ def test_loads_offline_and_solves_some_test_problems_greedily():
     with torch.no_grad():
         out = model.generate(**enc, max_new_tokens=48, do_sample=False, pad_token_id=tok.pad_token_id)
     texts = tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
-    correct = sum(task.is_correct(t, a) for t, a in zip(texts, test["answer"]))
+    correct = sum(task.is_correct(t, a) for t, a in zip(texts, test["answer"], strict=False))
     # The recorded greedy accuracy is ~0.5: an untrained model gets ~0, so this fails if the weights are wrong.
     assert correct >= 6, texts[:4]
     assert all(task.extract_answer(t) is not None for t in texts[:8])  # it writes the answer-line format

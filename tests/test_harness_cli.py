@@ -33,8 +33,23 @@ def cli():
 def small_run(tmp_path_factory, python):
     """One real run of the script as a user runs it (a subprocess), small n and limit."""
     out = tmp_path_factory.mktemp("passk")
-    args = ["--model", _model(), "--n", "8", "--k", "1,2,4,8", "--limit", "12", "--max-new-tokens", "40",
-            "--batch-size", "4", "--out", str(out), "--no-progress"]
+    args = [
+        "--model",
+        _model(),
+        "--n",
+        "8",
+        "--k",
+        "1,2,4,8",
+        "--limit",
+        "12",
+        "--max-new-tokens",
+        "40",
+        "--batch-size",
+        "4",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     proc = subprocess.run([python, str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out, args, proc
@@ -109,16 +124,32 @@ def test_empty_dataset_is_one_line_and_exit_code_2(cli, capsys, tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     with pytest.raises(SystemExit) as exit_info:
-        run_cli(cli.main, ["--model", _model(), "--task", "jsonl", "--task-kwargs", json.dumps({"path": str(empty)}),
-                           "--out", str(tmp_path / "out")])
+        run_cli(
+            cli.main,
+            [
+                "--model",
+                _model(),
+                "--task",
+                "jsonl",
+                "--task-kwargs",
+                json.dumps({"path": str(empty)}),
+                "--out",
+                str(tmp_path / "out"),
+            ],
+        )
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert "empty.jsonl" in err and len(err.splitlines()) == 1, err
 
 
 def test_the_script_itself_exits_2_with_one_line(python, tmp_path):
-    proc = subprocess.run([python, str(SCRIPT), "--task", "nope", "--out", str(tmp_path)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [python, str(SCRIPT), "--task", "nope", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert errors == [errors[0]] and "unknown task 'nope'" in errors[0] and "Traceback" not in proc.stderr
@@ -132,12 +163,23 @@ def test_callback_logs_pass_and_maj_at_k_during_grpo_training(tmp_path):
 
     task = get_task("arithmetic")
     config = GRPOConfig(
-        output_dir=str(tmp_path), use_cpu=True, bf16=False, max_steps=2, per_device_train_batch_size=4,
-        num_generations=4, max_completion_length=16, report_to="none", activation_checkpointing=False,
-        logging_steps=1, save_strategy="no", learning_rate=1e-5,
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        max_steps=2,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=16,
+        report_to="none",
+        activation_checkpointing=False,
+        logging_steps=1,
+        save_strategy="no",
+        learning_rate=1e-5,
     )
     trainer = GRPOTrainer(
-        model=resolve_model_path(_model()), reward_funcs=task.outcome_reward, args=config,
+        model=resolve_model_path(_model()),
+        reward_funcs=task.outcome_reward,
+        args=config,
         train_dataset=task.load("train", 16),
     )
     callback = make_passk_callback(task, n_prompts=4, n=4, ks=(1, 4, 8), every=1, trainer=trainer)
@@ -177,8 +219,9 @@ def test_adapter_folder_is_loaded_onto_its_base_as_one_model(tmp_path):
     prompts = get_task("arithmetic").load("test", 6)["prompt"]
     greedy = SamplingParams(n=1, temperature=0, max_new_tokens=20)
     # the PEFT model in memory (the trainer's case) samples through the shared-prefill path as it is
-    assert backend.generate(prompts, greedy) == sample(peft_model, tokenizer, prompts, greedy, progress=False,
-                                                        shared_prefill=True)
+    assert backend.generate(prompts, greedy) == sample(
+        peft_model, tokenizer, prompts, greedy, progress=False, shared_prefill=True
+    )
     with pytest.raises(FileNotFoundError, match="base model is missing"):
         (tmp_path / "broken").mkdir()
         (tmp_path / "broken" / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "/no/base"}))

@@ -44,8 +44,12 @@ def test_replay_proportion_is_the_ratio_of_the_new_set():
 
 @settings(max_examples=60, deadline=None)
 @given(
-    n_new=st.integers(0, 40), n_old=st.integers(0, 60), overlap=st.integers(0, 10), repeats=st.integers(0, 10),
-    ratio=st.floats(0, 1), seed=st.integers(0, 2**31),
+    n_new=st.integers(0, 40),
+    n_old=st.integers(0, 60),
+    overlap=st.integers(0, 10),
+    repeats=st.integers(0, 10),
+    ratio=st.floats(0, 1),
+    seed=st.integers(0, 2**31),
 )
 def test_replay_never_duplicates_a_record(n_new, n_old, overlap, repeats, ratio, seed):
     new = records("x", n_new)
@@ -91,9 +95,20 @@ def test_task_without_a_verifier_is_refused():
 def test_cli_bad_input_gets_one_readable_line(python, root, tmp_path):
     # one subprocess (imports cost ~10 s on 2 shared cores); the other checks run in-process above
     proc = subprocess.run(
-        [python, "scripts/iterative.py", "--config", "configs/iterative.yaml", "--output_dir", str(tmp_path),
-         "--replay_ratio", "1.5"],
-        cwd=root, capture_output=True, text=True, timeout=300,
+        [
+            python,
+            "scripts/iterative.py",
+            "--config",
+            "configs/iterative.yaml",
+            "--output_dir",
+            str(tmp_path),
+            "--replay_ratio",
+            "1.5",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "replay_ratio: must be in [0, 1]" in proc.stderr and "Traceback" not in proc.stderr
@@ -102,15 +117,39 @@ def test_cli_bad_input_gets_one_readable_line(python, root, tmp_path):
 # ---- the loop: a quick variant, interrupted and resumed ----------------------------------------------------------
 def quick_args(run_dir, policy_dir, iterations=2, **overrides):
     it_args = IterativeArguments(
-        task="arithmetic", task_kwargs={"max_operands": 2}, train_size=32, iterations=iterations,
-        rm_prompts=4, rm_samples_per_prompt=2, rm_epochs=1, rm_batch_size=8, rm_eval_prompts=4,
-        rm_eval_samples_per_prompt=2, eval_prompts=4, eval_samples=2, sampling_batch_size=4,
-        report_dir=str(run_dir / "report"), **overrides,
+        task="arithmetic",
+        task_kwargs={"max_operands": 2},
+        train_size=32,
+        iterations=iterations,
+        rm_prompts=4,
+        rm_samples_per_prompt=2,
+        rm_epochs=1,
+        rm_batch_size=8,
+        rm_eval_prompts=4,
+        rm_eval_samples_per_prompt=2,
+        eval_prompts=4,
+        eval_samples=2,
+        sampling_batch_size=4,
+        report_dir=str(run_dir / "report"),
+        **overrides,
     )
     training_args = GRPOExtConfig(
-        output_dir=str(run_dir), use_cpu=True, bf16=False, seed=0, max_steps=2, learning_rate=1e-3,
-        per_device_train_batch_size=4, num_generations=4, max_completion_length=12, beta=0.04, top_k=0,
-        activation_checkpointing=False, logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True,
+        output_dir=str(run_dir),
+        use_cpu=True,
+        bf16=False,
+        seed=0,
+        max_steps=2,
+        learning_rate=1e-3,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=12,
+        beta=0.04,
+        top_k=0,
+        activation_checkpointing=False,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
     )
     model_args = ModelConfig(model_name_or_path=str(policy_dir), dtype="float32")
     return it_args, training_args, model_args
@@ -148,8 +187,15 @@ def interrupted_run(tmp_path_factory):
     mp.setattr(iterative, "train_reward_model", real_train)
     final = run_iterative(*quick_args(run_dir, base))
     mp.undo()
-    return {"base": base, "run_dir": run_dir, "after_kill": after_kill, "final": final, "calls": calls,
-            "policy_1_mtime": stamp, "leftover": leftover}
+    return {
+        "base": base,
+        "run_dir": run_dir,
+        "after_kill": after_kill,
+        "final": final,
+        "calls": calls,
+        "policy_1_mtime": stamp,
+        "leftover": leftover,
+    }
 
 
 def test_resume_after_an_interrupted_iteration(interrupted_run):
@@ -172,8 +218,17 @@ def test_resume_after_an_interrupted_iteration(interrupted_run):
 def test_each_iteration_reports_rm_policy_and_replay(interrupted_run):
     rows = interrupted_run["final"]["history"]
     for row in rows:
-        for key in ("rm_accuracy_before", "rm_accuracy_after", "rm_auc_before", "rm_auc_after", "pass@1", "maj@2",
-                    "replay_ratio_used", "n_new", "n_replay"):
+        for key in (
+            "rm_accuracy_before",
+            "rm_accuracy_after",
+            "rm_auc_before",
+            "rm_auc_after",
+            "pass@1",
+            "maj@2",
+            "replay_ratio_used",
+            "n_new",
+            "n_replay",
+        ):
             assert key in row
         assert 0 <= row["rm_accuracy_after"] <= 1 and 0 <= row["pass@1"] <= 1
     assert [row["n_replay"] for row in rows] == [0, 1, 1]  # 10% of 8 new records, rounded
@@ -205,13 +260,29 @@ def test_reference_is_reset_to_the_current_policy(interrupted_run, tmp_path):
     _, training_args, _ = quick_args(tmp_path, r["base"])
     training_args.model_init_kwargs = {"dtype": "float32"}
     policy_1 = state["history"][1]["policy"]  # what iteration 2 started from
-    trainer = build_policy_trainer(policy_1, state["reward_model"], "outcome", task, task.load("train", 8),
-                                   training_args, tmp_path / "out", log_verifier_reward=False)
+    trainer = build_policy_trainer(
+        policy_1,
+        state["reward_model"],
+        "outcome",
+        task,
+        task.load("train", 8),
+        training_args,
+        tmp_path / "out",
+        log_verifier_reward=False,
+    )
     ids = torch.tensor([trainer.processing_class("12+34=12+34=46;#46")["input_ids"]])
     policy_logps, ref_logps = _logps(trainer, trainer.model, ids), _logps(trainer, trainer.ref_model, ids)
     assert torch.allclose(policy_logps, ref_logps, atol=1e-6, rtol=0)  # right after the reset: equal
-    base = build_policy_trainer(r["base"], state["reward_model"], "outcome", task, task.load("train", 8),
-                                training_args, tmp_path / "out_base", log_verifier_reward=False)
+    base = build_policy_trainer(
+        r["base"],
+        state["reward_model"],
+        "outcome",
+        task,
+        task.load("train", 8),
+        training_args,
+        tmp_path / "out_base",
+        log_verifier_reward=False,
+    )
     base_logps = _logps(base, base.ref_model, ids)
     assert not torch.allclose(ref_logps, base_logps, atol=1e-4)  # the reference moved on from the base
 

@@ -57,6 +57,7 @@ def test_adaptive_non_finite_kl_leaves_beta_unchanged(kl):
 
 def test_adaptive_accepts_tensor_like_numbers():
     import torch
+
     c = AdaptiveKLController(0.1, target_kl=0.05, horizon=100)
     assert c.update(torch.tensor(0.1), 10) == pytest.approx(0.102)
 

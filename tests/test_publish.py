@@ -38,12 +38,26 @@ def checkpoint(tmp_path_factory):
                 param.mul_(0.3)
     model.save_pretrained(folder)
     AutoTokenizer.from_pretrained(MODEL).save_pretrained(folder)
-    model_args = ModelConfig(model_name_or_path=MODEL, load_in_4bit=True, use_bnb_nested_quant=True, use_peft=True,
-                             lora_r=8, lora_alpha=16, lora_target_modules=ALL_LINEAR)
-    training = tiny_args(tmp_path=folder, max_steps=40, beta=0.04, advantage_mode="process",
-                         process_reward_funcs=["grpo_ext.tasks.arithmetic.step_reward"], zero_std_groups="skip")
-    save_resolved_config(str(folder), TaskArguments(task="arithmetic", task_kwargs={"max_operands": 3}), training,
-                         model_args)
+    model_args = ModelConfig(
+        model_name_or_path=MODEL,
+        load_in_4bit=True,
+        use_bnb_nested_quant=True,
+        use_peft=True,
+        lora_r=8,
+        lora_alpha=16,
+        lora_target_modules=ALL_LINEAR,
+    )
+    training = tiny_args(
+        tmp_path=folder,
+        max_steps=40,
+        beta=0.04,
+        advantage_mode="process",
+        process_reward_funcs=["grpo_ext.tasks.arithmetic.step_reward"],
+        zero_std_groups="skip",
+    )
+    save_resolved_config(
+        str(folder), TaskArguments(task="arithmetic", task_kwargs={"max_operands": 3}), training, model_args
+    )
     (folder / "trainer_state.json").write_text(json.dumps({"global_step": 37}))
     return folder
 
@@ -52,14 +66,23 @@ def checkpoint(tmp_path_factory):
 def report_dir(tmp_path_factory):
     """An evaluation harness report (written by grpo_ext.evaluation.report) for the checkpoint."""
     result = {
-        "model": "outputs/qlora", "model_fingerprint": None, "backend": "transformers", "task": "arithmetic",
-        "task_id": "arithmetic:test", "split": "test", "n_problems": 200, "n": 16, "ks": [1, 4, 16],
-        "dropped_ks": [], "warnings": [],
+        "model": "outputs/qlora",
+        "model_fingerprint": None,
+        "backend": "transformers",
+        "task": "arithmetic",
+        "task_id": "arithmetic:test",
+        "split": "test",
+        "n_problems": 200,
+        "n": 16,
+        "ks": [1, 4, 16],
+        "dropped_ks": [],
+        "warnings": [],
         "params": {"n": 16, "temperature": 1.0, "top_p": 1.0, "max_new_tokens": 48, "seed": 0, "batch_size": 16},
         "params_key": "k",
         "pass@k": {"1": 0.5625, "4": 0.8125, "16": 0.95},
         "maj@k": {"1": 0.5625, "4": 0.625, "16": 0.7},
-        "mean_accuracy": 0.5625, "answers_extracted": 0.99,
+        "mean_accuracy": 0.5625,
+        "answers_extracted": 0.99,
         "samples": {"total": 3200, "from_cache": 0, "generated": 3200, "seconds": 10.0, "samples_per_second": 320.0},
         "per_problem": [],
     }
@@ -77,7 +100,7 @@ def greedy(model, tokenizer):
     for prompt in PROMPTS:
         ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
         generated = model.generate(**ids, max_new_tokens=24, do_sample=False, pad_token_id=tokenizer.pad_token_id)
-        out.append(generated[0, ids["input_ids"].shape[1]:].tolist())
+        out.append(generated[0, ids["input_ids"].shape[1] :].tolist())
     return out
 
 
@@ -122,13 +145,27 @@ def test_merged_export_loads_without_peft_and_matches_base_plus_adapter(checkpoi
 
 def test_dry_run_card_parses_and_carries_the_eval_report(checkpoint, report_dir, tmp_path):
     out = tmp_path / "adapter"
-    publish.main([
-        str(checkpoint), "--repo-id", "me/qlora-arith", "--eval-report", str(report_dir), "--dry-run",
-        "--output-dir", str(out), "--base-model", "Qwen/Qwen2.5-1.5B",
-    ])
+    publish.main(
+        [
+            str(checkpoint),
+            "--repo-id",
+            "me/qlora-arith",
+            "--eval-report",
+            str(report_dir),
+            "--dry-run",
+            "--output-dir",
+            str(out),
+            "--base-model",
+            "Qwen/Qwen2.5-1.5B",
+        ]
+    )
     assert {p.name for p in out.iterdir()} == {
-        "README.md", "adapter_config.json", "adapter_model.safetensors", "grpo_ext_config.yaml",
-        "tokenizer.json", "tokenizer_config.json",
+        "README.md",
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "grpo_ext_config.yaml",
+        "tokenizer.json",
+        "tokenizer_config.json",
     }
     assert json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == "Qwen/Qwen2.5-1.5B"
 
@@ -145,8 +182,13 @@ def test_dry_run_card_parses_and_carries_the_eval_report(checkpoint, report_dir,
     assert all(r.dataset_split == "test" and r.metric_args["n"] == 16 for r in data.eval_results)
     text = card.text
     for fragment in (
-        "process-supervision advantages", "zero-std groups: skip", "training steps: 37",
-        "4-bit nf4 with double quantisation", "r=8", "PeftModel.from_pretrained", "| 16 | 0.950 | 0.700 |",
+        "process-supervision advantages",
+        "zero-std groups: skip",
+        "training steps: 37",
+        "4-bit nf4 with double quantisation",
+        "r=8",
+        "PeftModel.from_pretrained",
+        "| 16 | 0.950 | 0.700 |",
     ):
         assert fragment in text
 
@@ -225,7 +267,10 @@ def test_crash_while_writing_leaves_no_folder_that_looks_complete(checkpoint, tm
 def test_cli_error_is_one_line(python, root, tmp_path):
     proc = subprocess.run(
         [python, "scripts/publish.py", str(tmp_path), "--repo-id", "me/x", "--dry-run"],
-        cwd=root, capture_output=True, text=True, timeout=120,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "error: CHECKPOINT:" in proc.stderr and "holds neither a LoRA adapter" in proc.stderr

@@ -28,8 +28,15 @@ PROJECTIONS = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "
 
 def qlora_model_args(**overrides):
     kwargs = dict(
-        model_name_or_path=MODEL, dtype="float32", load_in_4bit=True, bnb_4bit_quant_type="nf4",
-        use_bnb_nested_quant=True, use_peft=True, lora_r=16, lora_alpha=32, lora_dropout=0.0,
+        model_name_or_path=MODEL,
+        dtype="float32",
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        use_bnb_nested_quant=True,
+        use_peft=True,
+        lora_r=16,
+        lora_alpha=32,
+        lora_dropout=0.0,
     )
     kwargs.update(overrides)
     return ModelConfig(**kwargs)
@@ -78,8 +85,15 @@ def test_policy_init_maps_trl_model_config_to_qlora():
 
 @pytest.mark.parametrize("config_cls, extra", [(LlamaConfig, {"tie_word_embeddings": False}), (Qwen2Config, {})])
 def test_all_linear_targets_every_projection_and_not_lm_head(config_cls, extra):
-    config = config_cls(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                        num_key_value_heads=2, vocab_size=50, **extra)
+    config = config_cls(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=50,
+        **extra,
+    )
     model = get_peft_model(AutoModelForCausalLM.from_config(config), LoraConfig(r=4, target_modules=ALL_LINEAR))
     targeted = {name.rsplit(".", 1)[-1] for name, module in model.named_modules() if hasattr(module, "lora_A")}
     assert targeted == PROJECTIONS

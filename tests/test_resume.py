@@ -10,11 +10,41 @@ import pytest
 from safetensors.torch import load_file
 
 RUN = [
-    "scripts/train.py", "--config", "configs/default.yaml", "--max_steps", "4", "--save_strategy", "steps",
-    "--save_steps", "2", "--per_device_train_batch_size", "8", "--num_generations", "4",
-    "--max_completion_length", "24", "--train_size", "64", "--logging_steps", "1", "--learning_rate", "1e-3",
-    "--kl_controller", "adaptive", "--beta", "0.05", "--target_kl", "0.001", "--kl_horizon", "50",
-    "--zero_std_groups", "refill", "--max_refill_rounds", "1", "--disable_tqdm", "true",
+    "scripts/train.py",
+    "--config",
+    "configs/default.yaml",
+    "--max_steps",
+    "4",
+    "--save_strategy",
+    "steps",
+    "--save_steps",
+    "2",
+    "--per_device_train_batch_size",
+    "8",
+    "--num_generations",
+    "4",
+    "--max_completion_length",
+    "24",
+    "--train_size",
+    "64",
+    "--logging_steps",
+    "1",
+    "--learning_rate",
+    "1e-3",
+    "--kl_controller",
+    "adaptive",
+    "--beta",
+    "0.05",
+    "--target_kl",
+    "0.001",
+    "--kl_horizon",
+    "50",
+    "--zero_std_groups",
+    "refill",
+    "--max_refill_rounds",
+    "1",
+    "--disable_tqdm",
+    "true",
 ]
 
 
@@ -39,7 +69,10 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(python, root, tmp_path)
 
     subprocess.run(
         command(python, killed, "--resume_from_checkpoint", str(killed / "checkpoint-2")),
-        cwd=root, check=True, capture_output=True, timeout=600,
+        cwd=root,
+        check=True,
+        capture_output=True,
+        timeout=600,
     )
     state_a = json.loads((straight / "checkpoint-4" / "grpo_ext_state.json").read_text())
     state_b = json.loads((killed / "checkpoint-4" / "grpo_ext_state.json").read_text())

@@ -30,9 +30,17 @@ def make_tiny_policy(path, seed: int = 0, hidden: int = 32, layers: int = 2):
     torch.manual_seed(seed)
     tokenizer = build_char_tokenizer()
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None,
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
     )
     model = LlamaForCausalLM(config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -53,10 +61,15 @@ def separable_records(n: int = 64) -> list[dict]:
         a, b = i % 10, (i * 7) % 10
         right = i % 2 == 0
         completion = f"{a}+{b}={a + b};#{1 if right else 2}"
-        records.append({
-            "id": f"r{i}", "prompt": f"{a}+{b}=", "completion": completion, "label": int(right),
-            "step_labels": [1.0, float(right)],
-        })
+        records.append(
+            {
+                "id": f"r{i}",
+                "prompt": f"{a}+{b}=",
+                "completion": completion,
+                "label": int(right),
+                "step_labels": [1.0, float(right)],
+            }
+        )
     return records
 
 
@@ -91,12 +104,20 @@ def test_outcome_rm_reward_function_scores_change_with_training(policy_dir, tmp_
     completions = [r["completion"] for r in records]
     labels = np.array([r["label"] for r in records])
     reward = RMRewardFunction(model=rm, tokenizer=tokenizer)
-    before = np.array(reward(prompts=prompts, completions=completions, completion_ids=[[0]] * len(records),
-                             answer=["1"] * len(records), trainer_state=None))
+    before = np.array(
+        reward(
+            prompts=prompts,
+            completions=completions,
+            completion_ids=[[0]] * len(records),
+            answer=["1"] * len(records),
+            trainer_state=None,
+        )
+    )
     assert before.shape == (len(records),) and ((before >= 0) & (before <= 1)).all()
 
-    train_reward_model("outcome", rm, tokenizer, records, tmp_path / "orm", epochs=15, learning_rate=5e-3,
-                       batch_size=16)
+    train_reward_model(
+        "outcome", rm, tokenizer, records, tmp_path / "orm", epochs=15, learning_rate=5e-3, batch_size=16
+    )
     after = np.array(RMRewardFunction(tmp_path / "orm")(prompts=prompts, completions=completions))
     assert not np.allclose(before, after, atol=1e-3)
     assert after[labels == 1].min() > after[labels == 0].max()  # separable data: perfectly ranked after training
@@ -108,8 +129,17 @@ def test_outcome_rm_reward_function_scores_change_with_training(policy_dir, tmp_
 def test_process_rm_trains_and_plugs_into_process_reward_model(policy_dir, tmp_path):
     records = separable_records()
     prm, tokenizer = init_reward_model("process", policy_dir)
-    train_reward_model("process", prm, tokenizer, records, tmp_path / "prm", separator=";", epochs=15,
-                       learning_rate=5e-3, batch_size=16)
+    train_reward_model(
+        "process",
+        prm,
+        tokenizer,
+        records,
+        tmp_path / "prm",
+        separator=";",
+        epochs=15,
+        learning_rate=5e-3,
+        batch_size=16,
+    )
     scorer = ProcessRewardModel(str(tmp_path / "prm"), ";")  # the trainer's PRM wrapper (process_reward_model)
     steps = scorer(prompts=[r["prompt"] for r in records], completions=[r["completion"] for r in records])
     assert all(len(s) == 2 for s in steps)

@@ -34,9 +34,17 @@ def tiny():
     torch.manual_seed(0)
     tokenizer = build_char_tokenizer()
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id, bos_token_id=None, tie_word_embeddings=True,
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+        tie_word_embeddings=True,
     )
     model = LlamaForCausalLM(config).eval()
     return model, tokenizer
@@ -110,8 +118,9 @@ def test_shared_prefill_falls_back_when_the_model_does_not_allow_it(tiny, monkey
 
 def test_sample_completions_keeps_its_keyword_form(tiny):
     model, tok = tiny
-    out = sampling.sample_completions(model, tok, PROMPTS[:2], 2, temperature=1.0, max_new_tokens=4, seed=0,
-                                      progress=False)
+    out = sampling.sample_completions(
+        model, tok, PROMPTS[:2], 2, temperature=1.0, max_new_tokens=4, seed=0, progress=False
+    )
     assert [len(x) for x in out] == [2, 2]
 
 
@@ -212,8 +221,15 @@ def test_harness_drops_k_above_n_with_a_recorded_warning_and_names_bad_rows(setu
     with pytest.raises(ValueError, match="empty"):
         evaluate_model(FakeBackend(), task, params, [1], None, problems=[], progress=False)
     with pytest.raises(ValueError, match="row 1 has no reference answer"):
-        evaluate_model(FakeBackend(), task, params, [1], None, progress=False,
-                       problems=[{"prompt": "1+1=", "answer": "2"}, {"prompt": "2+2=", "answer": None}])
+        evaluate_model(
+            FakeBackend(),
+            task,
+            params,
+            [1],
+            None,
+            progress=False,
+            problems=[{"prompt": "1+1=", "answer": "2"}, {"prompt": "2+2=", "answer": None}],
+        )
 
 
 # ---- backends and io --------------------------------------------------------------------------------------------

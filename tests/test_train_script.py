@@ -14,9 +14,7 @@ FAST = ["--max_steps", "2", "--per_device_train_batch_size", "8", "--num_generat
 
 
 def run_train(python, root, *args, check=True):
-    proc = subprocess.run(
-        [python, "scripts/train.py", *args], cwd=root, capture_output=True, text=True, timeout=600
-    )
+    proc = subprocess.run([python, "scripts/train.py", *args], cwd=root, capture_output=True, text=True, timeout=600)
     if check and proc.returncode != 0:
         raise AssertionError(f"train.py failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return proc
@@ -26,8 +24,22 @@ def run_train(python, root, *args, check=True):
 def test_qlora_config_trains_two_steps_and_writes_a_peft_adapter(python, root, tmp_path):
     out = tmp_path / "run"
     proc = run_train(
-        python, root, "--config", "configs/qlora.yaml", "--output_dir", str(out), *FAST,
-        "--passk_eval_steps", "1", "--passk_eval_prompts", "4", "--passk_eval_n", "2", "--passk_eval_k", "1", "2",
+        python,
+        root,
+        "--config",
+        "configs/qlora.yaml",
+        "--output_dir",
+        str(out),
+        *FAST,
+        "--passk_eval_steps",
+        "1",
+        "--passk_eval_prompts",
+        "4",
+        "--passk_eval_n",
+        "2",
+        "--passk_eval_k",
+        "1",
+        "2",
     )
     assert "eval/pass@2" in proc.stdout + proc.stderr and "eval/maj@2" in proc.stdout + proc.stderr  # the callback
     assert (out / "adapter_config.json").is_file() and (out / "adapter_model.safetensors").is_file()

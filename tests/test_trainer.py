@@ -36,7 +36,9 @@ def final_weights(trainer):
 def test_extensions_off_match_trl_exactly(tmp_path, beta):
     runs = {}
     for name, trainer_cls, config_cls in [("trl", GRPOTrainer, GRPOConfig), ("ext", GRPOExtTrainer, None)]:
-        args = tiny_args(tmp_path=tmp_path / name, max_steps=3, beta=beta, **({"cls": config_cls} if config_cls else {}))
+        args = tiny_args(
+            tmp_path=tmp_path / name, max_steps=3, beta=beta, **({"cls": config_cls} if config_cls else {})
+        )
         trainer = tiny_trainer(trainer_cls, args=args)
         trainer.train()
         losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
@@ -120,13 +122,13 @@ def test_process_advantages_are_wired_to_the_step_verifier(tmp_path):
 
     # Rebuild the step rewards from the texts by hand and compare with the trainer's advantages.
     step_rewards = torch.full(advantages.shape, math.nan)
-    for row, (ids, mask) in enumerate(zip(out["completion_ids"], out["completion_mask"])):
+    for row, (ids, mask) in enumerate(zip(out["completion_ids"], out["completion_mask"], strict=False)):
         ids = ids[mask.bool()].tolist()
         text = tok.decode(ids, skip_special_tokens=True)
         scores = TASK.verify_steps(batch[row]["prompt"], text)
         ends = step_end_token_indices(tok, ids, ";")
         assert len(ends) == len(scores)
-        for end, score in zip(ends, scores):
+        for end, score in zip(ends, scores, strict=False):
             step_rewards[row, end] = score
     expected = process_advantages(step_rewards, group_size=4)
     assert advantages.abs().sum() > 0  # the batch has step-level signal, so the comparison is not vacuous
@@ -143,8 +145,14 @@ def test_process_advantages_are_wired_to_the_step_verifier(tmp_path):
 
 def test_adaptive_beta_follows_the_ziegler_update_and_survives_a_checkpoint(tmp_path):
     args = tiny_args(
-        tmp_path=tmp_path, max_steps=3, beta=0.1, kl_controller="adaptive", target_kl=1e-4, kl_horizon=16,
-        save_strategy="steps", save_steps=3,
+        tmp_path=tmp_path,
+        max_steps=3,
+        beta=0.1,
+        kl_controller="adaptive",
+        target_kl=1e-4,
+        kl_horizon=16,
+        save_strategy="steps",
+        save_steps=3,
     )
     trainer = tiny_trainer(args=args)
     trainer.train()
@@ -160,7 +168,9 @@ def test_adaptive_beta_follows_the_ziegler_update_and_survives_a_checkpoint(tmp_
     assert trainer.beta == pytest.approx(expected[-1])
 
     state = json.loads((tmp_path / "checkpoint-3" / "grpo_ext_state.json").read_text())
-    fresh = tiny_trainer(args=tiny_args(tmp_path=tmp_path / "b", beta=0.1, kl_controller="adaptive", target_kl=1e-4, kl_horizon=16))
+    fresh = tiny_trainer(
+        args=tiny_args(tmp_path=tmp_path / "b", beta=0.1, kl_controller="adaptive", target_kl=1e-4, kl_horizon=16)
+    )
     assert fresh.beta == 0.1
     fresh.create_optimizer_and_scheduler(num_training_steps=3)
     fresh._load_optimizer_and_scheduler(str(tmp_path / "checkpoint-3"))
@@ -192,9 +202,11 @@ def test_process_mode_without_a_source_and_wrong_step_counts(tmp_path):
         tiny_trainer(args=tiny_args(tmp_path=tmp_path, advantage_mode="process"))
 
     def one_score_too_many(prompts, completions, **kwargs):
-        return [TASK.verify_steps(p, c) + [1.0] for p, c in zip(prompts, completions)]
+        return [TASK.verify_steps(p, c) + [1.0] for p, c in zip(prompts, completions, strict=False)]
 
-    trainer = tiny_trainer(args=tiny_args(tmp_path=tmp_path, advantage_mode="process"), process_reward_funcs=[one_score_too_many])
+    trainer = tiny_trainer(
+        args=tiny_args(tmp_path=tmp_path, advantage_mode="process"), process_reward_funcs=[one_score_too_many]
+    )
     trainer.model.train()
     with pytest.raises(ValueError, match="'one_score_too_many' returned .* step scores for completion 0"):
         trainer._generate_and_score_completions(group_batch(trainer, [0, 1]))

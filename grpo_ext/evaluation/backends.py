@@ -168,20 +168,33 @@ class TransformersBackend(Backend):
 
     kind = "transformers"
 
-    def __init__(self, model, tokenizer, *, name: str = "model", fingerprint: str | None = None,
-                 shared_prefill: bool | None = None):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        name: str = "model",
+        fingerprint: str | None = None,
+        shared_prefill: bool | None = None,
+    ):
         self.model, self.tokenizer = model, tokenizer
         self.name, self.fingerprint, self.shared_prefill = name, fingerprint, shared_prefill
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, *, shared_prefill: bool | None = None, **load_kwargs):
         model, tokenizer = load_model_and_tokenizer(name_or_path, **load_kwargs)
-        return cls(model, tokenizer, name=name_or_path,
-                   fingerprint=model_fingerprint(resolve_model_path(name_or_path)), shared_prefill=shared_prefill)
+        return cls(
+            model,
+            tokenizer,
+            name=name_or_path,
+            fingerprint=model_fingerprint(resolve_model_path(name_or_path)),
+            shared_prefill=shared_prefill,
+        )
 
     def generate(self, prompts: Sequence[str], params: SamplingParams, *, progress: bool = False) -> list[list[str]]:
-        return sample(self.model, self.tokenizer, prompts, params, progress=progress,
-                      shared_prefill=self.shared_prefill)
+        return sample(
+            self.model, self.tokenizer, prompts, params, progress=progress, shared_prefill=self.shared_prefill
+        )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -201,8 +214,17 @@ class VLLMBackend(Backend):
 
     kind = "vllm"
 
-    def __init__(self, name_or_path: str | None = None, *, llm=None, sampling_params_cls=None, lora_request=None,
-                 trust_remote_code: bool = False, name: str | None = None, **llm_kwargs):
+    def __init__(
+        self,
+        name_or_path: str | None = None,
+        *,
+        llm=None,
+        sampling_params_cls=None,
+        lora_request=None,
+        trust_remote_code: bool = False,
+        name: str | None = None,
+        **llm_kwargs,
+    ):
         if llm is None or sampling_params_cls is None:
             if not vllm_available():
                 raise BackendUnavailableError(

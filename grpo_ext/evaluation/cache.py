@@ -71,7 +71,10 @@ class SampleCache:
                 if torn or line_end == len(data):
                     logger.warning(
                         "%s: dropping a torn last line (%d bytes, line %d; a crash mid-write?): its samples will be "
-                        "drawn again", self.path, len(raw), n_lines,
+                        "drawn again",
+                        self.path,
+                        len(raw),
+                        n_lines,
                     )
                     self.dropped_lines += 1
                     break  # the file is cut back to _good_size before the next append
@@ -119,8 +122,9 @@ class SampleCache:
                 raise ValueError(f"sample record lacks {missing}: {record}")
         if self.path is not None and records:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            payload = "".join(json.dumps({f: r[f] for f in RECORD_FIELDS}, ensure_ascii=False) + "\n"
-                              for r in records).encode("utf-8")
+            payload = "".join(
+                json.dumps({f: r[f] for f in RECORD_FIELDS}, ensure_ascii=False) + "\n" for r in records
+            ).encode("utf-8")
             with self.path.open("ab") as handle:
                 size = handle.tell()  # append mode: the end of the file
                 if size != self._known_size:

@@ -75,8 +75,13 @@ class PassKMajKCallback(TrainerCallback):
         was_training = model.training
         try:
             result = evaluate_model(
-                TransformersBackend(model, tokenizer, name="policy"), self.task, self.params, self.ks,
-                cache_path=None, problems=self.problems, progress=False,
+                TransformersBackend(model, tokenizer, name="policy"),
+                self.task,
+                self.params,
+                self.ks,
+                cache_path=None,
+                problems=self.problems,
+                progress=False,
             )
         finally:
             model.train(was_training)
@@ -156,8 +161,9 @@ def make_passk_callback(
         raise ValueError(f"make_passk_callback: n_prompts must be an integer >= 1, got {n_prompts!r}")
     if max_new_tokens is None:
         max_new_tokens = getattr(getattr(trainer, "args", None), "max_completion_length", None) or 64
-    params = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed,
-                            batch_size=batch_size)
+    params = SamplingParams(
+        n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size
+    )
     problems = list(task.load(split, n_prompts))[:n_prompts]
     callback = PassKMajKCallback(task, problems, params, ks, every, **callback_kwargs)
     if trainer is not None:

@@ -67,8 +67,10 @@ def validate_problems(rows: Sequence[dict], task: Task, source: str = "problems"
     problems = []
     for i, row in enumerate(rows):
         prompt, answer = row.get("prompt"), row.get("answer")
-        conversation = isinstance(prompt, list) and prompt and all(
-            isinstance(m, dict) and "role" in m and "content" in m for m in prompt
+        conversation = (
+            isinstance(prompt, list)
+            and prompt
+            and all(isinstance(m, dict) and "role" in m and "content" in m for m in prompt)
         )
         if not (isinstance(prompt, str) and prompt) and not conversation:
             raise ValueError(
@@ -111,14 +113,16 @@ def score_samples(task: Task, problems: Sequence[dict], completions: Sequence[Se
         for key in keys:
             if key is not None:
                 votes[key] = votes.get(key, 0) + 1
-        per_problem.append({
-            "problem_id": p["problem_id"],
-            "prompt": p["prompt"],
-            "answer": p["answer"],
-            "n_correct": int(sum(flags)),
-            "n_extracted": int(sum(key is not None for key in keys)),
-            "top_answer": max(votes, key=votes.get) if votes else None,
-        })
+        per_problem.append(
+            {
+                "problem_id": p["problem_id"],
+                "prompt": p["prompt"],
+                "answer": p["answer"],
+                "n_correct": int(sum(flags)),
+                "n_extracted": int(sum(key is not None for key in keys)),
+                "top_answer": max(votes, key=votes.get) if votes else None,
+            }
+        )
     return summary, per_problem
 
 
@@ -194,8 +198,8 @@ def evaluate_model(
             full = len(missing) == n
             # A problem's first draw uses the run's seed; redrawing a few indices uses a seed of its own so the
             # new samples are not copies of the old ones' random stream.
-            call_params = params if full else params.replace(
-                n=len(missing), seed=derive_seed(params.seed, "redraw", *missing)
+            call_params = (
+                params if full else params.replace(n=len(missing), seed=derive_seed(params.seed, "redraw", *missing))
             )
             prompts = [problems[pos]["prompt"] for pos, _ in batch]
             completions = backend.generate(prompts, call_params)
@@ -208,16 +212,18 @@ def evaluate_model(
             for (pos, _), comps in zip(batch, completions, strict=True):
                 for index, completion in zip(missing, comps, strict=True):
                     samples[pos][index] = completion
-                    records.append({
-                        "model": backend.name,
-                        "model_fingerprint": backend.fingerprint,
-                        "task": task_id,
-                        "problem_id": problems[pos]["problem_id"],
-                        "sample_index": index,
-                        "params": key,
-                        "prompt": problems[pos]["prompt"],
-                        "completion": completion,
-                    })
+                    records.append(
+                        {
+                            "model": backend.name,
+                            "model_fingerprint": backend.fingerprint,
+                            "task": task_id,
+                            "problem_id": problems[pos]["problem_id"],
+                            "sample_index": index,
+                            "params": key,
+                            "prompt": problems[pos]["prompt"],
+                            "completion": completion,
+                        }
+                    )
             cache.append(records)
             bar.update(len(records))
     finally:

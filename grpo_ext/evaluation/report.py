@@ -104,10 +104,30 @@ def plot_passk_majk(results: Sequence[dict], *, title: str | None = None) -> byt
     for i, r in enumerate(results):
         colour = colours[i % len(colours)]
         ks = r["ks"]
-        ax.plot(ks, [r["pass@k"][str(k)] for k in ks], color=colour, linestyle="-", marker="o", linewidth=2.2,
-                markersize=5, clip_on=False, zorder=3, label=f"{_label(r['model'])}: Pass@K")
-        ax.plot(ks, [r["maj@k"][str(k)] for k in ks], color=colour, linestyle="--", marker="s", linewidth=2.2,
-                markersize=5, clip_on=False, zorder=3, label=f"{_label(r['model'])}: Maj@K")
+        ax.plot(
+            ks,
+            [r["pass@k"][str(k)] for k in ks],
+            color=colour,
+            linestyle="-",
+            marker="o",
+            linewidth=2.2,
+            markersize=5,
+            clip_on=False,
+            zorder=3,
+            label=f"{_label(r['model'])}: Pass@K",
+        )
+        ax.plot(
+            ks,
+            [r["maj@k"][str(k)] for k in ks],
+            color=colour,
+            linestyle="--",
+            marker="s",
+            linewidth=2.2,
+            markersize=5,
+            clip_on=False,
+            zorder=3,
+            label=f"{_label(r['model'])}: Maj@K",
+        )
     if len(all_ks) > 1:
         ax.set_xscale("log", base=2)
         ax.set_xlim(all_ks[0] / 1.25, all_ks[-1] * 1.25)
@@ -124,8 +144,10 @@ def plot_passk_majk(results: Sequence[dict], *, title: str | None = None) -> byt
     if len(results) > 1:  # one entry per model (its colour) plus one per line style reads best
         handles = [Line2D([], [], color=colours[i % len(colours)], linewidth=2.2) for i in range(len(results))]
         labels = [_label(r["model"]) for r in results]
-        handles += [Line2D([], [], color="0.3", linestyle="-", marker="o"),
-                    Line2D([], [], color="0.3", linestyle="--", marker="s")]
+        handles += [
+            Line2D([], [], color="0.3", linestyle="-", marker="o"),
+            Line2D([], [], color="0.3", linestyle="--", marker="s"),
+        ]
         labels += ["Pass@K", "Maj@K"]
     # outside the axes, on the right: curves can sit anywhere in [0, 1]
     ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, fontsize=9)
@@ -136,8 +158,9 @@ def plot_passk_majk(results: Sequence[dict], *, title: str | None = None) -> byt
     return buffer.getvalue()
 
 
-def write_reports(results: Sequence[dict], out_dir, *, command: str | None = None,
-                  extra: dict | None = None) -> dict[str, Path]:
+def write_reports(
+    results: Sequence[dict], out_dir, *, command: str | None = None, extra: dict | None = None
+) -> dict[str, Path]:
     """Write ``report.md``, ``report.json`` and ``passk_majk.png`` into ``out_dir``; returns their paths."""
     if not results:
         raise ValueError("no results to report")

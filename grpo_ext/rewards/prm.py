@@ -39,7 +39,9 @@ class ProcessRewardModel:
         out: list[list[float]] = []
         for start in range(0, len(prompts), self.batch_size):
             rows, positions = [], []
-            for prompt, completion in zip(prompts[start : start + self.batch_size], completions[start : start + self.batch_size], strict=True):
+            for prompt, completion in zip(
+                prompts[start : start + self.batch_size], completions[start : start + self.batch_size], strict=True
+            ):
                 prompt_ids = self.tokenizer(prompt, add_special_tokens=False).input_ids
                 completion_ids = self.tokenizer(completion, add_special_tokens=False).input_ids
                 ends = step_end_token_indices(self.tokenizer, completion_ids, self.step_separator)

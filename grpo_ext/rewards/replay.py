@@ -42,8 +42,9 @@ def _unique_by_id(records: Sequence[dict], exclude: set[str] = frozenset()) -> l
     return out
 
 
-def sample_replay(history: Sequence[dict], n_new: int, replay_ratio: float, seed: int,
-                  exclude_ids: set[str] = frozenset()) -> list[dict]:
+def sample_replay(
+    history: Sequence[dict], n_new: int, replay_ratio: float, seed: int, exclude_ids: set[str] = frozenset()
+) -> list[dict]:
     """``replay_count(n_new, replay_ratio, ...)`` distinct records of ``history`` drawn uniformly without
     replacement (records whose id is in ``exclude_ids`` are never drawn), in history order."""
     pool = _unique_by_id(history, set(exclude_ids))

@@ -228,8 +228,15 @@ class RMRewardFunction:
     Prompts and completions are strings (conversational ones use the last message's text).
     """
 
-    def __init__(self, path: str | os.PathLike | None = None, *, model=None, tokenizer=None, batch_size: int = 64,
-                 name: str | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike | None = None,
+        *,
+        model=None,
+        tokenizer=None,
+        batch_size: int = 64,
+        name: str | None = None,
+    ):
         if path is not None:
             model, tokenizer = load_reward_model("outcome", path)
         if model is None or tokenizer is None:
@@ -354,13 +361,15 @@ def evaluate_reward_model(kind: str, model, tokenizer, records: Sequence[dict], 
     prompts = [r["prompt"] for r in records]
     completions = [r["completion"] for r in records]
     if kind == "outcome":
-        return _binary_metrics(score_outcome(model, tokenizer, prompts, completions),
-                               np.array([r["label"] for r in records]))
+        return _binary_metrics(
+            score_outcome(model, tokenizer, prompts, completions), np.array([r["label"] for r in records])
+        )
     steps = score_process(model, tokenizer, prompts, completions, separator)
     flat_scores = [s for row in steps for s in row]
     flat_labels = [int(v) for r in records for v in r["step_labels"]]
     metrics = _binary_metrics(np.array(flat_scores), np.array(flat_labels))
-    outcome = _binary_metrics(np.array([min(row) if row else 0.0 for row in steps]),
-                              np.array([r["label"] for r in records]))
+    outcome = _binary_metrics(
+        np.array([min(row) if row else 0.0 for row in steps]), np.array([r["label"] for r in records])
+    )
     metrics.update(outcome_accuracy=outcome["accuracy"], outcome_auc=outcome["auc"])
     return metrics

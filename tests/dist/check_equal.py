@@ -38,15 +38,24 @@ def canned_completion(prompt: str, row: int) -> str:
 def main(out: Path) -> None:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     args = tiny_args(
-        tmp_path=out / "run", per_device_train_batch_size=GLOBAL_BATCH // world, num_generations=GROUP,
-        advantage_mode="process", process_include_outcome=True, zero_std_groups="skip", beta=0.1, loss_type="dapo",
+        tmp_path=out / "run",
+        per_device_train_batch_size=GLOBAL_BATCH // world,
+        num_generations=GROUP,
+        advantage_mode="process",
+        process_include_outcome=True,
+        zero_std_groups="skip",
+        beta=0.1,
+        loss_type="dapo",
     )
     trainer = tiny_trainer(args=args, process_reward_funcs=[TASK.step_reward])
     rank, tok = trainer.accelerator.process_index, trainer.processing_class
     n_local = GLOBAL_BATCH // world
 
     def generate(prompt_ids, images, multimodal_fields, num_generations):
-        texts = [canned_completion(tok.decode(p, skip_special_tokens=True), rank * n_local + i) for i, p in enumerate(prompt_ids)]
+        texts = [
+            canned_completion(tok.decode(p, skip_special_tokens=True), rank * n_local + i)
+            for i, p in enumerate(prompt_ids)
+        ]
         return [tok(t, add_special_tokens=False).input_ids + [tok.eos_token_id] for t in texts], None
 
     trainer._generate_single_turn = generate
@@ -56,7 +65,7 @@ def main(out: Path) -> None:
     loss = trainer._compute_loss(trainer.model, batch)
     lengths = batch["completion_ids"].ne(tok.pad_token_id).sum(dim=1).tolist()
     dump = {
-        "advantages": [row[:n].tolist() for row, n in zip(batch["advantages"], lengths)],
+        "advantages": [row[:n].tolist() for row, n in zip(batch["advantages"], lengths, strict=False)],
         "keep": batch["zero_std_keep"].tolist(),
         "num_items_in_batch": batch["num_items_in_batch"].item(),
         "loss": loss.item(),
