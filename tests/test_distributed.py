@@ -28,3 +28,19 @@ def test_two_processes_equal_one(python, root, tmp_path):
     assert ranks[0]["num_items_in_batch"] == ranks[1]["num_items_in_batch"] == single["num_items_in_batch"]
     # DDP averages the ranks' gradients, so the mean of the ranks' losses is the one-process loss.
     assert (ranks[0]["loss"] + ranks[1]["loss"]) / 2 == pytest.approx(single["loss"], rel=1e-5, abs=1e-7)
+
+
+@pytest.mark.slow
+def test_train_script_runs_every_extension_on_two_processes(python, root, tmp_path):
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
+    cmd = [
+        python, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29534",
+        "scripts/train.py", "--config", "configs/process.yaml", "--output_dir", str(tmp_path),
+        "--max_steps", "2", "--per_device_train_batch_size", "8", "--num_generations", "4",
+        "--max_completion_length", "24", "--train_size", "64", "--zero_std_groups", "refill",
+        "--max_refill_rounds", "1", "--kl_controller", "adaptive", "--beta", "0.05", "--logging_steps", "1",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "'beta'" in proc.stdout + proc.stderr and "zero_std/refill_rounds" in proc.stdout + proc.stderr
+    assert (tmp_path / "model.safetensors").is_file()
