@@ -127,6 +127,7 @@ def policy_init(model_args, training_args):
         "trust_remote_code": training_args.trust_remote_code,
         "attn_implementation": model_args.attn_implementation,
         "dtype": model_args.dtype,
+        "use_safetensors": True,  # never unpickle weights
     }
     init_kwargs.update(training_args.model_init_kwargs or {})
     training_args.model_init_kwargs = init_kwargs
