@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 # On 2 CPU cores one thread per process is fastest for GRPO (thread contention otherwise).
 THREADS ?= 1
 
-.PHONY: train test setup base-model lint iterative
+.PHONY: train test setup base-model lint iterative compare compare-quick
 
 setup: $(STAMP)
 
@@ -36,3 +36,10 @@ lint: $(STAMP)
 iterative: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/iterative.py --config configs/iterative.yaml \
 		--output_dir outputs/iterative --report_dir results/iterative
+
+# SFT, RFT, online RFT, DPO, GRPO outcome/process from one base, 2 seeds, then the comparison report.
+compare: $(STAMP)
+	OMP_NUM_THREADS=$(THREADS) HF_HUB_OFFLINE=1 $(BIN)/python scripts/run_methods.py --seeds 0,1 --out results/compare
+
+compare-quick: $(STAMP)
+	OMP_NUM_THREADS=$(THREADS) HF_HUB_OFFLINE=1 $(BIN)/python scripts/run_methods.py --quick --out outputs/compare_quick

@@ -1,0 +1,92 @@
+"""Training cost of a method run: samples generated, tokens, wall time; written next to the checkpoint.
+
+``training_cost.json`` (in the run's output folder) holds:
+
+- ``samples_generated`` / ``generated_tokens``: completions sampled to train (online: every completion the
+  trainer scored, refills included; RFT/DPO: the completions drawn once from the base model; SFT: 0) and their
+  tokens (the EOS that ends a completion counts as one token);
+- ``trained_sequences``: sequences the gradient was computed on (optimizer steps x sequences per step; a DPO pair
+  is two sequences) and ``trained_tokens``, the tokens the TRL trainer reports it processed (prompts included);
+- ``sampling_seconds``, ``train_seconds`` (learning-curve evaluations excluded), ``curve_seconds`` and
+  ``wall_seconds`` = sampling + training: the cost of the method, not of measuring it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+from grpo_ext.evaluation.io import atomic_write_text
+
+__all__ = ["COST_FILE", "CURVE_FILE", "CountingReward", "TrainTimer", "read_json_file", "write_json_file"]
+
+COST_FILE = "training_cost.json"
+CURVE_FILE = "learning_curve.json"
+RUN_FILE = "method_run.json"
+
+
+class CountingReward:
+    """Wraps a TRL reward function and counts the completions (and their tokens) it scores.
+
+    Every completion an online trainer generates for training is scored exactly once by each reward function, so
+    the counts are the samples and tokens generated (on this process).
+    """
+
+    def __init__(self, fn: Callable):
+        self.samples = 0
+        self.tokens = 0
+
+        @functools.wraps(fn)
+        def counted(*args, completions=None, completion_ids=None, **kwargs):
+            self.samples += len(completions) if completions is not None else 0
+            self.tokens += sum(len(ids) for ids in completion_ids) if completion_ids is not None else 0
+            return fn(*args, completions=completions, completion_ids=completion_ids, **kwargs)
+
+        self.fn = counted
+
+
+class TrainTimer(TrainerCallback):
+    """Wall time of ``trainer.train()`` (begin to end), and the optimizer steps taken."""
+
+    def __init__(self):
+        self.start: float | None = None
+        self.seconds = 0.0
+        self.steps = 0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.perf_counter()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.start is not None:
+            self.seconds = time.perf_counter() - self.start
+        self.steps = state.global_step
+
+
+def trained_tokens(trainer) -> int | None:
+    """Tokens the TRL trainer reports it processed (prompt + completion), or None if it does not say."""
+    for name in ("_total_train_tokens",):
+        value = getattr(trainer, name, None)
+        if isinstance(value, int | float) and value > 0:
+            return int(value)
+    seen = getattr(trainer.state, "num_input_tokens_seen", 0)
+    return int(seen) if seen else None
+
+
+def write_json_file(folder: str | Path, name: str, payload: dict | list) -> Path:
+    return atomic_write_text(Path(folder) / name, json.dumps(payload, indent=2) + "\n")
+
+
+def read_json_file(folder: str | Path, name: str):
+    """The JSON in ``folder/name``, or None when the file does not exist."""
+    path = Path(folder) / name
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from None
