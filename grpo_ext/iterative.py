@@ -43,6 +43,7 @@ from grpo_ext.rewards.reward_models import (
     load_reward_model,
     train_reward_model,
 )
+from grpo_ext.script_args import parse_task_kwargs
 
 logger = logging.getLogger(__name__)
 
@@ -109,14 +110,7 @@ class IterativeArguments:
     )
 
     def __post_init__(self):
-        if isinstance(self.task_kwargs, str):
-            try:
-                self.task_kwargs = json.loads(self.task_kwargs)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"task_kwargs: expected a JSON object, got {self.task_kwargs!r}") from err
-        if self.task_kwargs is not None and not isinstance(self.task_kwargs, dict):
-            raise ValueError(f"task_kwargs: expected a mapping, got {type(self.task_kwargs).__name__}")
-        self.task_kwargs = dict(self.task_kwargs or {})
+        self.task_kwargs = parse_task_kwargs(self.task_kwargs)
         if self.reward_model_type not in RM_KINDS:
             raise ValueError(
                 f"reward_model_type: unknown value {self.reward_model_type!r}; expected one of {', '.join(RM_KINDS)}"

@@ -6,6 +6,18 @@ import json
 from dataclasses import dataclass, field
 
 
+def parse_task_kwargs(value: dict | str | None) -> dict:
+    """`task_kwargs` from YAML (a mapping) or the command line (a JSON string), as a dict."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"task_kwargs: expected a JSON object, got {value!r}") from err
+    if value is not None and not isinstance(value, dict):
+        raise ValueError(f"task_kwargs: expected a mapping, got {type(value).__name__}")
+    return dict(value or {})
+
+
 @dataclass
 class TaskArguments:
     """Which task supplies the prompts and the verifier, and which reward functions score completions."""
@@ -30,14 +42,7 @@ class TaskArguments:
     passk_eval_k: list[int] = field(default_factory=lambda: [1, 8], metadata={"help": "k values (<= passk_eval_n)."})
 
     def __post_init__(self):
-        if isinstance(self.task_kwargs, str):
-            try:
-                self.task_kwargs = json.loads(self.task_kwargs)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"task_kwargs: expected a JSON object, got {self.task_kwargs!r}") from err
-        if self.task_kwargs is not None and not isinstance(self.task_kwargs, dict):
-            raise ValueError(f"task_kwargs: expected a mapping, got {type(self.task_kwargs).__name__}")
-        self.task_kwargs = dict(self.task_kwargs or {})
+        self.task_kwargs = parse_task_kwargs(self.task_kwargs)
         if self.passk_eval_steps < 0:
             raise ValueError(f"passk_eval_steps: must be >= 0 (0 turns it off), got {self.passk_eval_steps}")
         if self.passk_eval_steps and any(k > self.passk_eval_n for k in self.passk_eval_k):
