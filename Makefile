@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 # On 2 CPU cores one thread per process is fastest for GRPO (thread contention otherwise).
 THREADS ?= 1
 
-.PHONY: train test setup base-model lint iterative compare compare-quick
+.PHONY: train test setup base-model lint iterative compare compare-quick bench
 
 setup: $(STAMP)
 
@@ -43,3 +43,7 @@ compare: $(STAMP)
 
 compare-quick: $(STAMP)
 	OMP_NUM_THREADS=$(THREADS) HF_HUB_OFFLINE=1 $(BIN)/python scripts/run_methods.py --quick --out outputs/compare_quick
+
+# Side-by-side performance measurements (tables + benchmarks/results/*.json), ~12 min.
+bench: $(STAMP)
+	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(BIN)/python -m benchmarks.run_all

@@ -152,6 +152,32 @@ def is_quantized(model) -> bool:
     return bool(getattr(model, "is_loaded_in_4bit", False) or getattr(model, "is_loaded_in_8bit", False))
 
 
+def release_checkpoint_mapping(model) -> int:
+    """Give every parameter and buffer that is not a packed 4-bit weight its own memory; returns the bytes copied.
+
+    `from_pretrained` leaves the tensors it does not quantise (embeddings, norms, biases) as views of the memory-mapped
+    checkpoint. While any of them lives the whole mapping stays open, and every page of the full-precision linear
+    weights read during quantisation stays in the process's resident set (measured: ~420 MiB for a Qwen2.5-0.5B shape,
+    about as much as the 4-bit model itself). Copying the few unquantised tensors lets the mapping close.
+    """
+    import bitsandbytes as bnb
+
+    copied, seen = 0, set()
+    for module in model.modules():
+        for param in module.parameters(recurse=False):
+            if id(param) in seen or isinstance(param, bnb.nn.Params4bit):
+                continue
+            seen.add(id(param))
+            param.data = param.data.clone()
+            copied += param.numel() * param.element_size()
+        for name, buffer in list(module.named_buffers(recurse=False)):
+            if buffer is not None and id(buffer) not in seen:
+                seen.add(id(buffer))
+                module._buffers[name] = buffer.clone()
+                copied += buffer.numel() * buffer.element_size()
+    return copied
+
+
 def prepare_quantized_policy(model, keep_fp32_adapters: bool | None = None) -> dict:
     """Make a 4-bit policy safe and exact to train on CPU; a no-op for full-precision models. Returns what it changed.
 
@@ -166,9 +192,10 @@ def prepare_quantized_policy(model, keep_fp32_adapters: bool | None = None) -> d
     Call it after the trainer wrapped the model and before the optimizer exists (GRPOExtTrainer.__init__).
     """
     layers = _linear4bit_modules(model)
-    changed = {"packing_disabled": 0, "adapters_to_fp32": 0}
+    changed = {"packing_disabled": 0, "adapters_to_fp32": 0, "bytes_released_from_checkpoint_mapping": 0}
     if not layers:
         return changed
+    changed["bytes_released_from_checkpoint_mapping"] = release_checkpoint_mapping(model)
     for layer in layers:
         if getattr(layer, "support_avx512bf16_for_cpu", False):
             layer.support_avx512bf16_for_cpu = False
