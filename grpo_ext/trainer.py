@@ -172,6 +172,9 @@ class GRPOExtTrainer(GRPOTrainer):
     def _score_batch(self, output: dict) -> dict:
         """Replace TRL's advantages by the configured gradient coefficient; flag the rows of no-signal groups."""
         mode = "train" if self.model.training else "eval"
+        filtering = mode == "train" and self.args.zero_std_groups != "keep"
+        if self.args.advantage_mode == "outcome" and "steps" not in self._scored and not filtering:
+            return output  # TRL's own batch, untouched: nothing to add on this path
         group = self.num_generations if mode == "train" else self.num_generations_eval
         rewards = self._outcome_rewards(self._scored["rewards_per_func"])  # gathered, (N,)
         n_local = output["completion_ids"].shape[0]
@@ -196,7 +199,7 @@ class GRPOExtTrainer(GRPOTrainer):
             advantages = advantages[local]
             output["advantages"] = advantages[:, :width] if advantages.dim() == 2 else advantages
 
-        if mode == "train" and self.args.zero_std_groups != "keep":
+        if filtering:
             signal_source = step_rewards if self.args.advantage_mode == "process" else rewards
             no_signal = zero_std_groups(signal_source, group)  # (N // group,), over all processes
             output["_no_signal_rows"] = no_signal.repeat_interleave(group)[local].cpu()
@@ -247,7 +250,8 @@ class GRPOExtTrainer(GRPOTrainer):
 
     def _update_beta(self, inputs) -> None:
         """Once per optimizer step: the window's token-weighted mean KL (as TRL logs it) updates β."""
-        if self.beta != 0.0 and self._metrics["train"]["kl"]:
+        adaptive = isinstance(self.kl_control, AdaptiveKLController)
+        if adaptive and self.beta != 0.0 and self._metrics["train"]["kl"]:
             # TRL appended this micro-batch's global per-token KL mean; weight it by its global token count, so
             # a micro-batch whose rows were all skipped (no tokens, KL reported as 0) does not pull β down.
             tokens = self.accelerator.reduce(inputs["completion_mask"].sum().float(), reduction="sum").item()

@@ -2,7 +2,6 @@
 
 import importlib.util
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from grpo_ext.methods.comparison import Run, findings
 from grpo_ext.modeling import EMBEDDED_MODEL_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
-MODEL = os.environ.get("GRPO_EXT_TEST_MODEL", str(EMBEDDED_MODEL_DIR))
+MODEL = str(EMBEDDED_MODEL_DIR)
 N, KS, PROBLEMS = 4, (1, 2, 4), 3
 EVAL_FLAGS = ["--n", str(N), "--k", "1,2,4", "--limit", str(PROBLEMS), "--no-progress"]
 

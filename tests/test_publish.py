@@ -21,7 +21,7 @@ from scripts import publish
 from scripts.train import save_resolved_config
 from tests.trainer_utils import TASK, tiny_args
 
-MODEL = os.environ.get("GRPO_EXT_TEST_MODEL", str(EMBEDDED_MODEL_DIR))
+MODEL = str(EMBEDDED_MODEL_DIR)
 PROMPTS = [row["prompt"] for row in TASK.load("test", 6)]
 
 

@@ -1,7 +1,6 @@
 """QLoRA: 4-bit nf4 policy + LoRA through TRL's ModelConfig, with every extension (CPU, embedded model)."""
 
 import logging
-import os
 
 import bitsandbytes as bnb
 import pytest
@@ -22,7 +21,7 @@ from grpo_ext.modeling import (
 )
 from tests.trainer_utils import tiny_args, tiny_trainer
 
-MODEL = os.environ.get("GRPO_EXT_TEST_MODEL", str(EMBEDDED_MODEL_DIR))
+MODEL = str(EMBEDDED_MODEL_DIR)
 PROJECTIONS = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
 
 

@@ -1,7 +1,6 @@
 """A run killed with SIGKILL between checkpoints resumes to the same weights, beta and refill bookkeeping."""
 
 import json
-import os
 import signal
 import subprocess
 import time
@@ -49,7 +48,7 @@ RUN = [
 
 
 def command(python, out, *extra):
-    model = os.environ.get("GRPO_EXT_TEST_MODEL", "embedded")
+    model = "embedded"
     return [python, *RUN, "--model_name_or_path", model, "--output_dir", str(out), *extra]
 
 

@@ -65,7 +65,6 @@ def test_skip_equals_loss_on_batch_without_zero_std_groups(tmp_path, loss_type):
 
     reduced = {k: (v[keep] if isinstance(v, torch.Tensor) and v.ndim > 0 else v) for k, v in out.items()}
     del reduced["zero_std_keep"]
-    reduced["completion_mask"] = reduced["completion_mask"]
     reduced["num_items_in_batch"] = reduced["completion_mask"].sum()
     assert out["num_items_in_batch"] == reduced["num_items_in_batch"]
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 from trl import GRPOConfig, GRPOTrainer
 
 from grpo_ext.config import GRPOExtConfig
@@ -44,7 +42,7 @@ def tiny_trainer(trainer_cls=GRPOExtTrainer, args=None, reward_funcs=None, n_pro
     """A trainer ready for `_generate_and_score_completions` / `_compute_loss` calls outside `train()`."""
     args = args if args is not None else tiny_args()
     trainer = trainer_cls(
-        model=os.environ.get("GRPO_EXT_TEST_MODEL", str(EMBEDDED_MODEL_DIR)),
+        model=str(EMBEDDED_MODEL_DIR),
         reward_funcs=reward_funcs if reward_funcs is not None else [TASK.outcome_reward],
         args=args,
         train_dataset=TASK.load("train", n_prompts),
