@@ -54,10 +54,10 @@ class _Recording:
         self.backend, self.outputs = backend, []  # (prompt, its completions), in the order the harness asked
         self.name, self.fingerprint, self.kind = backend.name, backend.fingerprint, backend.kind
 
-    def generate(self, prompts, params, *, progress=False):
-        out = self.backend.generate(prompts, params, progress=progress)
-        self.outputs.extend(zip(prompts, out, strict=True))
-        return out
+    def generate_stream(self, prompts, params, *, progress=False):
+        for j, completions in self.backend.generate_stream(prompts, params, progress=progress):
+            self.outputs.append((prompts[j], completions))
+            yield j, completions
 
 
 def measure(model, tokenizer, rows: int, args, requests, problems, load_cell_fn) -> dict:
@@ -66,15 +66,18 @@ def measure(model, tokenizer, rows: int, args, requests, problems, load_cell_fn)
 
     lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=rows, device="cpu")
     backend = _Recording(TransformersBackend(model, tokenizer, name="embedded"))
-    params = SamplingParams(n=args.n, temperature=1.0, top_p=1.0, max_new_tokens=args.max_tokens,
-                            batch_size=rows // args.n)
+    params = SamplingParams(
+        n=args.n, temperature=1.0, top_p=1.0, max_new_tokens=args.max_tokens, batch_size=rows // args.n
+    )
     task = ArithmeticTask()
     answers = {p["prompt"]: p["answer"] for p in problems}
     quality: dict[str, list[dict]] = {"ours": [], "lm_eval": []}
 
     def score(pairs) -> dict:
-        return {"accuracy": sum(task.is_correct(c, answers[p]) for p, c in pairs) / len(pairs),
-                "mean_chars": sum(len(c) for _, c in pairs) / len(pairs)}
+        return {
+            "accuracy": sum(task.is_correct(c, answers[p]) for p, c in pairs) / len(pairs),
+            "mean_chars": sum(len(c) for _, c in pairs) / len(pairs),
+        }
 
     def ours(r: int) -> None:
         backend.outputs = []
@@ -108,15 +111,22 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--n", type=int, default=16)
-    parser.add_argument("--batch", default="64,128,256",
-                        help="sequences a batch, comma-separated (lm-eval batch_size = our prompts x n)")
+    parser.add_argument(
+        "--batch",
+        default="64,128,256",
+        help="sequences a batch, comma-separated (lm-eval batch_size = our prompts x n)",
+    )
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--model", default=None, help="model folder (default: the embedded model)")
-    parser.add_argument("--fewshot", type=int, default=0,
-                        help="prepend this many solved training problems to every prompt, on both sides: long prompts "
-                        "(GSM8K-style few-shot), where prefilling once per prompt instead of n times matters")
+    parser.add_argument(
+        "--fewshot",
+        type=int,
+        default=0,
+        help="prepend this many solved training problems to every prompt, on both sides: long prompts "
+        "(GSM8K-style few-shot), where prefilling once per prompt instead of n times matters",
+    )
     args = parser.parse_args(argv)
     batches = [int(b) for b in args.batch.split(",")]
     if any(b % args.n for b in batches):
@@ -138,8 +148,10 @@ def main(argv: list[str] | None = None) -> dict:
     assert len(requests) == args.prompts * args.n, (len(requests), args.prompts * args.n)
     assert gen_kwargs["temperature"] == 1.0 and gen_kwargs["top_p"] == 1.0 and gen_kwargs["top_k"] == 0
     # lm-eval's rendered contexts (doc_to_text), one per doc, as our harness's problems
-    problems = [{"problem_id": str(i), "prompt": request.args[0], "answer": doc["answer"]}
-                for i, (request, doc) in enumerate(zip(requests[:: args.n], docs, strict=True))]
+    problems = [
+        {"problem_id": str(i), "prompt": request.args[0], "answer": doc["answer"]}
+        for i, (request, doc) in enumerate(zip(requests[:: args.n], docs, strict=True))
+    ]
 
     results = []
     for rows in batches:
@@ -150,23 +162,36 @@ def main(argv: list[str] | None = None) -> dict:
     table_rows = []
     for res in results:
         ours, theirs, ratio = res["samples_per_second"]["ours"], res["samples_per_second"]["lm_eval"], res["ratio"]
-        table_rows.append([
-            f"{res['rows']} sequences a batch (ours {res['prompts_per_batch_ours']} prompts x {args.n}; lm-eval "
-            f"batch_size {res['rows']})",
-            f"{ours['median']:.0f} vs {theirs['median']:.0f} samples/s = **{ratio['median_of_ratios']:.2f}x** "
-            f"(IQR {ratio['q1']:.2f}-{ratio['q3']:.2f})",
-            f">= {TARGET}x", C.verdict(res["pass"]), " / ".join(map(str, res["load_average"])),
-        ])
+        table_rows.append(
+            [
+                f"{res['rows']} sequences a batch (ours {res['prompts_per_batch_ours']} prompts x {args.n}; lm-eval "
+                f"batch_size {res['rows']})",
+                f"{ours['median']:.0f} vs {theirs['median']:.0f} samples/s = **{ratio['median_of_ratios']:.2f}x** "
+                f"(IQR {ratio['q1']:.2f}-{ratio['q3']:.2f})",
+                f">= {TARGET}x",
+                C.verdict(res["pass"]),
+                " / ".join(map(str, res["load_average"])),
+            ]
+        )
     table = C.markdown_table(
-        [f"ours / lm-eval samples per second (median of {args.reps} alternated runs)", "value", "target", "result",
-         "load avg (1/5/15 min)"], table_rows)
+        [
+            f"ours / lm-eval samples per second (median of {args.reps} alternated runs)",
+            "value",
+            "target",
+            "result",
+            "load avg (1/5/15 min)",
+        ],
+        table_rows,
+    )
     quality = results[-1]["quality"]
     shots = f" with {args.fewshot} solved examples prepended" if args.fewshot else ""
-    table += (f"\n\n{args.prompts} test prompts{shots} x n={args.n} = {samples} samples a run, max {args.max_tokens} "
-              f"new tokens, temperature 1.0, 1 thread; ours = the harness (`evaluate_model`, no cache) over "
-              f"`TransformersBackend`, lm-eval = `HFLM.generate_until`. Same distribution: accuracy ours "
-              f"{quality['ours']['accuracy']:.3f} vs lm-eval {quality['lm_eval']['accuracy']:.3f}, mean completion "
-              f"{quality['ours']['mean_chars']:.1f} vs {quality['lm_eval']['mean_chars']:.1f} chars")
+    table += (
+        f"\n\n{args.prompts} test prompts{shots} x n={args.n} = {samples} samples a run, max {args.max_tokens} "
+        f"new tokens, temperature 1.0, 1 thread; ours = the harness (`evaluate_model`, no cache) over "
+        f"`TransformersBackend`, lm-eval = `HFLM.generate_until`. Same distribution: accuracy ours "
+        f"{quality['ours']['accuracy']:.3f} vs lm-eval {quality['lm_eval']['accuracy']:.3f}, mean completion "
+        f"{quality['ours']['mean_chars']:.1f} vs {quality['lm_eval']['mean_chars']:.1f} chars"
+    )
     payload = {
         "params": vars(args) | {"model": folder},
         "load_average_start": load_start,

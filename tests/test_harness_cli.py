@@ -218,9 +218,9 @@ def test_adapter_folder_is_loaded_onto_its_base_as_one_model(tmp_path):
     assert backend.fingerprint and not hasattr(backend.model, "peft_config")  # merged: one plain model
     prompts = get_task("arithmetic").load("test", 6)["prompt"]
     greedy = SamplingParams(n=1, temperature=0, max_new_tokens=20)
-    # the PEFT model in memory (the trainer's case) samples through the shared-prefill path as it is
+    # the PEFT model in memory (the trainer's case) samples through continuous batching as it is
     assert backend.generate(prompts, greedy) == sample(
-        peft_model, tokenizer, prompts, greedy, progress=False, shared_prefill=True
+        peft_model, tokenizer, prompts, greedy, progress=False, continuous=True
     )
     with pytest.raises(FileNotFoundError, match="base model is missing"):
         (tmp_path / "broken").mkdir()

@@ -1,4 +1,4 @@
-"""The sampler (seeded, shared-prefill KV cache), the resumable sample cache and the backends, on tiny models."""
+"""The sampler (seeded, continuous batching), the resumable sample cache and the backends, on tiny models."""
 
 import json
 import logging
@@ -85,34 +85,36 @@ def test_sampler_is_deterministic_for_a_seed_and_leaves_the_global_rng_alone(tin
     assert all(len(set(x)) > 1 for x in a)  # n samples of a prompt are distinct draws, not copies
 
 
-def test_shared_prefill_equals_plain_generate_greedy(tiny):
+def test_continuous_equals_plain_generate_greedy(tiny):
     model, tok = tiny
-    params = SamplingParams(n=1, temperature=0, max_new_tokens=12, batch_size=5)
-    shared = sample(model, tok, PROMPTS, params, progress=False, shared_prefill=True)
-    plain = sample(model, tok, PROMPTS, params, progress=False, shared_prefill=False)
-    assert shared == plain
+    params = SamplingParams(n=1, temperature=0, max_new_tokens=12, batch_size=2)  # 2 slots: refills, compaction
+    continuous = sample(model, tok, PROMPTS, params, progress=False, continuous=True)
+    plain = sample(model, tok, PROMPTS, params, progress=False, continuous=False)
+    assert continuous == plain
     # and with the model's own generate, prompt by prompt (no padding at all)
-    for prompt, (completion,) in zip(PROMPTS, shared, strict=True):
+    for prompt, (completion,) in zip(PROMPTS, continuous, strict=True):
         ids = tok(prompt, return_tensors="pt")
         out = model.generate(**ids, max_new_tokens=12, do_sample=False, pad_token_id=tok.pad_token_id)
         assert tok.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True) == completion
 
 
-def test_shared_prefill_samples_like_plain_num_return_sequences(tiny):
-    """Same seed, same logits: the shared-prefill path draws the very samples plain generate draws."""
+def test_samples_do_not_depend_on_batching_or_n(tiny):
+    """Each sample has its own random stream: the batch size, the other prompts and n change nothing."""
     model, tok = tiny
-    params = SamplingParams(n=8, temperature=1.0, max_new_tokens=10, seed=5, batch_size=3)
-    shared = sample(model, tok, PROMPTS, params, progress=False, shared_prefill=True)
-    plain = sample(model, tok, PROMPTS, params, progress=False, shared_prefill=False)
-    pairs = [(a, b) for xs, ys in zip(shared, plain, strict=True) for a, b in zip(xs, ys, strict=True)]
-    assert sum(a == b for a, b in pairs) >= 0.95 * len(pairs)  # float rounding may flip a rare draw
+    params = SamplingParams(n=4, temperature=1.0, max_new_tokens=10, seed=5, batch_size=3)
+    reference = sample(model, tok, PROMPTS, params, progress=False)
+    assert sample(model, tok, PROMPTS, params.replace(batch_size=1), progress=False) == reference
+    assert sample(model, tok, PROMPTS[::-1], params, progress=False) == reference[::-1]
+    assert [x[:2] for x in reference] == sample(model, tok, PROMPTS, params.replace(n=2), progress=False)
 
 
-def test_shared_prefill_falls_back_when_the_model_does_not_allow_it(tiny, monkeypatch):
+def test_continuous_falls_back_to_generate_when_the_model_does_not_allow_it(tiny, monkeypatch):
+    from grpo_ext.evaluation import continuous
+
     model, tok = tiny
     params = SamplingParams(n=3, temperature=1.0, max_new_tokens=6, seed=0, batch_size=4)
-    expected = sample(model, tok, PROMPTS, params, progress=False, shared_prefill=False)
-    monkeypatch.setattr(sampling, "_forward_accepts", lambda model, name: False)
+    expected = sample(model, tok, PROMPTS, params, progress=False, continuous=False)
+    monkeypatch.setattr(continuous, "_forward_accepts", lambda model, name: False)
     assert sample(model, tok, PROMPTS, params, progress=False) == expected
 
 

@@ -2,7 +2,7 @@
 
 - :class:`TransformersBackend`: a model in memory (the trainer's policy) or loaded from a folder: a full model,
   or a PEFT adapter folder (``adapter_config.json`` naming ``base_model_name_or_path``) loaded onto its base and
-  merged into one model. Samples with :func:`grpo_ext.evaluation.sampling.sample` (shared-prefill KV cache).
+  merged into one model. Samples with :func:`grpo_ext.evaluation.sampling.sample` (continuous batching).
 - :class:`VLLMBackend`: vLLM's offline ``LLM``, one request per prompt with ``SamplingParams(n=...)`` (vLLM
   shares the prompt's prefix across the ``n`` samples itself). vLLM is imported only when this backend is built.
 
@@ -16,10 +16,10 @@ import hashlib
 import importlib.util
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from grpo_ext.evaluation.sampling import SamplingParams, derive_seed, sample
+from grpo_ext.evaluation.sampling import SamplingParams, derive_seed, sample, sample_stream
 from grpo_ext.modeling import resolve_model_path
 
 logger = logging.getLogger(__name__)
@@ -55,6 +55,16 @@ class Backend:
     def generate(self, prompts: Sequence[str], params: SamplingParams, *, progress: bool = False) -> list[list[str]]:
         """``params.n`` completions for each prompt, in prompt order; deterministic for ``params.seed``."""
         raise NotImplementedError
+
+    def generate_stream(
+        self, prompts: Sequence[str], params: SamplingParams, *, progress: bool = False
+    ) -> Iterator[tuple[int, list[str]]]:
+        """``(prompt index, its completions)`` as they are ready, in any order. The harness hands a backend all the
+        prompts at once through this (so a continuous-batching backend keeps its slots full) and saves each result
+        as it arrives. By default: :meth:`generate`, ``params.batch_size`` prompts a call."""
+        for start in range(0, len(prompts), params.batch_size):
+            outputs = self.generate(prompts[start : start + params.batch_size], params, progress=progress)
+            yield from enumerate(outputs, start)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -160,7 +170,7 @@ def load_model_and_tokenizer(
 
 
 class TransformersBackend(Backend):
-    """Samples with transformers ``generate`` (shared-prefill KV cache; see :mod:`grpo_ext.evaluation.sampling`).
+    """Samples with a transformers model (continuous batching; see :mod:`grpo_ext.evaluation.sampling`).
 
     Build it from a model in memory (``TransformersBackend(model, tokenizer)``, e.g. the trainer's policy, PEFT
     or not) or from a folder with :meth:`from_pretrained`.
@@ -175,26 +185,29 @@ class TransformersBackend(Backend):
         *,
         name: str = "model",
         fingerprint: str | None = None,
-        shared_prefill: bool | None = None,
+        continuous: bool | None = None,
     ):
         self.model, self.tokenizer = model, tokenizer
-        self.name, self.fingerprint, self.shared_prefill = name, fingerprint, shared_prefill
+        self.name, self.fingerprint, self.continuous = name, fingerprint, continuous
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str, *, shared_prefill: bool | None = None, **load_kwargs):
+    def from_pretrained(cls, name_or_path: str, *, continuous: bool | None = None, **load_kwargs):
         model, tokenizer = load_model_and_tokenizer(name_or_path, **load_kwargs)
         return cls(
             model,
             tokenizer,
             name=name_or_path,
             fingerprint=model_fingerprint(resolve_model_path(name_or_path)),
-            shared_prefill=shared_prefill,
+            continuous=continuous,
         )
 
     def generate(self, prompts: Sequence[str], params: SamplingParams, *, progress: bool = False) -> list[list[str]]:
-        return sample(
-            self.model, self.tokenizer, prompts, params, progress=progress, shared_prefill=self.shared_prefill
-        )
+        return sample(self.model, self.tokenizer, prompts, params, progress=progress, continuous=self.continuous)
+
+    def generate_stream(
+        self, prompts: Sequence[str], params: SamplingParams, *, progress: bool = False
+    ) -> Iterator[tuple[int, list[str]]]:
+        return sample_stream(self.model, self.tokenizer, prompts, params, progress=progress, continuous=self.continuous)
 
 
 # ----------------------------------------------------------------------------------------------------------------

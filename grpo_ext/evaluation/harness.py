@@ -178,39 +178,37 @@ def evaluate_model(
         logger.warning(warnings[-1])
     from_cache = sum(len(s) for s in samples)
 
-    # Work units: (problem position, missing sample indices); problems missing the same indices share batches.
-    # Longest prompts first: similar lengths in a batch mean less padding.
+    # Work units: (problem position, missing sample indices); problems missing the same indices are sampled in one
+    # call (the backend keeps its batch full across them), longest prompts first (less padding).
     units = [(i, tuple(j for j in range(n) if j not in have)) for i, have in enumerate(samples)]
     units = [u for u in units if u[1]]
     units.sort(key=lambda u: (u[1], -len(prompt_key(problems[u[0]]["prompt"]))))
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for pos, missing in units:
+        groups.setdefault(missing, []).append(pos)
     to_draw = sum(len(missing) for _, missing in units)
     start = time.perf_counter()
     bar = tqdm(total=to_draw, desc=f"sampling {backend.name}", unit="sample", disable=not progress or not to_draw)
     try:
-        i = 0
-        while i < len(units):
-            missing = units[i][1]
-            batch = [units[i]]
-            i += 1
-            while i < len(units) and units[i][1] == missing and len(batch) < params.batch_size:
-                batch.append(units[i])
-                i += 1
-            full = len(missing) == n
+        for missing, positions in groups.items():
             # A problem's first draw uses the run's seed; redrawing a few indices uses a seed of its own so the
             # new samples are not copies of the old ones' random stream.
             call_params = (
-                params if full else params.replace(n=len(missing), seed=derive_seed(params.seed, "redraw", *missing))
+                params
+                if len(missing) == n
+                else params.replace(n=len(missing), seed=derive_seed(params.seed, "redraw", *missing))
             )
-            prompts = [problems[pos]["prompt"] for pos, _ in batch]
-            completions = backend.generate(prompts, call_params)
-            if len(completions) != len(prompts) or any(len(c) != len(missing) for c in completions):
-                raise RuntimeError(
-                    f"backend {backend.name!r} returned {[len(c) for c in completions]} completions for "
-                    f"{len(prompts)} prompts x {len(missing)} samples"
-                )
-            records = []
-            for (pos, _), comps in zip(batch, completions, strict=True):
-                for index, completion in zip(missing, comps, strict=True):
+            prompts = [problems[pos]["prompt"] for pos in positions]
+            records, done = [], set()
+            for j, completions in backend.generate_stream(prompts, call_params):
+                if not 0 <= j < len(prompts) or j in done or len(completions) != len(missing):
+                    raise RuntimeError(
+                        f"backend {backend.name!r} returned {len(completions)} completions for prompt {j} of "
+                        f"{len(prompts)} (expected {len(missing)} each, once)"
+                    )
+                done.add(j)
+                pos = positions[j]
+                for index, completion in zip(missing, completions, strict=True):
                     samples[pos][index] = completion
                     records.append(
                         {
@@ -224,8 +222,14 @@ def evaluate_model(
                             "completion": completion,
                         }
                     )
+                if len(records) >= params.batch_size * len(missing):  # durable every batch_size problems
+                    cache.append(records)
+                    bar.update(len(records))
+                    records = []
             cache.append(records)
             bar.update(len(records))
+            if len(done) != len(prompts):
+                raise RuntimeError(f"backend {backend.name!r} returned {len(done)} of {len(prompts)} prompts")
     finally:
         bar.close()
     seconds = time.perf_counter() - start
