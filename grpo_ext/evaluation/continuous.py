@@ -27,11 +27,20 @@ from __future__ import annotations
 import inspect
 from collections import deque
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-__all__ = ["ContinuousUnsupported", "choose_tokens", "continuous_sample", "counter_uniforms", "left_pad"]
+__all__ = [
+    "ContinuousUnsupported",
+    "choose_tokens",
+    "continuous_sample",
+    "counter_uniforms",
+    "draw_from_cdf",
+    "left_pad",
+    "token_cdf",
+]
 
 SLACK = lambda window: max(8, window // 4)  # noqa: E731
 _GAMMA = np.uint64(0x9E3779B97F4A7C15)
@@ -57,21 +66,30 @@ def counter_uniforms(seeds: np.ndarray, counters: np.ndarray) -> np.ndarray:
     return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
 
-def choose_tokens(logits: torch.Tensor, uniforms: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    """One token per row of ``logits [R, V]``: argmax when ``temperature == 0``, else an inverse-CDF draw with
-    ``uniforms [R]`` from softmax(logits / temperature) restricted to the top-p nucleus (transformers' own
-    ``TopPLogitsWarper``, so the nucleus is the one ``generate`` keeps)."""
-    if temperature == 0:
-        return logits.argmax(-1)
+def token_cdf(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """Cumulative next-token probabilities ``[R, V]`` (float64: no drift over a 150k vocabulary) of
+    softmax(logits / temperature) restricted to the top-p nucleus (transformers' own ``TopPLogitsWarper``, so the
+    nucleus is the one ``generate`` keeps)."""
     scores = logits.float() / temperature
     if top_p < 1.0:
         from transformers.generation.logits_process import TopPLogitsWarper
 
         scores = TopPLogitsWarper(top_p)(None, scores)
-    cdf = torch.softmax(scores, dim=-1).double().cumsum(-1)  # float64: no drift over a 150k vocabulary
+    return torch.softmax(scores, dim=-1).double().cumsum(-1)
+
+
+def draw_from_cdf(cdf: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF draw, one token per row: the first index whose cumulative probability exceeds ``u * total``
+    (never a token of probability 0)."""
     target = (uniforms.to(cdf.dtype) * cdf[:, -1]).unsqueeze(1)
-    # the first index whose cumulative probability exceeds the target: never a token of probability 0
-    return torch.searchsorted(cdf, target, right=True).squeeze(1).clamp_(max=logits.shape[-1] - 1)
+    return torch.searchsorted(cdf, target, right=True).squeeze(1).clamp_(max=cdf.shape[-1] - 1)
+
+
+def choose_tokens(logits: torch.Tensor, uniforms: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """One token per row of ``logits [R, V]``: argmax when ``temperature == 0``, else a draw with ``uniforms [R]``."""
+    if temperature == 0:
+        return logits.argmax(-1)
+    return draw_from_cdf(token_cdf(logits, temperature, top_p), uniforms)
 
 
 def _forward_accepts(model, name: str) -> bool:
@@ -193,12 +211,225 @@ class _SlotCache:
         self.mask.zero_()
         self.mask[:, new_end - keep : new_end] = window
 
+    def copy_row(self, source: int, target: int) -> None:
+        """Slot ``target`` gets ``source``'s keys/values and mask (a row forked at the current column)."""
+        end = self.length
+        for layer in self.cache.layers:
+            layer.buffer_keys[target, :, :end] = layer.buffer_keys[source, :, :end]
+            layer.buffer_values[target, :, :end] = layer.buffer_values[source, :, :end]
+        self.mask[target] = self.mask[source]
+
+    def window(self, slot: int) -> list:
+        """A copy of ``slot``'s own keys/values (its unmasked columns), to place again later."""
+        end = self.length
+        start = int(self.mask[slot, :end].argmax())
+        return [
+            (layer.buffer_keys[slot, :, start:end].clone(), layer.buffer_values[slot, :, start:end].clone())
+            for layer in self.cache.layers
+        ]
+
     def select(self, rows: torch.Tensor) -> None:
         """Keep only ``rows`` of the batch (finished slots dropped once nothing waits for a slot)."""
         for layer in self.cache.layers:
             layer.buffer_keys, layer.buffer_values = layer.buffer_keys[rows], layer.buffer_values[rows]
             layer.view()
         self.mask = self.mask[rows]
+
+
+@dataclass
+class _Row:
+    """A distinct prefix being decoded: the samples that drew the same tokens so far share it (and its forward)."""
+
+    samples: list[int]  # sample ids riding on this row
+    history: list[int]  # the new tokens drawn so far (the last one is the next input)
+    position: int  # position id of that next input
+    kv: list | None = None  # while waiting for a slot: its keys/values [(keys, values) per layer], [heads, len, dim]
+
+
+class _Decoder:
+    """The state of one :func:`continuous_sample` call: slots, their rows, the waiting rows, the samples' results."""
+
+    def __init__(
+        self, model, prompt_ids, seeds, *, max_new_tokens, temperature, top_p, slots, prefill_batch, eos_ids, pad_id
+    ):
+        if getattr(model.config, "is_encoder_decoder", False):
+            raise ContinuousUnsupported("encoder-decoder model")
+        if getattr(getattr(model, "generation_config", None), "cache_implementation", None) is not None:
+            raise ContinuousUnsupported("the model's generation config asks for its own cache implementation")
+        for name in ("past_key_values", "position_ids", "attention_mask"):
+            if not _forward_accepts(model, name):
+                raise ContinuousUnsupported(f"the model's forward takes no {name}")
+        self.model, self.prompt_ids = model, prompt_ids
+        self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
+        self.prefill_batch, self.eos, self.pad_id = prefill_batch, frozenset(eos_ids), pad_id
+        self.keep_logits = {"logits_to_keep": 1} if _forward_accepts(model, "logits_to_keep") else {}
+        self.device = next(model.parameters()).device
+        # samples: id q = offset[j] + i for sample i of prompt j
+        self.offset = np.cumsum([0] + [len(s) for s in seeds])
+        self.sample_prompt = np.repeat(np.arange(len(seeds)), [len(s) for s in seeds])
+        self.seed = np.array([x for s in seeds for x in s], dtype=np.uint64)
+        self.results: list[list | None] = [[None] * len(s) for s in seeds]
+        self.left = [len(s) for s in seeds]
+        self.next_prompt = 0
+        self.waiting_forks: deque[_Row] = deque()  # rows split off a live row: admitted first (their prompt is open)
+        self.waiting_new: deque[_Row] = deque()  # first rows of freshly prefilled prompts
+        self.rows: list[_Row | None] = [None] * slots
+        self.step_input = torch.full((slots,), pad_id, dtype=torch.long, device=self.device)
+        self.position = torch.zeros(slots, dtype=torch.long, device=self.device)
+        self.cache: _SlotCache | None = None
+
+    # ---- samples --------------------------------------------------------------------------------------------------
+
+    def draw(self, logits: torch.Tensor, groups: list[list[int]], counters: list[int]) -> list[list[int]]:
+        """For each row of ``logits``, one token per sample of ``groups[row]`` (drawn with the sample's own uniform
+        at its ``counters[row]``-th token)."""
+        if self.temperature == 0:
+            best = logits.argmax(-1).tolist()
+            return [[best[r]] * len(g) for r, g in enumerate(groups)]
+        cdf = token_cdf(logits, self.temperature, self.top_p)
+        row_of = torch.tensor([r for r, g in enumerate(groups) for _ in g], device=cdf.device)
+        ids = np.fromiter((q for g in groups for q in g), dtype=np.int64)
+        counts = np.repeat(np.array(counters, dtype=np.uint64), [len(g) for g in groups])
+        uniforms = torch.from_numpy(counter_uniforms(self.seed[ids], counts)).to(cdf.device)
+        flat = draw_from_cdf(cdf[row_of], uniforms).tolist()
+        out, k = [], 0
+        for g in groups:
+            out.append(flat[k : k + len(g)])
+            k += len(g)
+        return out
+
+    def branch(self, row: _Row, tokens: list[int]) -> Iterator:
+        """Split ``row``'s samples by the token each drew: finished samples yield their prompt when it completes;
+        returns (via StopIteration) ``[(token, samples)]`` of those that go on, largest group first."""
+        going: dict[int, list[int]] = {}
+        for q, token in zip(row.samples, tokens, strict=True):
+            if token in self.eos or len(row.history) + 1 >= self.max_new_tokens:
+                yield from self.finish(q, [*row.history, token])
+            else:
+                going.setdefault(token, []).append(q)
+        return sorted(going.items(), key=lambda item: -len(item[1]))
+
+    def finish(self, q: int, tokens: list[int]) -> Iterator[tuple[int, list[list[int]]]]:
+        j = int(self.sample_prompt[q])
+        self.results[j][q - self.offset[j]] = tokens
+        self.left[j] -= 1
+        if self.left[j] == 0:
+            yield j, self.results[j]
+            self.results[j] = None  # handed over
+
+    # ---- prompts in -----------------------------------------------------------------------------------------------
+
+    def prefill_more(self) -> Iterator:
+        """Prefill the next prompts; their samples draw first tokens from one forward and group by token."""
+        chunk = [j for j in range(self.next_prompt, min(self.next_prompt + self.prefill_batch, len(self.prompt_ids)))]
+        self.next_prompt = chunk[-1] + 1
+        chunk = [j for j in chunk if self.left[j]]
+        if not chunk:
+            return
+        kv, logits = _prefill(self.model, [self.prompt_ids[j] for j in chunk], self.pad_id, self.keep_logits)
+        if self.cache is None:
+            window = max(len(ids) for ids in self.prompt_ids) + self.max_new_tokens  # most columns a row needs
+            self.cache = _SlotCache(kv[0], len(self.rows), window + SLACK(window), self.device)
+        groups = [list(range(self.offset[j], self.offset[j + 1])) for j in chunk]
+        for row, (j, tokens) in enumerate(zip(chunk, self.draw(logits, groups, [0] * len(chunk)), strict=True)):
+            start = _Row(samples=groups[row], history=[], position=len(self.prompt_ids[j]))
+            going = yield from self.branch(start, tokens)
+            for token, samples in going:
+                self.waiting_new.append(_Row(samples, [token], start.position, kv[row]))
+
+    def admit(self) -> None:
+        """Give free slots to waiting rows (forks first), copying each one's keys/values before the current column."""
+        free = [s for s, row in enumerate(self.rows) if row is None]
+        chosen = []
+        while free and (self.waiting_forks or self.waiting_new):
+            chosen.append((free.pop(0), (self.waiting_forks or self.waiting_new).popleft()))
+        if not chosen:
+            return
+        longest = max(row.kv[0][0].shape[-2] for _, row in chosen)
+        if self.cache.length < longest:  # not enough columns before the current one: make room
+            self.compact(room_before=longest)
+        by_kv: dict[int, list] = {}
+        for slot, row in chosen:
+            by_kv.setdefault(id(row.kv), [row.kv, []])[1].append(slot)
+            self.step_input[slot], self.position[slot] = row.history[-1], row.position
+            row.kv, self.rows[slot] = None, row
+        for kv, slots in by_kv.values():
+            self.cache.place(torch.tensor(slots, device=self.device), kv)
+
+    # ---- slots ----------------------------------------------------------------------------------------------------
+
+    def live(self) -> list[int]:
+        return [s for s, row in enumerate(self.rows) if row is not None]
+
+    def compact(self, room_before: int = 0) -> None:
+        live, keep = self.live(), 0
+        if live:  # the widest live window: from its slot's first unmasked column to the current one
+            keep = self.cache.length - int(self.cache.mask[live, : self.cache.length].argmax(-1).min())
+        self.cache.compact(keep, room_before)
+
+    def shrink(self, live: list[int]) -> None:
+        """Drop free slots from the batch (nothing is waiting for them any more)."""
+        index = torch.tensor(live, device=self.device)
+        self.cache.select(index)
+        self.rows = [self.rows[s] for s in live]
+        self.step_input, self.position = self.step_input[index], self.position[index]
+
+    def fork(self, source: int, row: _Row) -> None:
+        """A new row that shares ``source``'s keys/values: into a free slot at once, else it waits with a copy."""
+        free = [s for s, r in enumerate(self.rows) if r is None]
+        if free:
+            self.cache.copy_row(source, free[0])
+            self.rows[free[0]] = row
+            self.step_input[free[0]], self.position[free[0]] = row.history[-1], row.position
+        else:
+            row.kv = self.cache.window(source)
+            self.waiting_forks.append(row)
+
+    def step(self) -> Iterator:
+        """One token for every live row; samples branch; rows whose samples all ended free their slot."""
+        live = self.live()
+        column = self.cache.length
+        self.cache.mask[:, column] = 1  # every slot sees its own new token (free slots too: no fully masked row)
+        out = self.model(
+            input_ids=self.step_input.unsqueeze(1),
+            attention_mask=self.cache.mask[:, : column + 1],
+            position_ids=self.position.unsqueeze(1),
+            past_key_values=self.cache.cache,
+            use_cache=True,
+            return_dict=True,
+            **self.keep_logits,
+        )
+        logits = out.logits[torch.tensor(live, device=self.device), -1, :]
+        rows = [self.rows[s] for s in live]
+        drawn = self.draw(logits, [row.samples for row in rows], [len(row.history) for row in rows])
+        for slot, row, tokens in zip(live, rows, drawn, strict=True):
+            going = yield from self.branch(row, tokens)
+            if not going:
+                self.rows[slot] = None
+                continue
+            (token, samples), *others = going
+            for other, other_samples in others:  # share the row's keys/values up to here
+                self.fork(slot, _Row(other_samples, [*row.history, other], row.position + 1))
+            row.samples, row.history, row.position = samples, [*row.history, token], row.position + 1
+            self.step_input[slot], self.position[slot] = token, row.position
+
+    def run(self) -> Iterator[tuple[int, list[list[int]]]]:
+        while True:
+            free = sum(row is None for row in self.rows)
+            while len(self.waiting_forks) + len(self.waiting_new) < free and self.next_prompt < len(self.prompt_ids):
+                yield from self.prefill_more()
+            self.admit()
+            live = self.live()
+            if not live:
+                if self.next_prompt >= len(self.prompt_ids) and not self.waiting_new and not self.waiting_forks:
+                    return
+                continue
+            nothing_waits = not (self.waiting_forks or self.waiting_new) and self.next_prompt >= len(self.prompt_ids)
+            if nothing_waits and len(live) <= len(self.rows) // 2:
+                self.shrink(live)
+            if self.cache.length + 1 > self.cache.capacity:
+                self.compact()
+            yield from self.step()
 
 
 @torch.no_grad()
@@ -217,147 +448,21 @@ def continuous_sample(
 ) -> Iterator[tuple[int, list[list[int]]]]:
     """Yield ``(prompt index, its samples' new token ids)`` as each prompt's samples are all finished.
 
-    ``seeds[j]`` holds one 64-bit seed per sample of prompt ``j`` (so ``len(seeds[j])`` samples are drawn). A
-    sample ends with an EOS token (kept in its ids) or after ``max_new_tokens``. ``slots`` rows decode at once;
-    ``prefill_batch`` prompts are prefilled a forward pass at a time. Raises :class:`ContinuousUnsupported` before
-    yielding anything when the model cannot be decoded slot-wise.
+    ``seeds[j]`` holds one 64-bit seed per sample of prompt ``j`` (so ``len(seeds[j])`` samples are drawn; a prompt
+    with none yields nothing). A sample ends with an EOS token (kept in its ids) or after ``max_new_tokens``. At most
+    ``slots`` rows (distinct prefixes) decode at once; ``prefill_batch`` prompts are prefilled a forward pass at a
+    time. Raises :class:`ContinuousUnsupported` before yielding anything when the model cannot be decoded this way.
     """
-    if getattr(model.config, "is_encoder_decoder", False):
-        raise ContinuousUnsupported("encoder-decoder model")
-    if getattr(getattr(model, "generation_config", None), "cache_implementation", None) is not None:
-        raise ContinuousUnsupported("the model's generation config asks for its own cache implementation")
-    for name in ("past_key_values", "position_ids", "attention_mask"):
-        if not _forward_accepts(model, name):
-            raise ContinuousUnsupported(f"the model's forward takes no {name}")
-    keep_logits = {"logits_to_keep": 1} if _forward_accepts(model, "logits_to_keep") else {}
-    device = next(model.parameters()).device
-    eos = torch.tensor(sorted(set(eos_ids)), dtype=torch.long, device=device)
-    uniform = lambda seed_array, counters: torch.from_numpy(counter_uniforms(seed_array, counters))  # noqa: E731
-
-    results: list[list[list[int] | None]] = [[None] * len(s) for s in seeds]
-    left = [len(s) for s in seeds]  # samples of each prompt not finished yet
-    waiting: deque[tuple[int, int, int]] = deque()  # (prompt, sample, first token) ready to take a slot
-    prompt_kv: dict[int, list] = {}  # prompt -> its keys/values while some of its samples still wait
-    next_prompt = 0
-    cache: _SlotCache | None = None
-    # per slot: the sample it holds (-1: free), its seed, tokens drawn so far, its input and position for the step
-    owner = [(-1, -1)] * slots
-    slot_seed = np.zeros(slots, dtype=np.uint64)
-    drawn = torch.zeros(slots, dtype=torch.long)
-    tokens = torch.zeros((slots, max_new_tokens), dtype=torch.long)
-    step_input = torch.full((slots,), pad_id, dtype=torch.long, device=device)
-    position = torch.zeros(slots, dtype=torch.long, device=device)
-
-    def finish(j: int, i: int, ids: list[int]) -> Iterator[tuple[int, list[list[int]]]]:
-        results[j][i] = ids
-        left[j] -= 1
-        if left[j] == 0:
-            prompt_kv.pop(j, None)
-            yield j, results[j]
-            results[j] = []  # yielded: drop our reference
-
-    def prefill_more() -> Iterator[tuple[int, list[list[int]]]]:
-        """Prefill the next prompts, draw their samples' first tokens; samples that end there finish at once."""
-        nonlocal next_prompt, cache
-        chunk = list(range(next_prompt, min(next_prompt + prefill_batch, len(prompt_ids))))
-        next_prompt = chunk[-1] + 1
-        chunk = [j for j in chunk if seeds[j]]
-        if not chunk:
-            return
-        kv, logits = _prefill(model, [prompt_ids[j] for j in chunk], pad_id, keep_logits)
-        if cache is None:
-            widest = max(len(ids) for ids in prompt_ids)
-            window = widest + max_new_tokens  # the most columns one slot ever needs
-            cache = _SlotCache(kv[0], slots, window + SLACK(window), device)
-        for row, j in enumerate(chunk):
-            prompt_kv[j] = kv[row]
-            counts = len(seeds[j])
-            firsts = choose_tokens(
-                logits[row].expand(counts, -1),
-                uniform(np.array(seeds[j], dtype=np.uint64), np.zeros(counts, dtype=np.uint64)),
-                temperature,
-                top_p,
-            ).tolist()
-            for i, first in enumerate(firsts):
-                if max_new_tokens == 1 or first in eos_ids:
-                    yield from finish(j, i, [first])
-                else:
-                    waiting.append((j, i, first))
-
-    def admit() -> None:
-        """Give free slots to waiting samples, a prompt's samples together (one copy of its keys/values)."""
-        free = [s for s in range(len(owner)) if owner[s][0] < 0]
-        chosen = [waiting.popleft() for _ in range(min(len(free), len(waiting)))]
-        if not chosen:
-            return
-        longest = max(len(prompt_ids[j]) for j, _, _ in chosen)
-        if cache.length < longest:  # a prompt needs more columns before the current one than there are
-            compact(room_before=longest)
-        taken: dict[int, list[int]] = {}
-        for s, (j, i, first) in zip(free, chosen, strict=False):
-            owner[s] = (j, i)
-            slot_seed[s] = np.uint64(seeds[j][i])
-            drawn[s] = 1
-            tokens[s, 0] = first
-            step_input[s] = first
-            position[s] = len(prompt_ids[j])
-            taken.setdefault(j, []).append(s)
-        for j, rows in taken.items():
-            cache.place(torch.tensor(rows, device=device), prompt_kv[j])
-            if not any(w[0] == j for w in waiting):
-                prompt_kv.pop(j, None)
-
-    def compact(room_before: int = 0) -> None:
-        live = [s for s in range(len(owner)) if owner[s][0] >= 0]
-        keep = 0
-        if live:  # the widest live window: from its slot's first unmasked column to the current one
-            first_col = cache.mask[live, : cache.length].argmax(-1)
-            keep = cache.length - int(first_col.min())
-        cache.compact(keep, room_before)
-
-    while True:
-        while len(waiting) < len(owner) and next_prompt < len(prompt_ids):
-            yield from prefill_more()
-        if waiting:
-            admit()
-        live_rows = [s for s in range(len(owner)) if owner[s][0] >= 0]
-        if not live_rows:
-            if next_prompt >= len(prompt_ids) and not waiting:
-                return
-            continue
-        if not waiting and next_prompt >= len(prompt_ids) and len(live_rows) <= len(owner) // 2:
-            rows = torch.tensor(live_rows)
-            cache.select(rows.to(device))
-            owner = [owner[s] for s in live_rows]
-            slot_seed, drawn, tokens = slot_seed[live_rows], drawn[rows], tokens[rows]
-            step_input, position = step_input[rows.to(device)], position[rows.to(device)]
-            live_rows = list(range(len(owner)))
-        if cache.length + 1 > cache.capacity:
-            compact()
-
-        column = cache.length
-        cache.mask[:, column] = 1  # every slot sees its own new token (free slots too: no fully masked row)
-        out = model(
-            input_ids=step_input.unsqueeze(1),
-            attention_mask=cache.mask[:, : column + 1],
-            position_ids=position.unsqueeze(1),
-            past_key_values=cache.cache,
-            use_cache=True,
-            return_dict=True,
-            **keep_logits,
-        )
-        live = torch.tensor(live_rows)
-        new = choose_tokens(
-            out.logits[live.to(device), -1, :], uniform(slot_seed[live_rows], drawn[live].numpy()), temperature, top_p
-        )
-        position[live.to(device)] += 1
-        step_input[live.to(device)] = new
-        tokens[live, drawn[live]] = new.cpu()
-        drawn[live] += 1
-        ended = torch.isin(new, eos).cpu() | (drawn[live] >= max_new_tokens)
-        for k in ended.nonzero().flatten().tolist():
-            s = live_rows[k]
-            j, i = owner[s]
-            owner[s] = (-1, -1)
-            position[s] = 0
-            yield from finish(j, i, tokens[s, : int(drawn[s])].tolist())
+    decoder = _Decoder(
+        model,
+        prompt_ids,
+        seeds,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        slots=slots,
+        prefill_batch=prefill_batch,
+        eos_ids=eos_ids,
+        pad_id=pad_id,
+    )
+    yield from decoder.run()
