@@ -5,11 +5,12 @@
 Same model object (the embedded model, float32, one thread), same task (`grpo_ext_arithmetic`, its test prompts
 exactly as lm-eval renders them), same n (`repeats` in lm-eval, `SamplingParams.n` for us), same maximum new
 tokens, temperature 1.0 / top_p 1.0 / no top-k, and the same batch size counted in sequences a forward pass holds
-(lm-eval's `batch_size` rows; ours `batch_size` prompts x n rows), for each batch size of `--batch`. Model
+(lm-eval's `batch_size` rows; ours `batch_size * n` decoding slots), for each batch size of `--batch`. Model
 loading, lm-eval's task building and request construction are done once, outside the timing. Timed: lm-eval's
 `HFLM.generate_until(requests x repeats)` against our harness's `evaluate_model` (no cache) over
 `TransformersBackend` (it orders and batches the prompts, samples, decodes and also scores: a few ms). Both sides'
-mean accuracy and completion length are reported, to show they sample the same distribution.
+mean accuracy and completion length are reported, to show they sample the same distribution, and how many distinct
+prefixes the samples had (our sampler decodes each once: `grpo_ext/evaluation/continuous.py`).
 
 Target: ours >= 1.5x lm-eval (median of per-repetition ratios), at every batch size.
 """
@@ -58,6 +59,18 @@ class _Recording:
         for j, completions in self.backend.generate_stream(prompts, params, progress=progress):
             self.outputs.append((prompts[j], completions))
             yield j, completions
+
+
+def prefix_sharing(tokenizer, pairs) -> dict:
+    """Sampled tokens (EOS included) against distinct (prompt, prefix) pairs: our sampler decodes each distinct
+    prefix once, so their ratio bounds what sharing saves over decoding every sample separately."""
+    by_prompt: dict[str, list[tuple[int, ...]]] = {}
+    for prompt, completion in pairs:
+        ids = tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        by_prompt.setdefault(prompt, []).append(tuple(ids))
+    tokens = sum(len(ids) for samples in by_prompt.values() for ids in samples)
+    prefixes = sum(len({ids[: t + 1] for ids in samples for t in range(len(ids))}) for samples in by_prompt.values())
+    return {"sampled_tokens": tokens, "distinct_prefixes": prefixes}
 
 
 def measure(model, tokenizer, rows: int, args, requests, problems, load_cell_fn) -> dict:
