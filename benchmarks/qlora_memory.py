@@ -12,14 +12,21 @@ a temporary folder, so the 4-bit model is loaded the way a real checkpoint is (`
   and buffers (packed 4-bit linear weights; embeddings, norms and biases stay bf16), plus the quantisation state
   `get_memory_footprint` leaves out (absmax, nested absmax, code books), plus LoRA r=16 on every attention and MLP
   projection (bf16: TRL casts QLoRA adapters to bf16). QLoRA recipe: nf4, double quantisation, bf16 compute.
-- Training step peak RSS (0.5B shape, batch 1 x --seq tokens, causal-LM loss), without and with activation
-  checkpointing (the same setting on both sides): the process's peak resident set size during forward + backward +
-  AdamW step (the first step, which allocates the optimizer state), measured by resetting the kernel's high-water
-  mark (/proc/self/clear_refs) after loading and reading VmHWM after the step. Full: bf16 weights, AdamW on every
-  parameter (bf16 states). QLoRA: the nf4 model + LoRA as above, then `grpo_ext.modeling.prepare_quantized_policy`
-  (what our trainer does), AdamW on the adapters. After loading, freed memory is returned to the OS (malloc_trim)
-  on both sides. Absolute process RSS (Python, torch and the libraries included on both sides; file-backed pages
-  of a checkpoint mapping that tensors still reference count too).
+- Training step peak RSS (0.5B shape, batch 1 x --seq tokens: a prompt and a completion of half each), without and
+  with activation checkpointing (the same setting on both sides), of the loss our trainer runs: TRL GRPO's, i.e.
+  log-probabilities of the completion tokens only (`logits_to_keep`, `selective_log_softmax`) times an advantage
+  (:func:`grpo_loss`); transformers' LM loss over every position would instead hold three fp32 copies of the
+  full-vocabulary logits (3 x 148 MiB here) that no GRPO step makes. The process's peak resident set size during
+  forward + backward + AdamW step (the first step, which allocates the optimizer state), measured by resetting the
+  kernel's high-water mark (/proc/self/clear_refs) after loading and reading VmHWM after the step. Full: bf16 weights,
+  AdamW on every parameter (bf16 states). QLoRA: the nf4 model + LoRA as above, then
+  `grpo_ext.modeling.prepare_quantized_policy` (what our trainer does), AdamW on the adapters. The optimizer is
+  `AdamW(fused=True)` on both sides, what transformers' Trainer (so TRL and GRPOExtTrainer) builds by default
+  (`optim="adamw_torch_fused"`); plain AdamW on CPU updates one parameter at a time through temporaries of that
+  parameter's size, which added ~0.5 GiB (the tied embedding's update) to the full side's peak only. After loading,
+  freed memory is returned to the OS (malloc_trim) on both sides. Absolute process RSS (Python, torch and the
+  libraries included on both sides; file-backed pages of a checkpoint mapping that tensors still reference count too);
+  next to each peak the table shows the bytes of weights and AdamW state in it.
 
 Targets: nf4 + LoRA <= 0.40x bf16 (1.5B shape); QLoRA step peak <= 0.35x full (0.5B shape).
 """
@@ -44,14 +51,39 @@ from benchmarks import _common as C
 MARK = "@@RESULT@@"
 TARGET_FOOTPRINT, TARGET_STEP = 0.40, 0.35
 SHAPES = {  # Qwen2.5 config.json values that determine the weights
-    "0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                 num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True, max_position_embeddings=32768,
-                 rms_norm_eps=1e-6, rope_theta=1_000_000.0),
-    "1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-                 num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True, max_position_embeddings=32768,
-                 rms_norm_eps=1e-6, rope_theta=1_000_000.0),
-    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, vocab_size=1000, tie_word_embeddings=True),  # smoke tests of this script
+    "0.5b": dict(
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+        max_position_embeddings=32768,
+        rms_norm_eps=1e-6,
+        rope_theta=1_000_000.0,
+    ),
+    "1.5b": dict(
+        hidden_size=1536,
+        intermediate_size=8960,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+        max_position_embeddings=32768,
+        rms_norm_eps=1e-6,
+        rope_theta=1_000_000.0,
+    ),
+    "tiny": dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=1000,
+        tie_word_embeddings=True,
+    ),  # smoke tests of this script
 }
 PUBLISHED_PARAMETERS = {"0.5b": 494_032_768, "1.5b": 1_543_714_304}  # the hub models' parameter counts
 LORA = dict(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
@@ -133,8 +165,12 @@ def _load_nf4(folder: str):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
-    quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-                               bnb_4bit_compute_dtype=torch.bfloat16)
+    quant = BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=torch.bfloat16,
+    )
     model = AutoModelForCausalLM.from_pretrained(folder, quantization_config=quant, dtype=torch.bfloat16)
     base_bytes, quant_bytes = _tensor_bytes(model), _quant_state_bytes(model)
     model = get_peft_model(model, LoraConfig(**LORA))
@@ -143,8 +179,13 @@ def _load_nf4(folder: str):
             param.data = param.data.to(torch.bfloat16)
     lora = [p for p in model.parameters() if p.requires_grad]
     lora_bytes = sum(p.numel() * p.element_size() for p in lora)
-    return model, {"base_bytes": base_bytes, "quant_state_bytes": quant_bytes, "lora_parameters": sum(
-        p.numel() for p in lora), "lora_bytes": lora_bytes, "total_bytes": base_bytes + quant_bytes + lora_bytes}
+    return model, {
+        "base_bytes": base_bytes,
+        "quant_state_bytes": quant_bytes,
+        "lora_parameters": sum(p.numel() for p in lora),
+        "lora_bytes": lora_bytes,
+        "total_bytes": base_bytes + quant_bytes + lora_bytes,
+    }
 
 
 def worker_build(shape: str, folder: str) -> dict:
@@ -174,6 +215,19 @@ def _release_freed_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
+def grpo_loss(model, input_ids, completion_length: int):
+    """The loss of a GRPO training step as TRL's GRPOTrainer computes it (so GRPOExtTrainer): log-probabilities of the
+    completion tokens only (`logits_to_keep`, then TRL's `selective_log_softmax`), times an advantage, averaged over
+    the completion tokens (`loss_type: dapo`, one iteration: the importance ratio is 1 with gradient)."""
+    from trl.trainer.utils import selective_log_softmax
+
+    completion = input_ids[:, -completion_length:]
+    logits = model(input_ids=input_ids, logits_to_keep=completion_length + 1).logits[:, :-1, :]
+    logps = selective_log_softmax(logits, completion)
+    advantage = 1.0
+    return -(logps - logps.detach()).exp().mul(advantage).sum() / completion.numel()
+
+
 def worker_step(kind: str, folder: str, seq: int, checkpointing: bool) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
@@ -195,22 +249,35 @@ def worker_step(kind: str, folder: str, seq: int, checkpointing: bool) -> dict:
             model.enable_input_require_grads()  # as TRL does for a PEFT model with checkpointing
     trainable = [p for p in model.parameters() if p.requires_grad]
     model.train()
-    optimizer = torch.optim.AdamW(trainable, lr=1e-5)
+    # The optimizer a real run gets: transformers' Trainer (so TRL and GRPOExtTrainer) defaults to
+    # `adamw_torch_fused`. Plain AdamW on CPU updates one parameter at a time through temporaries the size of that
+    # parameter (~0.5 GiB for the tied 0.5B embedding), which would inflate the full side's peak only.
+    optimizer = torch.optim.AdamW(trainable, lr=1e-5, fused=True)
     vocab = model.config.vocab_size
     input_ids = torch.randint(0, vocab, (1, seq), generator=torch.Generator().manual_seed(0))
     _release_freed_memory()
     loaded = rss()
     exact = reset_peak()
     start = time.perf_counter()
-    loss = model(input_ids=input_ids, labels=input_ids).loss
+    loss = grpo_loss(model, input_ids, completion_length=seq // 2)
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     seconds = time.perf_counter() - start
-    return {"kind": kind, "activation_checkpointing": checkpointing,
-            "trainable_parameters": sum(p.numel() for p in trainable), "rss_baseline": baseline,
-            "rss_after_load": loaded, "peak_rss_step": peak(), "peak_exact": exact, "loss": float(loss),
-            "step_seconds": seconds}
+    state = [t for s in optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
+    return {
+        "kind": kind,
+        "activation_checkpointing": checkpointing,
+        "trainable_parameters": sum(p.numel() for p in trainable),
+        "model_bytes": _tensor_bytes(model),
+        "optimizer_state_bytes": sum(t.numel() * t.element_size() for t in state),
+        "rss_baseline": baseline,
+        "rss_after_load": loaded,
+        "peak_rss_step": peak(),
+        "peak_exact": exact,
+        "loss": float(loss),
+        "step_seconds": seconds,
+    }
 
 
 def run_worker(*args: str) -> dict:
@@ -222,7 +289,7 @@ def run_worker(*args: str) -> dict:
     if proc.returncode != 0 or not lines:
         sys.stderr.write(proc.stderr[-4000:])
         raise RuntimeError(f"worker {args} failed with exit code {proc.returncode}")
-    return json.loads(lines[-1][len(MARK):])
+    return json.loads(lines[-1][len(MARK) :])
 
 
 # ---- driver ------------------------------------------------------------------------------------------------------
@@ -230,6 +297,15 @@ def run_worker(*args: str) -> dict:
 
 def mib(n: float) -> str:
     return f"{n / 2**20:,.0f} MiB"
+
+
+def _step_cell(step: dict) -> str:
+    """Peak RSS, with the bytes of weights and optimizer state in it (the rest: process, activations, grads)."""
+    return (
+        f"{mib(step['peak_rss_step'])} (at step start {mib(step['rss_after_load'])}; weights "
+        f"{mib(step['model_bytes'])}, AdamW state {mib(step['optimizer_state_bytes'])}; "
+        f"{step['step_seconds']:.0f} s)"
+    )
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -283,17 +359,27 @@ def main(argv: list[str] | None = None) -> dict:
     for shape, f in footprints.items():
         nf4 = f["nf4"]
         is_target = shape == "1.5b"
-        rows.append([f"Qwen2.5-{shape.upper()} shape ({f['parameters'] / 1e9:.2f} B params): weights bf16",
-                     mib(f["bf16_bytes"]), "", "", ""])
-        rows.append([
-            f"Qwen2.5-{shape.upper()} shape: nf4 + double quant ({mib(nf4['base_bytes'])} incl. bf16 embeddings, "
-            f"+ {mib(nf4['quant_state_bytes'])} quant state) + LoRA r16 bf16 ({nf4['lora_parameters'] / 1e6:.1f} M, "
-            f"{mib(nf4['lora_bytes'])})",
-            f"{mib(nf4['total_bytes'])} = **{f['ratio']:.3f}x** bf16",
-            f"<= {TARGET_FOOTPRINT}x" if is_target else "(info)",
-            C.verdict(f["ratio"] <= TARGET_FOOTPRINT) if is_target else "",
-            load_cell if is_target else "",
-        ])
+        rows.append(
+            [
+                f"Qwen2.5-{shape.upper()} shape ({f['parameters'] / 1e9:.2f} B params): weights bf16",
+                mib(f["bf16_bytes"]),
+                "",
+                "",
+                "",
+            ]
+        )
+        rows.append(
+            [
+                f"Qwen2.5-{shape.upper()} shape: nf4 + double quant ({mib(nf4['base_bytes'])} incl. bf16 embeddings, "
+                f"+ {mib(nf4['quant_state_bytes'])} quant state) + LoRA r16 bf16 "
+                f"({nf4['lora_parameters'] / 1e6:.1f} M, "
+                f"{mib(nf4['lora_bytes'])})",
+                f"{mib(nf4['total_bytes'])} = **{f['ratio']:.3f}x** bf16",
+                f"<= {TARGET_FOOTPRINT}x" if is_target else "(info)",
+                C.verdict(f["ratio"] <= TARGET_FOOTPRINT) if is_target else "",
+                load_cell if is_target else "",
+            ]
+        )
     step_ratios = {}
     for suffix, label in (("", "no activation checkpointing"), ("_ac", "activation checkpointing")):
         if "full" + suffix not in steps:
@@ -301,14 +387,33 @@ def main(argv: list[str] | None = None) -> dict:
         full, qlora = steps["full" + suffix], steps["qlora" + suffix]
         ratio = step_ratios["step_peak" + suffix] = qlora["peak_rss_step"] / full["peak_rss_step"]
         shape = args.step_shape.upper()
-        rows.append([f"{shape} shape, one step (batch 1 x {args.seq}, {label}): full bf16 + AdamW, peak RSS",
-                     f"{mib(full['peak_rss_step'])} (at step start {mib(full['rss_after_load'])}, "
-                     f"{full['step_seconds']:.0f} s)", "", "", ""])
-        rows.append([f"{shape} shape, one step ({label}): QLoRA nf4 + LoRA r16 + AdamW, peak RSS",
-                     f"{mib(qlora['peak_rss_step'])} (at step start {mib(qlora['rss_after_load'])}, "
-                     f"{qlora['step_seconds']:.0f} s)", "", "", ""])
-        rows.append([f"**QLoRA / full step peak RSS ({label})**", f"{ratio:.3f}x", f"<= {TARGET_STEP}x",
-                     C.verdict(ratio <= TARGET_STEP), load_cell])
+        rows.append(
+            [
+                f"{shape} shape, one step (batch 1 x {args.seq}, {label}): full bf16 + fused AdamW, peak RSS",
+                _step_cell(full),
+                "",
+                "",
+                "",
+            ]
+        )
+        rows.append(
+            [
+                f"{shape} shape, one step ({label}): QLoRA nf4 + LoRA r16 + fused AdamW, peak RSS",
+                _step_cell(qlora),
+                "",
+                "",
+                "",
+            ]
+        )
+        rows.append(
+            [
+                f"**QLoRA / full step peak RSS ({label})**",
+                f"{ratio:.3f}x",
+                f"<= {TARGET_STEP}x",
+                C.verdict(ratio <= TARGET_STEP),
+                load_cell,
+            ]
+        )
     table = C.markdown_table(["measure", "value", "target", "result", "load avg (1/5/15 min)"], rows)
     verdicts = {}
     if "1.5b" in footprints:
@@ -321,9 +426,11 @@ def main(argv: list[str] | None = None) -> dict:
         "footprints": footprints,
         "steps": steps,
         "step_peak_ratios": step_ratios,
-        "targets": {"footprint_1.5b": f"nf4 + LoRA <= {TARGET_FOOTPRINT} x bf16",
-                    "step_peak": f"QLoRA peak RSS <= {TARGET_STEP} x full bf16 AdamW ({args.step_shape} shape), "
-                                 "without and with activation checkpointing on both sides"},
+        "targets": {
+            "footprint_1.5b": f"nf4 + LoRA <= {TARGET_FOOTPRINT} x bf16",
+            "step_peak": f"QLoRA peak RSS <= {TARGET_STEP} x full bf16 fused AdamW ({args.step_shape} shape), "
+            "without and with activation checkpointing on both sides",
+        },
         "pass": verdicts,
     }
     C.write_results("qlora_memory", payload, table)

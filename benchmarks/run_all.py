@@ -75,7 +75,8 @@ def summary_rows() -> list[list]:
                          C.verdict(r["pass"]["footprint_1.5b"]), _load_cell(r["load_average_end"]), r["date"]])
         for key, label in (("step_peak", "no activation checkpointing"), ("step_peak_ac", "activation checkpointing")):
             if key in r.get("step_peak_ratios", {}):
-                rows.append(["qlora_memory.py", f"training step peak RSS QLoRA / full bf16 AdamW, 0.5B shape ({label})",
+                rows.append(["qlora_memory.py",
+                             f"GRPO training step peak RSS, QLoRA / full bf16 (fused AdamW), 0.5B shape ({label})",
                              f"{r['step_peak_ratios'][key]:.3f}x", "<= 0.35x", C.verdict(r["pass"][key]),
                              _load_cell(r["load_average_end"]), r["date"]])
     return rows

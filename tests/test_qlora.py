@@ -1,6 +1,9 @@
 """QLoRA: 4-bit nf4 policy + LoRA through TRL's ModelConfig, with every extension (CPU, embedded model)."""
 
+import gc
 import logging
+import shutil
+from pathlib import Path
 
 import bitsandbytes as bnb
 import pytest
@@ -177,6 +180,31 @@ def test_prepare_quantized_policy_keeps_gradients_right_after_an_eval_pass():
     with torch.no_grad():
         model(input_ids=ids)  # an evaluation / sampling callback between training steps
     assert torch.allclose(first_layer_grad(model), expected, rtol=1e-4, atol=1e-6)
+
+
+def _is_mapped(path) -> bool:
+    return str(path) in Path("/proc/self/maps").read_text()
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads the process's memory mappings (Linux)")
+def test_prepare_quantized_policy_releases_the_checkpoint_mapping(tmp_path):
+    """Unquantised tensors left as views of the memory-mapped checkpoint keep all of its pages resident."""
+    folder = tmp_path / "model"
+    shutil.copytree(MODEL, folder)  # a path of its own: no other test's model maps it
+    quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32)
+    base = AutoModelForCausalLM.from_pretrained(folder, quantization_config=quant, dtype=torch.float32)  # as stored
+    model = get_peft_model(base, LoraConfig(r=4, target_modules=ALL_LINEAR))
+    checkpoint = folder / "model.safetensors"
+    if not _is_mapped(checkpoint):
+        pytest.skip("this transformers version copies the checkpoint while loading: nothing to release")
+    ids = torch.tensor([[3, 4, 5, 6, 7, 8, 9, 10]])
+    before = logprobs(model, ids)
+
+    changed = prepare_quantized_policy(model)
+    gc.collect()
+    assert changed["bytes_released_from_checkpoint_mapping"] > 0
+    assert not _is_mapped(checkpoint)
+    assert torch.equal(logprobs(model, ids), before)  # the same values, in the model's own memory
 
 
 def test_memory_footprint_is_logged_against_a_computed_full_precision_load(caplog):

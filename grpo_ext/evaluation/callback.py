@@ -6,7 +6,8 @@ Every ``eval_steps`` optimizer steps the callback samples ``n`` completions for 
 trainer's current policy (unwrapped; a PEFT model is used as it is, adapters active), scores them with the
 harness and logs ``eval/pass@k`` and ``eval/maj@k`` for each k through the trainer's loggers (the console,
 ``state.log_history``, TensorBoard/W&B/... per ``report_to``). The model is put back in training mode
-afterwards and the global RNG state is left untouched (the sampler forks it), so training is not perturbed.
+afterwards and the global RNG is left untouched (each sample has its own random stream), so training is not
+perturbed.
 The same seed is used at every evaluation: successive points differ by the model, not by the sampling noise.
 
 It needs a reference to the trainer to log through it (``trainer.add_callback(cb); cb.bind(trainer)``, or pass
