@@ -90,10 +90,13 @@ def token_cdf(logits: torch.Tensor, temperature: float, top_p: float) -> torch.T
 
 
 def draw_from_cdf(cdf: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
-    """Inverse-CDF draw, one token per row: the first index whose cumulative probability exceeds ``u * total``
-    (never a token of probability 0)."""
-    target = (uniforms.to(cdf.dtype) * cdf[:, -1]).unsqueeze(1)
-    return torch.searchsorted(cdf, target, right=True).squeeze(1).clamp_(max=cdf.shape[-1] - 1)
+    """Inverse-CDF draws: for each row of ``cdf [R, V]``, the first index whose cumulative probability exceeds
+    ``u * total`` (never a token of probability 0), for ``uniforms [R]`` (one draw a row) or ``[R, K]`` (K a row)."""
+    u = uniforms.to(cdf.dtype)
+    one = u.ndim == 1
+    target = (u.unsqueeze(1) if one else u) * cdf[:, -1:]
+    tokens = torch.searchsorted(cdf, target, right=True).clamp_(max=cdf.shape[-1] - 1)
+    return tokens.squeeze(1) if one else tokens
 
 
 def choose_tokens(logits: torch.Tensor, uniforms: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
@@ -298,11 +301,14 @@ class _Decoder:
             best = logits.argmax(-1).tolist()
             return [[best[r]] * len(g) for r, g in enumerate(groups)]
         cdf = token_cdf(logits, self.temperature, self.top_p)
-        row_of = torch.tensor([r for r, g in enumerate(groups) for _ in g], device=cdf.device)
+        sizes = [len(g) for g in groups]
         ids = np.fromiter((q for g in groups for q in g), dtype=np.int64)
-        counts = np.repeat(np.array(counters, dtype=np.uint64), [len(g) for g in groups])
-        uniforms = torch.from_numpy(counter_uniforms(self.seed[ids], counts)).to(cdf.device)
-        flat = draw_from_cdf(cdf[row_of], uniforms).tolist()
+        counts = np.repeat(np.array(counters, dtype=np.uint64), sizes)
+        # a row's samples side by side ([rows, largest group], padded): the row's CDF is searched, never copied
+        used = torch.arange(max(sizes)) < torch.tensor(sizes).unsqueeze(1)
+        uniforms = torch.zeros(used.shape, dtype=torch.float64)
+        uniforms[used] = torch.from_numpy(counter_uniforms(self.seed[ids], counts))
+        flat = draw_from_cdf(cdf, uniforms.to(cdf.device))[used.to(cdf.device)].tolist()
         out, k = [], 0
         for g in groups:
             out.append(flat[k : k + len(g)])
@@ -332,7 +338,7 @@ class _Decoder:
 
     def prefill_more(self) -> Iterator:
         """Prefill the next prompts; their samples draw first tokens from one forward and group by token."""
-        chunk = [j for j in range(self.next_prompt, min(self.next_prompt + self.prefill_batch, len(self.prompt_ids)))]
+        chunk = list(range(self.next_prompt, min(self.next_prompt + self.prefill_batch, len(self.prompt_ids))))
         self.next_prompt = chunk[-1] + 1
         chunk = [j for j in chunk if self.left[j]]
         if not chunk:
