@@ -44,6 +44,6 @@ compare: $(STAMP)
 compare-quick: $(STAMP)
 	OMP_NUM_THREADS=$(THREADS) HF_HUB_OFFLINE=1 $(BIN)/python scripts/run_methods.py --quick --out outputs/compare_quick
 
-# Side-by-side performance measurements (tables + benchmarks/results/*.json), ~12 min.
+# Side-by-side performance measurements (tables + benchmarks/results/*.json), ~15 min.
 bench: $(STAMP)
 	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(BIN)/python -m benchmarks.run_all
