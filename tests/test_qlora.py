@@ -195,8 +195,7 @@ def test_prepare_quantized_policy_releases_the_checkpoint_mapping(tmp_path):
     base = AutoModelForCausalLM.from_pretrained(folder, quantization_config=quant, dtype=torch.float32)  # as stored
     model = get_peft_model(base, LoraConfig(r=4, target_modules=ALL_LINEAR))
     checkpoint = folder / "model.safetensors"
-    if not _is_mapped(checkpoint):
-        pytest.skip("this transformers version copies the checkpoint while loading: nothing to release")
+    assert _is_mapped(checkpoint)  # transformers maps the checkpoint; if a version stops, this test has no subject
     ids = torch.tensor([[3, 4, 5, 6, 7, 8, 9, 10]])
     before = logprobs(model, ids)
 

@@ -120,7 +120,9 @@ def encode_prompts(tokenizer, prompts: Sequence, device) -> dict:
 
 
 def _seeds(params: SamplingParams, prompt) -> list[int]:
-    """One seed per sample of ``prompt``: sample ``i`` is the same draw whatever ``n``, batch or run it is part of."""
+    """One seed per sample of ``prompt``: sample ``i`` is the same draw whatever ``n``, batch or run it is part of.
+    The prompt's text is the key, so two problems with the same prompt get the same samples (as a model would be
+    asked the same question twice with the same seed)."""
     return [derive_seed(params.seed, str(prompt), i) for i in range(params.n)]
 
 
