@@ -34,7 +34,7 @@ def model_dir() -> str:
     override = os.environ.get("GRPO_EXT_BENCH_MODEL") or os.environ.get("GRPO_EXT_TEST_MODEL")
     if override:
         return override
-    from grpo_ext.modeling import resolve_model_path
+    from grpo_ext.models import resolve_model_path
 
     return resolve_model_path("embedded")
 

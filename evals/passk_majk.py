@@ -132,7 +132,7 @@ def main(argv: list[str]) -> dict:
     from grpo_ext.evaluation.harness import check_ks, evaluate_model, load_problems
     from grpo_ext.evaluation.report import write_reports
     from grpo_ext.evaluation.sampling import SamplingParams
-    from grpo_ext.modeling import resolve_model_path
+    from grpo_ext.models import resolve_model_path
     from grpo_ext.tasks import get_task
 
     task_kwargs = parse_task_kwargs(args.task_kwargs)

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 import torch
 
 __all__ = [
     "GRADIENT_COEFFICIENTS",
+    "GradientCoefficient",
     "get_gradient_coefficient",
     "online_rft_gradient_coefficient",
     "outcome_advantages",
@@ -35,7 +37,7 @@ __all__ = [
     "process_advantages",
     "process_gradient_coefficient",
     "register_gradient_coefficient",
-    "zero_std_groups",
+    "zero_std_mask",
 ]
 
 
@@ -243,7 +245,7 @@ def process_advantages(
 # ------------------------------------------------------------------------------------------------------------
 
 
-def zero_std_groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+def zero_std_mask(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     """Groups that carry no learning signal: every advantage in them is (about) 0.
 
     Args:
@@ -277,7 +279,31 @@ GradientCoefficientFn = Callable[..., torch.Tensor]
 eps: float = 1e-4) -> Tensor[N] | Tensor[N, T]``. A function ignores the inputs it does not need and raises
 ``ValueError`` when one it needs is ``None``."""
 
-GRADIENT_COEFFICIENTS: dict[str, GradientCoefficientFn] = {}
+
+@dataclass(frozen=True)
+class GradientCoefficient:
+    """A registry entry: the function and what the trainer, the config and the model card need to know of it.
+
+    Attributes:
+        name: the value of ``advantage_mode`` that selects it.
+        fn: the pure function (see :data:`GradientCoefficientFn`).
+        needs_step_rewards: the function reads ``step_rewards``: a process reward source is required.
+        keeps_trl_advantages: the function equals TRL's own advantages (outcome GRPO): the trainer then leaves
+            TRL's batch untouched, so with every extension off training is TRL's bit for bit.
+        description: one sentence for the model card ("how the gradient coefficient was computed").
+    """
+
+    name: str
+    fn: GradientCoefficientFn
+    needs_step_rewards: bool = False
+    keeps_trl_advantages: bool = False
+    description: str = ""
+
+    def __call__(self, **inputs) -> torch.Tensor:
+        return self.fn(**inputs)
+
+
+GRADIENT_COEFFICIENTS: dict[str, GradientCoefficient] = {}
 
 _F = TypeVar("_F", bound=GradientCoefficientFn)
 
@@ -286,30 +312,35 @@ def _qualified_name(fn: Callable) -> str:
     return f"{fn.__module__}.{fn.__qualname__}"
 
 
-def register_gradient_coefficient(name: str) -> Callable[[_F], _F]:
+def register_gradient_coefficient(
+    name: str, *, needs_step_rewards: bool = False, keeps_trl_advantages: bool = False, description: str = ""
+) -> Callable[[_F], _F]:
     """Decorator registering a gradient-coefficient function under ``name`` (verl's ``register_adv_est``).
 
-    Registering a different function under a taken name raises ``ValueError``; re-registering the same
-    function (same module and qualified name, e.g. after ``importlib.reload``) replaces it.
+    Once registered, ``advantage_mode: <name>`` is a valid config value and the trainer, the model card and
+    the iterative loop read the entry's flags. Registering a different function under a taken name raises
+    ``ValueError``; re-registering the same function (same module and qualified name, e.g. after
+    ``importlib.reload``) replaces it. ``description`` defaults to the first line of the docstring.
     """
 
     def decorator(fn: _F) -> _F:
         existing = GRADIENT_COEFFICIENTS.get(name)
-        if existing is not None and _qualified_name(existing) != _qualified_name(fn):
-            raise ValueError(f"gradient coefficient {name!r} is already registered to {_qualified_name(existing)}")
-        GRADIENT_COEFFICIENTS[name] = fn
+        if existing is not None and _qualified_name(existing.fn) != _qualified_name(fn):
+            raise ValueError(f"gradient coefficient {name!r} is already registered to {_qualified_name(existing.fn)}")
+        text = description or (fn.__doc__ or name).strip().splitlines()[0]
+        GRADIENT_COEFFICIENTS[name] = GradientCoefficient(name, fn, needs_step_rewards, keeps_trl_advantages, text)
         return fn
 
     return decorator
 
 
-def get_gradient_coefficient(name: str) -> GradientCoefficientFn:
-    """The gradient-coefficient function registered under ``name``; ``ValueError`` listing known names."""
+def get_gradient_coefficient(name: str) -> GradientCoefficient:
+    """The registry entry for ``name``; ``ValueError`` naming ``advantage_mode`` and the registered names."""
     try:
         return GRADIENT_COEFFICIENTS[name]
     except KeyError:
-        known = ", ".join(sorted(GRADIENT_COEFFICIENTS))
-        raise ValueError(f"unknown gradient coefficient {name!r}; known: {known}") from None
+        known = ", ".join(GRADIENT_COEFFICIENTS)
+        raise ValueError(f"advantage_mode: unknown value {name!r}; expected one of {known}") from None
 
 
 def _require(x: torch.Tensor | None, input_name: str, method: str) -> torch.Tensor:
@@ -318,7 +349,11 @@ def _require(x: torch.Tensor | None, input_name: str, method: str) -> torch.Tens
     return x
 
 
-@register_gradient_coefficient("outcome")
+@register_gradient_coefficient(
+    "outcome",
+    keeps_trl_advantages=True,
+    description="outcome supervision: (reward - group mean) / group std, the same for every token (GRPO)",
+)
 def outcome_gradient_coefficient(
     *,
     rewards: torch.Tensor | None = None,
@@ -332,7 +367,12 @@ def outcome_gradient_coefficient(
     return outcome_advantages(rewards, group_size, scale=scale, eps=eps)
 
 
-@register_gradient_coefficient("process")
+@register_gradient_coefficient(
+    "process",
+    needs_step_rewards=True,
+    description="process supervision (DeepSeekMath 4.1.3): step rewards normalised over the group, a token's "
+    "advantage the sum of the normalised rewards of the steps ending at or after it",
+)
 def process_gradient_coefficient(
     *,
     rewards: torch.Tensor | None = None,
@@ -346,7 +386,10 @@ def process_gradient_coefficient(
     return process_advantages(step_rewards, group_size, eps=eps, scale=scale)
 
 
-@register_gradient_coefficient("online_rft")
+@register_gradient_coefficient(
+    "online_rft",
+    description="online rejection-sampling fine-tuning: coefficient 1 for a correct sample, 0 otherwise",
+)
 def online_rft_gradient_coefficient(
     *,
     rewards: torch.Tensor | None = None,

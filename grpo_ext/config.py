@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-ADVANTAGE_MODES = ("outcome", "process", "online_rft")
+from grpo_ext.advantages import get_gradient_coefficient
+
 ZERO_STD_GROUPS = ("keep", "skip", "refill")
 KL_CONTROLLERS = ("fixed", "adaptive")
 # Loss types whose reduction averages over sequences (or a fixed B x L): skipping rows needs a B / B_kept factor.
@@ -27,9 +28,9 @@ class GRPOExtConfig(GRPOConfig):
     advantage_mode: str = field(
         default="outcome",
         metadata={
-            "help": "Gradient coefficient: `outcome` (TRL's GRPO), `process` (per-token advantages from step "
-            "rewards, DeepSeekMath 4.1.3) or `online_rft` (1 for a correct sample, 0 otherwise).",
-            "choices": list(ADVANTAGE_MODES),
+            "help": "Gradient coefficient, a name in grpo_ext.advantages.GRADIENT_COEFFICIENTS: `outcome` (TRL's "
+            "GRPO), `process` (per-token advantages from step rewards, DeepSeekMath 4.1.3), `online_rft` (1 for a "
+            "correct sample, 0 otherwise), or any name added with register_gradient_coefficient.",
         },
     )
     process_reward_funcs: list[str] | None = field(
@@ -86,7 +87,7 @@ class GRPOExtConfig(GRPOConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        _choice("advantage_mode", self.advantage_mode, ADVANTAGE_MODES)
+        get_gradient_coefficient(self.advantage_mode)  # the registry is the list of modes; its error names the field
         _choice("zero_std_groups", self.zero_std_groups, ZERO_STD_GROUPS)
         _choice("kl_controller", self.kl_controller, KL_CONTROLLERS)
         if self.step_separator == "":

@@ -68,7 +68,7 @@ def _is_hub_id(name: str | None) -> bool:
 def _is_embedded(name: str | None) -> bool:
     if not name:
         return False
-    from grpo_ext.modeling import EMBEDDED_MODEL_DIR, EMBEDDED_NAME
+    from grpo_ext.models import EMBEDDED_MODEL_DIR, EMBEDDED_NAME
 
     return name == EMBEDDED_NAME or Path(name).resolve() == EMBEDDED_MODEL_DIR.resolve()
 

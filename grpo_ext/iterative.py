@@ -32,7 +32,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from grpo_ext.evaluation.io import atomic_write_bytes, atomic_write_text
+from grpo_ext.io import atomic_write_bytes, atomic_write_text
 from grpo_ext.rewards.replay import check_replay_ratio, mix_with_replay
 from grpo_ext.rewards.reward_models import (
     RM_KINDS,

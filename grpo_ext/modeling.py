@@ -22,12 +22,10 @@ from __future__ import annotations
 import copy
 import importlib.util
 import logging
-from pathlib import Path
 
 import torch
 
-EMBEDDED_MODEL_DIR = Path(__file__).parent / "assets" / "embedded"
-EMBEDDED_NAME = "embedded"
+from grpo_ext.models import resolve_model_path
 
 #: PEFT's name for "every linear layer except the output layer" (attention + MLP projections of any architecture).
 ALL_LINEAR = "all-linear"
@@ -35,29 +33,6 @@ ALL_LINEAR = "all-linear"
 _LOG = logging.getLogger(__name__)
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-
-
-def resolve_model_path(name_or_path: str) -> str:
-    """`embedded` -> the shipped model folder; an existing local folder -> itself; anything else is a hub id.
-
-    A path that looks local (absolute, or starting with `.`) but does not exist is an error here rather than
-    a confusing hub lookup later.
-    """
-    if name_or_path == EMBEDDED_NAME:
-        if not (EMBEDDED_MODEL_DIR / "config.json").is_file():
-            raise FileNotFoundError(
-                f"the embedded model is missing from {EMBEDDED_MODEL_DIR}; build it with "
-                "`python scripts/build_base_model.py`"
-            )
-        return str(EMBEDDED_MODEL_DIR)
-    path = Path(name_or_path).expanduser()
-    if path.exists():
-        if not (path / "config.json").is_file() and not (path / "adapter_config.json").is_file():
-            raise FileNotFoundError(f"model folder {path} has neither config.json nor adapter_config.json")
-        return str(path)
-    if name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1:
-        raise FileNotFoundError(f"model_name_or_path: no such model folder: {name_or_path}")
-    return name_or_path
 
 
 def lora_target_modules_default(model_args) -> None:
@@ -147,9 +122,6 @@ def _linear4bit_modules(model):
         return []
     return [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
 
-
-def is_quantized(model) -> bool:
-    return bool(getattr(model, "is_loaded_in_4bit", False) or getattr(model, "is_loaded_in_8bit", False))
 
 
 def release_checkpoint_mapping(model) -> int:

@@ -22,10 +22,11 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 from trl.trainer.utils import is_async_callable
 
-from grpo_ext.advantages import get_gradient_coefficient, zero_std_groups
+from grpo_ext.advantages import get_gradient_coefficient, zero_std_mask
 from grpo_ext.batching import replace_rows
 from grpo_ext.config import PER_SEQUENCE_LOSS_TYPES, GRPOExtConfig
 from grpo_ext.hub import trainer_model_card
+from grpo_ext.io import atomic_write_json
 from grpo_ext.kl_control import AdaptiveKLController, FixedKLController
 from grpo_ext.modeling import prepare_quantized_policy
 from grpo_ext.rewards import load_callable
@@ -57,9 +58,10 @@ class GRPOExtTrainer(GRPOTrainer):
         self.gradient_coefficient = get_gradient_coefficient(config.advantage_mode)
         self.step_separator = config.step_separator or "\n"
         self.process_reward_funcs = self._resolve_process_rewards(process_reward_funcs)
-        if config.advantage_mode == "process" and not self.process_reward_funcs:
+        if self.gradient_coefficient.needs_step_rewards and not self.process_reward_funcs:
             raise ValueError(
-                "advantage_mode: `process` needs a process reward source: process_reward_funcs or process_reward_model"
+                f"advantage_mode: `{config.advantage_mode}` needs step rewards: set process_reward_funcs or "
+                "process_reward_model"
             )
         if (
             config.zero_std_groups != "keep"
@@ -173,7 +175,8 @@ class GRPOExtTrainer(GRPOTrainer):
         """Replace TRL's advantages by the configured gradient coefficient; flag the rows of no-signal groups."""
         mode = "train" if self.model.training else "eval"
         filtering = mode == "train" and self.args.zero_std_groups != "keep"
-        if self.args.advantage_mode == "outcome" and "steps" not in self._scored and not filtering:
+        keeps_trl = self.gradient_coefficient.keeps_trl_advantages
+        if keeps_trl and "steps" not in self._scored and not filtering:
             return output  # TRL's own batch, untouched: nothing to add on this path
         group = self.num_generations if mode == "train" else self.num_generations_eval
         rewards = self._outcome_rewards(self._scored["rewards_per_func"])  # gathered, (N,)
@@ -192,7 +195,7 @@ class GRPOExtTrainer(GRPOTrainer):
             step_rewards = self.accelerator.gather(padded)  # (N, T_max): group statistics over all processes
             self._log_step_metrics(local_steps, mode)
 
-        if self.args.advantage_mode != "outcome":  # outcome: keep TRL's own advantages, bit for bit
+        if not keeps_trl:  # outcome: keep TRL's own advantages, bit for bit
             advantages = self.gradient_coefficient(
                 rewards=rewards, step_rewards=step_rewards, group_size=group, scale=self.scale_rewards != "none"
             )
@@ -200,8 +203,8 @@ class GRPOExtTrainer(GRPOTrainer):
             output["advantages"] = advantages[:, :width] if advantages.dim() == 2 else advantages
 
         if filtering:
-            signal_source = step_rewards if self.args.advantage_mode == "process" else rewards
-            no_signal = zero_std_groups(signal_source, group)  # (N // group,), over all processes
+            signal_source = step_rewards if self.gradient_coefficient.needs_step_rewards else rewards
+            no_signal = zero_std_mask(signal_source, group)  # (N // group,), over all processes
             output["_no_signal_rows"] = no_signal.repeat_interleave(group)[local].cpu()
         return output
 
@@ -277,10 +280,7 @@ class GRPOExtTrainer(GRPOTrainer):
             return
         folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
         state = {"kl_controller": self.kl_control.state_dict(), "refill_draws": self._refill_draws}
-        tmp = os.path.join(folder, STATE_FILE + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(state, f)
-        os.replace(tmp, os.path.join(folder, STATE_FILE))  # never a torn state file next to a good checkpoint
+        atomic_write_json(os.path.join(folder, STATE_FILE), state)  # never a torn state file next to a checkpoint
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)

@@ -22,7 +22,7 @@ from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 from grpo_ext.char_tokenizer import build_char_tokenizer
 from grpo_ext.evaluation.metrics import maj_at_k, pass_at_k
 from grpo_ext.evaluation.sampling import sample_completions
-from grpo_ext.modeling import EMBEDDED_MODEL_DIR
+from grpo_ext.models import EMBEDDED_MODEL_DIR
 from grpo_ext.tasks import get_task
 
 

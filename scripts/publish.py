@@ -108,7 +108,7 @@ def adapter_base(folder: Path) -> str | None:
 
 
 def _resolve_base(name: str | None, folder: Path) -> str:
-    from grpo_ext.modeling import resolve_model_path
+    from grpo_ext.models import resolve_model_path
 
     if not name:
         raise PublishError(f"CHECKPOINT: {folder / ADAPTER_CONFIG} names no base model; pass --base-model")

@@ -83,7 +83,7 @@ def method_argv(method: str, seed: int, args, run_dir: Path) -> list[str]:
 def main(argv: list[str]) -> dict:
     args = build_parser().parse_args(argv)
     from grpo_ext.methods import get_method, run_method
-    from grpo_ext.modeling import resolve_model_path
+    from grpo_ext.models import resolve_model_path
 
     seeds_text = args.seeds if args.seeds is not None else ("0" if args.quick else "0,1")
     try:

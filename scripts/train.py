@@ -11,6 +11,9 @@ from pathlib import Path
 
 import yaml
 
+from grpo_ext.hub import CONFIG_FILE
+from grpo_ext.io import atomic_write_text
+
 
 def parse_args(argv: list[str]):
     from trl import ModelConfig, TrlParser
@@ -29,37 +32,25 @@ def save_resolved_config(output_dir: str, task_args, training_args, model_args) 
         "training": training_args.to_dict(),
         "model": {k: v for k, v in dataclasses.asdict(model_args).items()},
     }
-    path = Path(output_dir) / "grpo_ext_config.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".yaml.tmp")
-    tmp.write_text(yaml.safe_dump(resolved, sort_keys=False, default_flow_style=False))
-    tmp.replace(path)
-    return path
+    return atomic_write_text(
+        Path(output_dir) / CONFIG_FILE, yaml.safe_dump(resolved, sort_keys=False, default_flow_style=False)
+    )
 
 
 def main(argv: list[str]) -> None:
-    from grpo_ext.modeling import policy_init
-    from grpo_ext.rewards import resolve_process_reward_funcs, resolve_reward_funcs
+    from grpo_ext.assembly import build_grpo_trainer
     from grpo_ext.tasks import get_task
-    from grpo_ext.tasks.base import require_prompt_column
-    from grpo_ext.trainer import GRPOExtTrainer
 
     task_args, training_args, model_args = parse_args(argv)
     task = get_task(task_args.task, **task_args.task_kwargs)
-    train_dataset = require_prompt_column(task.load("train", task_args.train_size), f"task {task.name!r}")
-    if training_args.step_separator is None and task.step_separator is not None:
-        training_args.step_separator = task.step_separator
-    model_id, quantization_config, peft_config = policy_init(model_args, training_args)
-
-    trainer = GRPOExtTrainer(
-        model=model_id,
-        reward_funcs=resolve_reward_funcs(task_args.reward_funcs, task),
-        process_reward_funcs=resolve_process_reward_funcs(training_args.process_reward_funcs, task),
-        args=training_args,
-        train_dataset=train_dataset,
-        quantization_config=quantization_config,
-        peft_config=peft_config,
+    trainer = build_grpo_trainer(
+        task,
+        training_args,
+        model_args=model_args,
+        reward_funcs=task_args.reward_funcs,
+        train_size=task_args.train_size,
     )
+    model_id = model_args.model_name_or_path  # resolved by policy_init
     if trainer.accelerator.is_main_process:
         from grpo_ext.modeling import log_memory_footprint
 

@@ -13,7 +13,7 @@ from grpo_ext.advantages import (
     outcome_advantages,
     process_advantages,
     register_gradient_coefficient,
-    zero_std_groups,
+    zero_std_mask,
 )
 
 NAN = float("nan")
@@ -273,11 +273,11 @@ def test_process_equals_per_sequence_loop_reference(seed, scale):
 
 
 # ------------------------------------------------------------------------------------------------------------
-# zero_std_groups
+# zero_std_mask
 # ------------------------------------------------------------------------------------------------------------
 
 
-def test_zero_std_groups_outcome_hand_examples():
+def test_zero_std_mask_outcome_hand_examples():
     rewards = torch.tensor(
         [
             [1.0, 1.0, 1.0],  # all equal -> True
@@ -289,10 +289,10 @@ def test_zero_std_groups_outcome_hand_examples():
         ]
     ).view(-1)
     expected = torch.tensor([True, False, True, True, True, False])
-    assert torch.equal(zero_std_groups(rewards, 3), expected)
+    assert torch.equal(zero_std_mask(rewards, 3), expected)
 
 
-def test_zero_std_groups_process_hand_examples():
+def test_zero_std_mask_process_hand_examples():
     step_rewards = torch.tensor(
         [
             [1.0, NAN, 1.0],  # group 0: every step of both outputs is 1 -> True
@@ -305,9 +305,9 @@ def test_zero_std_groups_process_hand_examples():
             [NAN, NAN, NAN],
         ]
     )
-    assert torch.equal(zero_std_groups(step_rewards, 2), torch.tensor([True, False, True, True]))
-    assert torch.equal(zero_std_groups(torch.zeros(4, 0), 2), torch.tensor([True, True]))
-    assert zero_std_groups(torch.zeros(0), 2).shape == (0,)
+    assert torch.equal(zero_std_mask(step_rewards, 2), torch.tensor([True, False, True, True]))
+    assert torch.equal(zero_std_mask(torch.zeros(4, 0), 2), torch.tensor([True, True]))
+    assert zero_std_mask(torch.zeros(0), 2).shape == (0,)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -341,7 +341,8 @@ def test_online_rft_coefficients_hand_batch():
 
 
 def test_registry_unknown_name_lists_known_ones():
-    with pytest.raises(ValueError, match=r"'nope'.*online_rft, outcome, process"):
+    expected = r"advantage_mode: unknown value 'nope'; expected one of outcome, process, online_rft"
+    with pytest.raises(ValueError, match=expected):
         get_gradient_coefficient("nope")
 
 
@@ -357,7 +358,7 @@ def test_registry_rejects_a_second_function_under_a_taken_name():
         return torch.ones_like(rewards)
 
     try:
-        assert get_gradient_coefficient("test_constant") is constant
+        assert get_gradient_coefficient("test_constant").fn is constant
     finally:
         del GRADIENT_COEFFICIENTS["test_constant"]
 
@@ -382,7 +383,7 @@ def test_gradient_coefficients_need_their_input_and_keywords():
     "call",
     [
         lambda x, g: outcome_advantages(x, g),
-        lambda x, g: zero_std_groups(x, g),
+        lambda x, g: zero_std_mask(x, g),
         lambda x, g: get_gradient_coefficient("online_rft")(rewards=x, group_size=g),
     ],
 )
@@ -452,7 +453,7 @@ def test_property_outcome_finite_and_zero_where_no_signal(batch, scale):
     assert advantages.shape == rewards.shape
     assert bool(torch.isfinite(advantages).all())
     assert bool((advantages[torch.isnan(rewards)] == 0).all())
-    no_signal = zero_std_groups(rewards, group_size).repeat_interleave(group_size)
+    no_signal = zero_std_mask(rewards, group_size).repeat_interleave(group_size)
     assert bool((advantages[no_signal] == 0).all())
 
 
@@ -465,8 +466,8 @@ def test_property_outcome_group_mean_is_zero(batch, scale):
     # Over the finite rewards of each group the advantages sum to 0 (missing ones are 0 anyway).
     sums = torch.where(present, advantages, 0.0).sum(1)
     torch.testing.assert_close(sums, torch.zeros_like(sums), rtol=0, atol=1e-4)
-    # And zero_std_groups is exactly "every advantage of the group is 0" on well-conditioned rewards.
-    assert torch.equal(zero_std_groups(rewards, group_size), (advantages == 0).all(1))
+    # And zero_std_mask is exactly "every advantage of the group is 0" on well-conditioned rewards.
+    assert torch.equal(zero_std_mask(rewards, group_size), (advantages == 0).all(1))
 
 
 @PROPERTY
@@ -506,7 +507,7 @@ def test_property_process_finite_and_zero_after_last_step(batch, scale):
     has_step = ~torch.isnan(step_rewards)
     at_or_before_last_step = has_step.flip(1).cummax(1).values.flip(1) if step_rewards.shape[1] else has_step
     assert bool((advantages[~at_or_before_last_step] == 0).all())
-    no_signal = zero_std_groups(step_rewards, group_size).repeat_interleave(group_size)
+    no_signal = zero_std_mask(step_rewards, group_size).repeat_interleave(group_size)
     assert bool((advantages[no_signal] == 0).all())
 
 
@@ -536,3 +537,25 @@ def test_property_process_shift_invariance(batch, shift):
         rtol=0,
         atol=5e-3,
     )
+
+
+def test_a_registered_mode_is_reachable_from_the_config(tmp_path):
+    from grpo_ext.config import GRPOExtConfig
+
+    with pytest.raises(ValueError, match="advantage_mode: unknown value 'half_outcome'"):
+        GRPOExtConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, advantage_mode="half_outcome")
+
+    @register_gradient_coefficient("half_outcome", needs_step_rewards=False)
+    def half_outcome(*, rewards=None, step_rewards=None, group_size, scale=True, eps=1e-4):
+        """Half of GRPO's outcome advantages."""
+        return 0.5 * outcome_advantages(rewards, group_size, scale=scale, eps=eps)
+
+    try:
+        config = GRPOExtConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, advantage_mode="half_outcome")
+        entry = get_gradient_coefficient(config.advantage_mode)
+        assert entry.description == "Half of GRPO's outcome advantages."
+        assert not entry.keeps_trl_advantages and not entry.needs_step_rewards
+        rewards = torch.tensor([1.0, 0.0])
+        torch.testing.assert_close(entry(rewards=rewards, group_size=2), 0.5 * outcome_advantages(rewards, 2))
+    finally:
+        del GRADIENT_COEFFICIENTS["half_outcome"]

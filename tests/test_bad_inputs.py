@@ -9,7 +9,7 @@ from datasets import Dataset
 from grpo_ext.char_tokenizer import build_char_tokenizer
 from grpo_ext.config import GRPOExtConfig
 from grpo_ext.evaluation.metrics import maj_at_k, pass_at_k
-from grpo_ext.modeling import resolve_model_path
+from grpo_ext.models import resolve_model_path
 from grpo_ext.rewards.checked import checked_reward_func
 from grpo_ext.rewards.prm import ProcessRewardModel
 from grpo_ext.rewards.process import score_steps

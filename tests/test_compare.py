@@ -10,7 +10,7 @@ import pytest
 from grpo_ext.evaluation.metrics import pass_at_k
 from grpo_ext.methods import paradigm_rows
 from grpo_ext.methods.comparison import Run, findings
-from grpo_ext.modeling import EMBEDDED_MODEL_DIR
+from grpo_ext.models import EMBEDDED_MODEL_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = str(EMBEDDED_MODEL_DIR)

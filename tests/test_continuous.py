@@ -8,7 +8,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from grpo_ext.evaluation.continuous import choose_tokens, continuous_sample, counter_uniforms
 from grpo_ext.evaluation.sampling import SamplingParams, derive_seed, encode_prompt_ids, sample
-from grpo_ext.modeling import resolve_model_path
+from grpo_ext.models import resolve_model_path
 from grpo_ext.tasks import get_task
 
 

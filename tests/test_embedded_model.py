@@ -5,7 +5,7 @@ import json
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from grpo_ext.modeling import EMBEDDED_MODEL_DIR, resolve_model_path
+from grpo_ext.models import EMBEDDED_MODEL_DIR, resolve_model_path
 from grpo_ext.tasks import get_task
 
 

@@ -159,7 +159,7 @@ def test_callback_logs_pass_and_maj_at_k_during_grpo_training(tmp_path):
     from trl import GRPOConfig, GRPOTrainer
 
     from grpo_ext.evaluation.callback import make_passk_callback
-    from grpo_ext.modeling import resolve_model_path
+    from grpo_ext.models import resolve_model_path
 
     task = get_task("arithmetic")
     config = GRPOConfig(
@@ -202,7 +202,7 @@ def test_adapter_folder_is_loaded_onto_its_base_as_one_model(tmp_path):
 
     from grpo_ext.evaluation.backends import load_backend
     from grpo_ext.evaluation.sampling import SamplingParams, sample
-    from grpo_ext.modeling import resolve_model_path
+    from grpo_ext.models import resolve_model_path
 
     base_path = resolve_model_path(_model())
     torch.manual_seed(0)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from grpo_ext.evaluation.metrics import maj_at_k, pass_at_k
-from grpo_ext.modeling import EMBEDDED_MODEL_DIR
+from grpo_ext.models import EMBEDDED_MODEL_DIR
 from grpo_ext.tasks.arithmetic import ArithmeticTask
 from grpo_ext.tasks.gsm8k import GSM8KTask
 

@@ -15,7 +15,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import ModelConfig
 
 from grpo_ext.evaluation.report import write_reports
-from grpo_ext.modeling import ALL_LINEAR, EMBEDDED_MODEL_DIR
+from grpo_ext.modeling import ALL_LINEAR
+from grpo_ext.models import EMBEDDED_MODEL_DIR
 from grpo_ext.script_args import TaskArguments
 from scripts import publish
 from scripts.train import save_resolved_config

@@ -16,12 +16,12 @@ from trl import ModelConfig
 from grpo_ext.hub import trainer_model_card
 from grpo_ext.modeling import (
     ALL_LINEAR,
-    EMBEDDED_MODEL_DIR,
     full_precision_footprint,
     log_memory_footprint,
     policy_init,
     prepare_quantized_policy,
 )
+from grpo_ext.models import EMBEDDED_MODEL_DIR
 from tests.trainer_utils import tiny_args, tiny_trainer
 
 MODEL = str(EMBEDDED_MODEL_DIR)

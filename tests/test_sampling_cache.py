@@ -20,8 +20,8 @@ from grpo_ext.evaluation.backends import (
 )
 from grpo_ext.evaluation.cache import SampleCache
 from grpo_ext.evaluation.harness import evaluate_model
-from grpo_ext.evaluation.io import atomic_write_text
 from grpo_ext.evaluation.sampling import SamplingParams, derive_seed, sample
+from grpo_ext.io import atomic_write_text
 from grpo_ext.tasks import get_task
 
 # prompts of different lengths: left padding is exercised

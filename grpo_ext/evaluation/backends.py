@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from grpo_ext.evaluation.sampling import SamplingParams, derive_seed, sample, sample_stream
-from grpo_ext.modeling import resolve_model_path
+from grpo_ext.models import resolve_model_path
 
 logger = logging.getLogger(__name__)
 

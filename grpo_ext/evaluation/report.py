@@ -9,7 +9,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from grpo_ext.evaluation.io import atomic_write_bytes, atomic_write_text
+from grpo_ext.io import atomic_write_bytes, atomic_write_text
 
 __all__ = ["plot_passk_majk", "render_markdown", "write_reports"]
 

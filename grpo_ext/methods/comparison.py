@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from grpo_ext.evaluation.io import atomic_write_bytes, atomic_write_text
 from grpo_ext.evaluation.metrics import pass_at_k_many
+from grpo_ext.io import atomic_write_bytes, atomic_write_text
 from grpo_ext.methods.cost import COST_FILE, CURVE_FILE, RUN_FILE, read_json_file
 from grpo_ext.methods.paradigm import BASE_RUN, METHODS, get_method, paradigm_markdown, paradigm_rows
 
@@ -74,7 +74,7 @@ class Run:
 
 def parse_run(spec: str) -> Run:
     """``NAME=PATH`` -> :class:`Run` (the path is checked, nothing is loaded). Errors name the spec."""
-    from grpo_ext.modeling import EMBEDDED_NAME, resolve_model_path
+    from grpo_ext.models import EMBEDDED_NAME, resolve_model_path
 
     if "=" not in spec:
         raise ValueError(f"--run {spec!r}: expected NAME=CHECKPOINT (e.g. grpo_outcome@seed0=outputs/grpo_outcome)")

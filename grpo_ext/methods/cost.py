@@ -21,7 +21,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from grpo_ext.evaluation.io import atomic_write_text
+from grpo_ext.io import atomic_write_text
 
 __all__ = ["COST_FILE", "CURVE_FILE", "CountingReward", "TrainTimer", "read_json_file", "write_json_file"]
 

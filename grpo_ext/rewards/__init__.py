@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from grpo_ext.tasks.base import Task
 
@@ -26,16 +26,23 @@ def load_callable(dotted_path: str, field_name: str) -> Callable:
     return obj
 
 
-def resolve_reward_funcs(names: list[str], task: Task) -> list[Callable]:
-    """Reward functions for GRPOTrainer: `outcome` is the task's verifier, anything else a dotted path."""
-    return [task.outcome_reward if name == "outcome" else load_callable(name, "reward_funcs") for name in names]
+def resolve_reward_funcs(names: Sequence[str | Callable], task: Task) -> list[Callable]:
+    """Reward functions for GRPOTrainer: `outcome` is the task's verifier, another name a dotted path; callables
+    pass through."""
+    return [
+        name if callable(name) else task.outcome_reward if name == "outcome" else load_callable(name, "reward_funcs")
+        for name in names
+    ]
 
 
-def resolve_process_reward_funcs(names: list[str] | None, task: Task) -> list[Callable]:
-    """Process reward functions: `step` is the task's rule-based step verifier, anything else a dotted path."""
+def resolve_process_reward_funcs(names: Sequence[str | Callable] | None, task: Task) -> list[Callable]:
+    """Process reward functions: `step` is the task's rule-based step verifier, another name a dotted path;
+    callables pass through."""
     funcs = []
     for name in names or []:
-        if name == "step":
+        if callable(name):
+            funcs.append(name)
+        elif name == "step":
             if task.step_reward is None:
                 raise ValueError(f"process_reward_funcs: task {task.name!r} has no step verifier for `step`")
             funcs.append(task.step_reward)

@@ -1,13 +1,16 @@
-"""Atomic file writes: a reader (or a crash) never sees a half-written report."""
+"""File output shared by every report and checkpoint: atomic writes (a reader, or a crash, never sees a
+half-written file) and matplotlib figures as PNG bytes."""
 
 from __future__ import annotations
 
 import contextlib
+import io
+import json
 import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["atomic_write_bytes", "atomic_write_text"]
+__all__ = ["atomic_write_bytes", "atomic_write_json", "atomic_write_text", "figure_png"]
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
@@ -20,6 +23,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; a report is as readable as any file written
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -35,3 +39,24 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
 def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> Path:
     """`atomic_write_bytes` for text (UTF-8 by default)."""
     return atomic_write_bytes(path, text.encode(encoding))
+
+
+def atomic_write_json(path: str | os.PathLike, data, indent: int | None = 2) -> Path:
+    """`atomic_write_bytes` for a JSON document (keys kept in insertion order, trailing newline)."""
+    return atomic_write_text(path, json.dumps(data, indent=indent) + "\n")
+
+
+def figure_png(fig, dpi: int | None = None) -> bytes:
+    """A matplotlib figure as PNG bytes; the figure is closed (pyplot keeps every open figure alive)."""
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def _umask() -> int:
+    mask = os.umask(0)  # the only portable way to read it is to set it
+    os.umask(mask)
+    return mask

@@ -1,0 +1,73 @@
+"""One trainer factory: parsed arguments and a task in, a `GRPOExtTrainer` out.
+
+`scripts/train.py`, the unified-paradigm runners and the iterative loop all build their GRPO trainer here, so the
+rules that join a task to the trainer are written once:
+
+- the step separator defaults to the task's (`;` for the embedded task), else the trainer's newline;
+- reward sources may be names (`outcome`: the task's verifier, `step`: its step verifier, else a dotted import
+  path) or callables;
+- the policy comes from `ModelConfig` the TRL way (`policy_init`: a path, 4-bit quantisation, LoRA), unless a
+  model (a path or a module) is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from grpo_ext.rewards import resolve_process_reward_funcs, resolve_reward_funcs
+from grpo_ext.tasks.base import Task, require_prompt_column
+
+RewardSource = str | Callable
+
+
+def build_grpo_trainer(
+    task: Task,
+    training_args,
+    *,
+    model_args=None,
+    model=None,
+    reward_funcs: Sequence[RewardSource] = ("outcome",),
+    process_reward_funcs: Sequence[RewardSource] | None = None,
+    train_dataset=None,
+    train_size: int | None = None,
+    **trainer_kwargs,
+):
+    """A `GRPOExtTrainer` for `task`.
+
+    Args:
+        task: supplies the training prompts (when `train_dataset` is None), the verifiers named by `outcome`
+            and `step`, and the default step separator.
+        training_args: a `GRPOExtConfig`; its `step_separator` is filled in from the task when unset.
+        model_args: TRL's `ModelConfig`, turned into (path, quantization_config, peft_config); or
+        model: a path or a model, used as is (then `model_args` is ignored).
+        reward_funcs / process_reward_funcs: names or callables; `process_reward_funcs=None` reads
+            `training_args.process_reward_funcs`.
+        train_dataset / train_size: the prompts; by default `task.load("train", train_size)`.
+        trainer_kwargs: passed to `GRPOExtTrainer` (callbacks, processing_class, ...).
+    """
+    from grpo_ext.trainer import GRPOExtTrainer
+
+    if (model is None) == (model_args is None):
+        raise TypeError("build_grpo_trainer: give exactly one of model_args and model")
+    if training_args.step_separator is None and task.step_separator is not None:
+        training_args.step_separator = task.step_separator
+    if train_dataset is None:
+        train_dataset = task.load("train", train_size)
+    train_dataset = require_prompt_column(train_dataset, f"task {task.name!r}")
+    quantization_config = peft_config = None
+    if model is None:
+        from grpo_ext.modeling import policy_init
+
+        model, quantization_config, peft_config = policy_init(model_args, training_args)
+    if process_reward_funcs is None:
+        process_reward_funcs = training_args.process_reward_funcs
+    return GRPOExtTrainer(
+        model=model,
+        reward_funcs=resolve_reward_funcs(reward_funcs, task),
+        process_reward_funcs=resolve_process_reward_funcs(process_reward_funcs, task),
+        args=training_args,
+        train_dataset=train_dataset,
+        quantization_config=quantization_config,
+        peft_config=peft_config,
+        **trainer_kwargs,
+    )

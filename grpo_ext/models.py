@@ -1,0 +1,32 @@
+"""Where a model comes from: `embedded` names the shipped base model, a local folder is itself, anything else is
+a hub id. The lowest floor of the house: training, evaluation and publishing all resolve names here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+EMBEDDED_MODEL_DIR = Path(__file__).parent / "assets" / "embedded"
+EMBEDDED_NAME = "embedded"
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """`embedded` -> the shipped model folder; an existing local folder -> itself; anything else is a hub id.
+
+    A path that looks local (absolute, or starting with `.`) but does not exist is an error here rather than
+    a confusing hub lookup later.
+    """
+    if name_or_path == EMBEDDED_NAME:
+        if not (EMBEDDED_MODEL_DIR / "config.json").is_file():
+            raise FileNotFoundError(
+                f"the embedded model is missing from {EMBEDDED_MODEL_DIR}; build it with "
+                "`python scripts/build_base_model.py`"
+            )
+        return str(EMBEDDED_MODEL_DIR)
+    path = Path(name_or_path).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file() and not (path / "adapter_config.json").is_file():
+            raise FileNotFoundError(f"model folder {path} has neither config.json nor adapter_config.json")
+        return str(path)
+    if name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1:
+        raise FileNotFoundError(f"model_name_or_path: no such model folder: {name_or_path}")
+    return name_or_path
