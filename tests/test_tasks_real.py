@@ -12,10 +12,11 @@ import pytest
 from datasets import Dataset
 
 from grpo_ext.tasks import TASKS, get_task
-from grpo_ext.tasks import gsm8k as gsm8k_module
-from grpo_ext.tasks.gsm8k import GSM8KTask, extract_gsm8k_answer, normalize_number
+from grpo_ext.tasks import data as data_module
+from grpo_ext.tasks.answers import last_boxed, normalize_number
+from grpo_ext.tasks.gsm8k import GSM8KTask, extract_gsm8k_answer
 from grpo_ext.tasks.jsonl import JSONLTask
-from grpo_ext.tasks.math import MathTask, last_boxed
+from grpo_ext.tasks.math import MathTask
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GSM8K_FILE = FIXTURES / "gsm8k_sample.jsonl"
@@ -53,6 +54,21 @@ def test_registered_and_every_task_returns_prompt_and_string_answer_columns():
         assert all(isinstance(p, str) and p for p in data["prompt"])
     with pytest.raises(ValueError, match="jsonl"):
         get_task("jsonl")  # `path` is required: named, not a constructor traceback
+
+
+def test_step_verifier_is_part_of_the_task_contract(gsm8k, math_task):
+    from grpo_ext.rewards import resolve_process_reward_funcs
+
+    arithmetic = get_task("arithmetic")
+    assert arithmetic.has_step_verifier
+    assert resolve_process_reward_funcs(["step"], arithmetic) == [arithmetic.step_reward]
+    for task in (gsm8k, math_task, JSONLTask(path=str(GENERIC_FILE))):
+        assert not task.has_step_verifier
+        assert task.verify_steps("q", "a\nb") is None
+        with pytest.raises(ValueError, match="has no step verifier"):
+            task.step_reward(prompts=["q"], completions=["a"])
+        with pytest.raises(ValueError, match="process_reward_funcs: task .* has no step verifier"):
+            resolve_process_reward_funcs(["step"], task)
 
 
 # ---- GSM8K --------------------------------------------------------------------------------------------------------
@@ -110,7 +126,7 @@ def test_gsm8k_default_source_is_the_hub(monkeypatch):
         calls.append((args, kwargs))
         return Dataset.from_dict({"question": ["1+1?"], "answer": ["1+1=<<1+1=2>>2\n#### 2"]})
 
-    monkeypatch.setattr(gsm8k_module, "load_dataset", fake_load_dataset)
+    monkeypatch.setattr(data_module, "load_dataset", fake_load_dataset)
     data = GSM8KTask().load("test")
     assert calls == [(("openai/gsm8k", "main"), {"split": "test"})]
     assert data["answer"] == ["2"]
@@ -195,7 +211,7 @@ def test_math_default_source_is_the_lighteval_copy(monkeypatch):
         calls.append((args, kwargs))
         return Dataset.from_dict({"problem": ["1+1?"], "solution": ["It is $\\boxed{2}$."]})
 
-    monkeypatch.setattr(gsm8k_module, "load_dataset", fake_load_dataset)
+    monkeypatch.setattr(data_module, "load_dataset", fake_load_dataset)
     assert MathTask().load("train")["answer"] == ["2"]
     assert calls == [(("DigitalLearningGmbH/MATH-lighteval", "default"), {"split": "train"})]
 

@@ -43,7 +43,7 @@ def resolve_process_reward_funcs(names: Sequence[str | Callable] | None, task: T
         if callable(name):
             funcs.append(name)
         elif name == "step":
-            if task.step_reward is None:
+            if not task.has_step_verifier:
                 raise ValueError(f"process_reward_funcs: task {task.name!r} has no step verifier for `step`")
             funcs.append(task.step_reward)
         else:

@@ -16,12 +16,6 @@ TASKS: dict[str, type[Task]] = {
 }
 
 
-def register_task(cls: type[Task]) -> type[Task]:
-    """Class decorator: make a task available by its `name`."""
-    TASKS[cls.name] = cls
-    return cls
-
-
 def get_task(name: str, **kwargs) -> Task:
     """The task registered as `name`, built with `kwargs` (its knobs)."""
     if name not in TASKS:
@@ -32,4 +26,4 @@ def get_task(name: str, **kwargs) -> Task:
         raise ValueError(f"task {name!r}: bad task_kwargs {kwargs}: {err}") from err
 
 
-__all__ = ["TASKS", "Task", "get_task", "register_task"]
+__all__ = ["TASKS", "Task", "get_task"]

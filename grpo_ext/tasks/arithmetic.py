@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datasets import Dataset
 
 from grpo_ext.steps import step_texts
-from grpo_ext.tasks.base import Task, _text
+from grpo_ext.tasks.base import Task
 
 STEP_SEPARATOR = ";"
 ANSWER_PREFIX = "#"
@@ -186,7 +186,3 @@ class ArithmeticTask(Task):
                 answered = True
             scores.append(float(ok))
         return scores
-
-    def step_reward(self, prompts: list, completions: list, **kwargs) -> list[list[float]]:
-        """Process reward function (TRL's signature): the step verifier's scores, one list per completion."""
-        return [self.verify_steps(_text(p), _text(c)) for p, c in zip(prompts, completions, strict=True)]

@@ -1,4 +1,14 @@
-"""What every verifiable task provides: data with TRL's `prompt` column, answer extraction and verifiers."""
+"""What every verifiable task provides: data with TRL's `prompt` column, answer extraction and verifiers.
+
+The contract of :class:`Task`:
+
+- required: ``name``, :meth:`Task.load`, :meth:`Task.extract_answer`;
+- answer checking: :meth:`Task.normalize_answer` and :meth:`Task.is_correct` (exact match of normalised keys by
+  default), and :meth:`Task.outcome_reward` built on them;
+- optional step verifier: :meth:`Task.verify_steps` returns one score per step, or None on the base class. A task
+  has one when it overrides the method; ask :attr:`Task.has_step_verifier` (never ``getattr(task, "verify_steps")``:
+  every task has the method). :meth:`Task.step_reward` is the verifier as a process reward function.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +21,19 @@ from datasets import Dataset
 RewardFunc = Callable[..., list[float | None]]
 # Process reward: the same signature, one list of step scores per completion.
 ProcessRewardFunc = Callable[..., list[list[float]]]
+
+
+def completion_text(completion) -> str:
+    """A completion (or prompt) as TRL passes it, as text: a string, or the last message of a conversation."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
+        return str(completion[-1].get("content", ""))
+    raise TypeError(f"completion must be a string or a list of chat messages, got {type(completion).__name__}")
+
+
+# Deprecated private name, kept only while rewards/reward_models.py still imports it: use `completion_text`.
+_text = completion_text
 
 
 class Task(ABC):
@@ -39,19 +62,27 @@ class Task(ABC):
 
     def outcome_reward(self, prompts: list, completions: list, answer: list[str], **kwargs) -> list[float]:
         """TRL reward function: 1.0 for a right final answer, 0.0 otherwise."""
-        return [float(self.is_correct(_text(c), a)) for c, a in zip(completions, answer, strict=True)]
+        return [float(self.is_correct(completion_text(c), a)) for c, a in zip(completions, answer, strict=True)]
 
-    #: A rule-based process reward function (one score per step), when the task has a step verifier.
-    step_reward: ProcessRewardFunc | None = None
+    # ---- the optional step verifier ----------------------------------------------------------------------------
+    def verify_steps(self, prompt: str, completion: str) -> list[float] | None:
+        """The rule-based step verifier: one score per step of `completion` (1.0 right, 0.0 wrong), the steps
+        split on `step_separator` as `grpo_ext.steps.step_texts` splits them (so the counts agree with the
+        trainer's step ends). None here: the base task has no step verifier; tasks with one override this."""
+        return None
 
+    @property
+    def has_step_verifier(self) -> bool:
+        """Whether this task overrides :meth:`verify_steps` (process rewards and process RM labels need it)."""
+        return type(self).verify_steps is not Task.verify_steps
 
-def _text(completion) -> str:
-    """A completion as TRL passes it: a string, or a conversational list of messages."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
-        return str(completion[-1].get("content", ""))
-    raise TypeError(f"completion must be a string or a list of chat messages, got {type(completion).__name__}")
+    def step_reward(self, prompts: list, completions: list, **kwargs) -> list[list[float]]:
+        """Process reward function (TRL's signature): the step verifier's scores, one list per completion."""
+        if not self.has_step_verifier:
+            raise ValueError(f"task {self.name!r} has no step verifier (verify_steps)")
+        return [
+            self.verify_steps(completion_text(p), completion_text(c)) for p, c in zip(prompts, completions, strict=True)
+        ]
 
 
 def require_prompt_column(dataset: Dataset, source: str) -> Dataset:

@@ -8,7 +8,7 @@ same format (``data_files=``: a JSON/JSONL/parquet/CSV path, a list of paths, or
 
 The prompt asks for step-by-step reasoning, one step per line (``step_separator = "\\n"``), and a final answer as
 ``\\boxed{...}`` or after ``####``. A completion's answer is the last ``\\boxed{}`` if there is one, else the number
-after the last ``####``, else the last number in the text, normalised (see :func:`normalize_number`).
+after the last ``####``, else the last number in the text, normalised (``grpo_ext.tasks.answers.normalize_number``).
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Sequence
-from decimal import Decimal, InvalidOperation
-from pathlib import Path
 
-from datasets import Dataset, load_dataset
+from datasets import Dataset
 
+from grpo_ext.tasks.answers import last_boxed, last_number, normalize_boxed, normalize_number, numbers_in
 from grpo_ext.tasks.base import Task
+from grpo_ext.tasks.data import DataFiles, as_prompt, data_source, load_split
 
 HUB_DATASET = "openai/gsm8k"
 HUB_CONFIG = "main"
@@ -31,85 +31,28 @@ INSTRUCTION = (
     "Give the final answer as \\boxed{ANSWER} or on a last line of the form '#### ANSWER'."
 )
 
-# A number: thousands groups (1,234,567) or plain digits, optional decimals; or a bare decimal (.5).
-_NUMBER_RE = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|-?\.\d+")
 _CALCULATOR_RE = re.compile(r"<<[^<>]*>>")
-_TEXT_WRAPPER_RE = re.compile(r"\\(?:text|textbf|mathrm|mbox)\s*\{([^{}]*)\}")
-
-DataFiles = str | Path | Sequence[str | Path] | dict[str, str | Path | Sequence[str | Path]]
 
 
-# ---- answer normalisation ------------------------------------------------------------------------------------
-
-
-def normalize_number(text: str) -> str:
-    """A number in canonical form: ``$1,200.`` -> ``1200``, ``12.0`` -> ``12``, ``-0`` -> ``0``, ``0.50`` -> ``0.5``.
-
-    Strips whitespace, ``$``/``\\$``, commas, ``%``, and a trailing ``.``; text that is not a number after that is
-    returned as given, only stripped (so it can still be compared and voted on).
-    """
-    text = text.strip()
-    s = text
-    for junk in ("\\$", "$", ",", "\\%", "%", "\\!", "\\,", " "):
-        s = s.replace(junk, "")
-    s = s.rstrip(".")
-    try:
-        value = Decimal(s)
-    except InvalidOperation:
-        return text
-    if not value.is_finite():
-        return text
-    if value == value.to_integral_value():
-        return str(int(value))  # int(Decimal("-0")) == 0
-    return format(value.normalize(), "f")
-
-
-def _numbers(text: str) -> list[str]:
-    """Every number in `text`, left to right; a ``-`` counts as a sign only when it follows no digit/letter/``)``."""
-    out = []
-    for match in _NUMBER_RE.finditer(text):
-        number, start = match.group(), match.start()
-        if number.startswith("-") and start > 0 and (text[start - 1].isalnum() or text[start - 1] in ")]}"):
-            number = number[1:]  # "5-3": a subtraction, not -3
-        out.append(number)
-    return out
-
-
-def last_number(text: str) -> str | None:
-    """The last number in `text`, normalised, or None."""
-    numbers = _numbers(text)
-    return normalize_number(numbers[-1]) if numbers else None
-
-
-def normalize_boxed(content: str) -> str | None:
-    """A ``\\boxed{}`` content as a GSM8K answer key: the number it holds (``18\\text{ dollars}`` -> ``18``)."""
-    content = _TEXT_WRAPPER_RE.sub(r" \1 ", content).strip()
-    if not content:
-        return None
-    direct = normalize_number(content)
-    if _NUMBER_RE.fullmatch(direct):
-        return direct
-    number = last_number(content)
-    return number if number is not None else direct
+# ---- answers -------------------------------------------------------------------------------------------------
 
 
 def extract_gsm8k_answer(completion: str) -> str | None:
     """Boxed answer if present, else the number after the last ``####``, else the last number; None if none."""
-    from grpo_ext.tasks.math import last_boxed  # math.py owns the balanced-brace \boxed parser
-
     boxed = last_boxed(completion)
     if boxed is not None:
         return normalize_boxed(boxed)
     if "####" in completion:
         tail = completion.rsplit("####", 1)[1]
-        numbers = _numbers(tail)
+        numbers = numbers_in(tail)
         if numbers:
             return normalize_number(numbers[0])
     return last_number(completion)
 
 
-def reference_answer(answer: str) -> str:
-    """The reference answer of a GSM8K solution: the text after ``####`` (or the whole text), normalised."""
+def gsm8k_reference_number(answer: str) -> str:
+    """The normalised reference number of a GSM8K answer: the text after ``####`` of a worked solution, or the
+    whole text of a bare answer (``"... #### 1,200"`` and ``"1200"`` both give ``1200``)."""
     text = str(answer)
     if "####" in text:
         text = text.rsplit("####", 1)[1]
@@ -119,74 +62,6 @@ def reference_answer(answer: str) -> str:
 def strip_calculator_annotations(solution: str) -> str:
     """``48/2 = <<48/2=24>>24`` -> ``48/2 = 24`` (GSM8K's calculator markup, not meant for the model)."""
     return _CALCULATOR_RE.sub("", solution)
-
-
-# ---- data loading (shared with the MATH task) ------------------------------------------------------------------
-
-_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
-
-
-def _as_paths(files) -> list[str]:
-    paths = [files] if isinstance(files, (str, Path)) else list(files)
-    if not paths:
-        raise ValueError("data_files is empty")
-    out = []
-    for path in paths:
-        path = str(path)
-        if "://" not in path and not any(ch in path for ch in "*?[") and not Path(path).is_file():
-            raise FileNotFoundError(f"data_files: no such file: {path}")
-        out.append(path)
-    return out
-
-
-def _builder(paths: list[str]) -> str:
-    suffixes = {Path(p.split("?")[0]).suffix.lower() for p in paths}
-    builders = {_BUILDERS.get(s) for s in suffixes}
-    if None in builders or len(builders) != 1:
-        raise ValueError(
-            f"data_files: cannot tell the format of {paths}; use one kind of .json/.jsonl/.parquet/.csv files"
-        )
-    return builders.pop()
-
-
-def data_source(data_files: DataFiles | None, split: str, hub: tuple[str, str | None]) -> tuple:
-    """A hashable description of where `split` comes from (equal sources hold the same rows)."""
-    if data_files is None:
-        return ("hub", *hub, split)
-    if isinstance(data_files, dict):
-        if split not in data_files:
-            raise ValueError(f"data_files has no {split!r} split (splits: {sorted(data_files)})")
-        return ("files", *_as_paths(data_files[split]))
-    return ("files", *_as_paths(data_files))
-
-
-def load_split(
-    data_files: DataFiles | None, split: str, hub: tuple[str, str | None], columns: Sequence[str]
-) -> Dataset:
-    """Rows of `split`: from the hub dataset `hub` = (name, config), or from local `data_files`.
-
-    `data_files` may be one path or a list of paths (then that data serves every split asked for) or a
-    ``{split: path(s)}`` dict. The `columns` must exist; a missing one is named in the error.
-    """
-    source = data_source(data_files, split, hub)
-    if source[0] == "hub":
-        dataset = load_dataset(hub[0], hub[1], split=split)
-        where = f"{hub[0]} ({hub[1]}) split {split!r}"
-    else:
-        paths = list(source[1:])
-        dataset = load_dataset(_builder(paths), data_files={split: paths}, split=split)
-        where = ", ".join(paths)
-    missing = [c for c in columns if c not in dataset.column_names]
-    if missing:
-        raise ValueError(f"{where}: missing column(s) {missing} (columns: {dataset.column_names})")
-    if len(dataset) == 0:
-        raise ValueError(f"{where}: no rows")
-    return dataset
-
-
-def as_prompt(text: str, conversational: bool):
-    """A prompt as TRL takes it: the text, or a one-message user turn for chat models."""
-    return [{"role": "user", "content": text}] if conversational else text
 
 
 # ---- the task ----------------------------------------------------------------------------------------------------
@@ -260,7 +135,7 @@ class GSM8KTask(Task):
         return Dataset.from_dict(
             {
                 "prompt": [as_prompt(self.build_prompt(q, exemplars), self.conversational) for q in questions],
-                "answer": [reference_answer(s) for s in solutions],
+                "answer": [gsm8k_reference_number(s) for s in solutions],
                 "question": list(questions),
                 "solution": list(solutions),
             }
@@ -271,4 +146,4 @@ class GSM8KTask(Task):
         return extract_gsm8k_answer(completion)
 
     def normalize_answer(self, answer: str) -> str:
-        return reference_answer(answer)
+        return gsm8k_reference_number(answer)

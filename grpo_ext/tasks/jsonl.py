@@ -17,8 +17,9 @@ from pathlib import Path
 
 from datasets import Dataset
 
+from grpo_ext.tasks.answers import last_number, normalize_number
 from grpo_ext.tasks.base import Task
-from grpo_ext.tasks.gsm8k import as_prompt, last_number, normalize_number
+from grpo_ext.tasks.data import as_prompt
 
 QUESTION_PLACEHOLDER = "{question}"
 

@@ -5,8 +5,8 @@ splits ``train`` 7.5k / ``test`` 5k, columns ``problem``, ``solution``, ``level`
 same format (``data_files=``). The reference answer is the last ``\\boxed{}`` of the solution.
 
 Checking answers never evaluates model text. The answer is cut out of the completion with a balanced-brace
-scanner (:func:`last_boxed`), then compared with the reference by `math_verify` using LaTeX parsing only
-(``LatexExtractionConfig``: a grammar-based LaTeX -> SymPy converter; the plain-expression mode, which goes
+scanner (``grpo_ext.tasks.answers.last_boxed``), then compared with the reference by `math_verify` using LaTeX parsing
+only (``LatexExtractionConfig``: a grammar-based LaTeX -> SymPy converter; the plain-expression mode, which goes
 through SymPy's ``parse_expr``/``eval``, is never enabled). Equivalent forms agree: ``\\frac{1}{2}`` == ``0.5`` ==
 ``\\dfrac12``. math-verify's timeouts use ``signal.alarm``, which only works on the main thread: there the
 timeouts apply (``parse_timeout``/``verify_timeout`` seconds); on other threads they are disabled
@@ -28,8 +28,9 @@ from functools import lru_cache
 
 from datasets import Dataset
 
+from grpo_ext.tasks.answers import last_boxed
 from grpo_ext.tasks.base import Task
-from grpo_ext.tasks.gsm8k import DataFiles, as_prompt, load_split
+from grpo_ext.tasks.data import DataFiles, as_prompt, load_split
 
 HUB_DATASET = "DigitalLearningGmbH/MATH-lighteval"
 HUB_CONFIG = "default"
@@ -39,7 +40,6 @@ INSTRUCTION = (
     "Put the final answer in \\boxed{}."
 )
 
-_BOXED_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 # Answers SymPy could spend unbounded time on when no timeout can interrupt it.
 _RISKY_RE = re.compile(
     r"\^\s*\{[^{}]*\^"  # a power tower: an exponent that holds an exponent
@@ -51,50 +51,6 @@ MAX_PARSE_CHARS = 400
 
 
 # ---- answer extraction -------------------------------------------------------------------------------------------
-
-
-def _braced(text: str, start: int) -> str | None:
-    """The content of the brace group opening at ``text[start] == "{"``, or None if it never closes.
-
-    Escaped braces (``\\{``, ``\\}``) are literal characters and do not open or close groups.
-    """
-    depth, i = 0, start
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start + 1 : i]
-        i += 1
-    return None
-
-
-def last_boxed(text: str) -> str | None:
-    """The content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) in `text`, braces balanced; None if none.
-
-    ``\\boxed 5`` (no braces) gives ``5`` (up to the next ``$`` or line end). A last box that never closes
-    (a truncated completion) gives None: the final answer was not finished. An empty box gives None.
-    """
-    matches = list(_BOXED_RE.finditer(text))
-    if not matches:
-        return None
-    end = matches[-1].end()
-    rest = text[end:]
-    stripped = rest.lstrip()
-    if stripped.startswith("{"):
-        content = _braced(text, end + len(rest) - len(stripped))
-    elif rest[:1].isspace():
-        content = re.split(r"[$\n]", stripped, maxsplit=1)[0]
-    else:
-        return None
-    if content is None or not content.strip():
-        return None
-    return content.strip()
 
 
 def latex_normal_form(latex: str) -> str:
@@ -170,9 +126,12 @@ def answers_equivalent(
         return False
 
 
-def reference_answer(solution: str) -> str | None:
-    """The reference answer of a MATH solution: its last boxed content (None if it has none)."""
-    return last_boxed(solution)
+def math_reference_latex(answer: str) -> str:
+    """A MATH reference answer as LaTeX: a full solution gives its last boxed content, a bare answer is kept
+    (stripped)."""
+    answer = str(answer)
+    boxed = last_boxed(answer)
+    return boxed if boxed is not None else answer.strip()
 
 
 # ---- the task ----------------------------------------------------------------------------------------------------
@@ -225,7 +184,7 @@ class MathTask(Task):
             rows = rows.select(range(min(n, len(rows))))
         answers = []
         for i, solution in enumerate(rows["solution"]):
-            answer = reference_answer(solution)
+            answer = last_boxed(solution)
             if answer is None:
                 raise ValueError(f"math: split {split!r} row {i}: the solution has no \\boxed{{}} answer")
             answers.append(answer)
@@ -245,18 +204,11 @@ class MathTask(Task):
         return None if boxed is None else answer_key(boxed, self.parse_timeout)
 
     def normalize_answer(self, answer: str) -> str:
-        return answer_key(self._reference(answer), self.parse_timeout)
-
-    @staticmethod
-    def _reference(answer: str) -> str:
-        """A reference given as a full solution is reduced to its boxed answer; a bare answer is kept."""
-        answer = str(answer)
-        boxed = last_boxed(answer)
-        return boxed if boxed is not None else answer.strip()
+        return answer_key(math_reference_latex(answer), self.parse_timeout)
 
     def is_correct(self, completion: str, answer: str) -> bool:
         """math-verify equivalence between the completion's last boxed answer and the reference."""
         boxed = last_boxed(completion)
         if boxed is None:
             return False
-        return answers_equivalent(self._reference(answer), boxed, self.parse_timeout, self.verify_timeout)
+        return answers_equivalent(math_reference_latex(answer), boxed, self.parse_timeout, self.verify_timeout)
