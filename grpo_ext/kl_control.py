@@ -43,14 +43,15 @@ def _check_number(name: str, value: Any, *, positive: bool = False, allow_inf: b
     return value
 
 
-def _check_state(d: dict[str, Any], kind: str, keys: tuple[str, ...]) -> None:
+def _check_state(d: dict[str, Any], controller_type: str, keys: tuple[str, ...]) -> None:
+    """``d`` is a state dict of a `controller_type` ("fixed"/"adaptive") controller holding `keys`, else ValueError."""
     if not isinstance(d, dict):
         raise ValueError(f"state_dict must be a dict, got {type(d).__name__}")
-    if d.get("type") != kind:
-        raise ValueError(f"state_dict is for a {d.get('type')!r} KL controller, not {kind!r}")
+    if d.get("type") != controller_type:
+        raise ValueError(f"state_dict is for a {d.get('type')!r} KL controller, not {controller_type!r}")
     missing = [key for key in keys if key not in d]
     if missing:
-        raise ValueError(f"state_dict for a {kind!r} KL controller is missing {', '.join(missing)}")
+        raise ValueError(f"state_dict for a {controller_type!r} KL controller is missing {', '.join(missing)}")
 
 
 class FixedKLController:

@@ -1,10 +1,10 @@
-"""Loading the policy for training (full precision or 4-bit QLoRA) and its tokenizer; `embedded` names the shipped
-base model.
+"""The training policy the TRL way (full precision or 4-bit QLoRA), the CPU QLoRA workarounds, memory logging.
 
-Everything goes through TRL's own `ModelConfig` fields (`load_in_4bit`, `bnb_4bit_quant_type`,
-`use_bnb_nested_quant`, `use_peft`, `lora_r`, `lora_alpha`, `lora_target_modules`, ...): `policy_init` turns them
-into what `GRPOTrainer(model=<path>, quantization_config=..., peft_config=...)` needs, so TRL loads the model, wraps
-it with PEFT and, at `beta > 0`, uses the adapter-disabled base as the reference (no second copy of the weights).
+Model paths (`embedded`, hub ids, local folders) are resolved in `grpo_ext.models`. Everything goes through TRL's
+own `ModelConfig` fields (`load_in_4bit`, `bnb_4bit_quant_type`, `use_bnb_nested_quant`, `use_peft`, `lora_r`,
+`lora_alpha`, `lora_target_modules`, ...): `policy_init` turns them into what
+`GRPOTrainer(model=<path>, quantization_config=..., peft_config=...)` needs, so TRL loads the model, wraps it with
+PEFT and, at `beta > 0`, uses the adapter-disabled base as the reference (no second copy of the weights).
 
 - 4-bit compute dtype: `dtype` when it is bfloat16/float16; otherwise bfloat16 on a GPU that supports it (float16 on
   one that does not) and float32 on CPU. Measured here (bitsandbytes 0.50, 2 cores): on CPU float32 compute is as
@@ -121,7 +121,6 @@ def _linear4bit_modules(model):
     except ImportError:
         return []
     return [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
-
 
 
 def release_checkpoint_mapping(model) -> int:
@@ -249,14 +248,14 @@ def log_memory_footprint(model, model_id: str | None = None, logger: logging.Log
     if getattr(inner, "is_loaded_in_4bit", False):
         q = quant.to_dict() if hasattr(quant, "to_dict") else dict(quant or {})
         nested = " + double quant" if q.get("bnb_4bit_use_double_quant") else ""
-        kind = f"4-bit {q.get('bnb_4bit_quant_type', 'nf4')}{nested}"
+        loaded_as = f"4-bit {q.get('bnb_4bit_quant_type', 'nf4')}{nested}"
     elif getattr(inner, "is_loaded_in_8bit", False):
-        kind = "8-bit"
+        loaded_as = "8-bit"
     else:
-        kind = str(getattr(inner, "dtype", "")).replace("torch.", "")
+        loaded_as = str(getattr(inner, "dtype", "")).replace("torch.", "")
     info = {
         "model": model_id or getattr(config, "_name_or_path", None),
-        "loaded_as": kind,
+        "loaded_as": loaded_as,
         "loaded_bytes": int(inner.get_memory_footprint()),
         "quant_state_bytes": quant_state_bytes(inner),
         "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
@@ -270,7 +269,7 @@ def log_memory_footprint(model, model_id: str | None = None, logger: logging.Log
     )
     state = f" + {_mb(info['quant_state_bytes'])} quantisation state" if info["quant_state_bytes"] else ""
     message = (
-        f"policy memory footprint: {_mb(info['loaded_bytes'])} loaded as {kind}{state} "
+        f"policy memory footprint: {_mb(info['loaded_bytes'])} loaded as {loaded_as}{state} "
         f"({info['trainable_parameters']:,} trainable parameters); {full_text}"
     )
     if log.isEnabledFor(logging.INFO):

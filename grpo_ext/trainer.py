@@ -33,7 +33,8 @@ from grpo_ext.rewards import load_callable
 from grpo_ext.rewards.checked import checked_reward_func
 from grpo_ext.rewards.process import build_step_rewards, score_steps
 
-STATE_FILE = "grpo_ext_state.json"
+#: grpo-ext's own trainer state, written into every checkpoint folder next to TRL's files (β controller, refill draws).
+CHECKPOINT_STATE_FILE = "grpo_ext_state.json"
 
 
 class GRPOExtTrainer(GRPOTrainer):
@@ -86,7 +87,9 @@ class GRPOExtTrainer(GRPOTrainer):
             self.kl_control = FixedKLController(config.beta)
         self._kl_window: list[tuple[float, float]] = []  # (KL x tokens, tokens) per micro-batch
         self._refill_draws = 0  # refill prompt draws so far: saved in checkpoints so a resumed run draws the same
-        self._scored: dict[str, Any] = {}
+        # What `_calculate_rewards` scored for the batch being built, read back in `_score_batch`: the gathered
+        # `rewards_per_func` and, with process rewards, this process's `steps` (one ScoredSteps per completion).
+        self._batch_rewards: dict[str, Any] = {}
         # CPU 4-bit: keep LoRA gradients right after eval-mode passes (bitsandbytes repacks), LoRA in fp32.
         prepare_quantized_policy(self.model)
 
@@ -110,7 +113,7 @@ class GRPOExtTrainer(GRPOTrainer):
     # ---- rewards ----------------------------------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self._scored = {"rewards_per_func": rewards_per_func}
+        self._batch_rewards = {"rewards_per_func": rewards_per_func}
         if self.process_reward_funcs:
             reward_kwargs = {
                 k: [x[k] for x in inputs] for k in inputs[0] if k not in ("prompt", "completion", "completion_ids")
@@ -118,7 +121,7 @@ class GRPOExtTrainer(GRPOTrainer):
             reward_kwargs.update(
                 trainer_state=self.state, log_extra=self._log_completion_extra, log_metric=self._log_metric
             )
-            self._scored["steps"] = score_steps(
+            self._batch_rewards["steps"] = score_steps(
                 self.process_reward_funcs,
                 self._tokenizer,
                 self.step_separator,
@@ -176,18 +179,18 @@ class GRPOExtTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         filtering = mode == "train" and self.args.zero_std_groups != "keep"
         keeps_trl = self.gradient_coefficient.keeps_trl_advantages
-        if keeps_trl and "steps" not in self._scored and not filtering:
+        if keeps_trl and "steps" not in self._batch_rewards and not filtering:
             return output  # TRL's own batch, untouched: nothing to add on this path
         group = self.num_generations if mode == "train" else self.num_generations_eval
-        rewards = self._outcome_rewards(self._scored["rewards_per_func"])  # gathered, (N,)
+        rewards = self._outcome_rewards(self._batch_rewards["rewards_per_func"])  # gathered, (N,)
         n_local = output["completion_ids"].shape[0]
         rank = self.accelerator.process_index
         local = slice(rank * n_local, (rank + 1) * n_local)
 
         step_rewards, width = None, output["completion_ids"].shape[1]
-        if "steps" in self._scored:
+        if "steps" in self._batch_rewards:
             local_steps = build_step_rewards(
-                self._scored["steps"],
+                self._batch_rewards["steps"],
                 output["completion_mask"],
                 outcome=rewards[local] if self.args.process_include_outcome else None,
             )
@@ -280,16 +283,17 @@ class GRPOExtTrainer(GRPOTrainer):
             return
         folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
         state = {"kl_controller": self.kl_control.state_dict(), "refill_draws": self._refill_draws}
-        atomic_write_json(os.path.join(folder, STATE_FILE), state)  # never a torn state file next to a checkpoint
+        # Atomic: never a torn state file next to a checkpoint.
+        atomic_write_json(os.path.join(folder, CHECKPOINT_STATE_FILE), state)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
-        path = os.path.join(checkpoint, STATE_FILE)
+        path = os.path.join(checkpoint, CHECKPOINT_STATE_FILE)
         if not os.path.exists(path):
             raise FileNotFoundError(
-                f"resume_from_checkpoint: {checkpoint} has no {STATE_FILE} (not a grpo-ext checkpoint?)"
+                f"resume_from_checkpoint: {checkpoint} has no {CHECKPOINT_STATE_FILE} (not a grpo-ext checkpoint?)"
             )
         with open(path) as f:
             state = json.load(f)
