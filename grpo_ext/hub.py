@@ -4,14 +4,13 @@ saying how the model was trained and how to load it.
 - `trained_with(checkpoint_dir)` reads the resolved config scripts/train.py saves (`grpo_ext_config.yaml`, in the
   folder or its parent for a `checkpoint-N`) into a summary; `trainer_summary(trainer)` builds the same summary
   from a live trainer (TRL's `create_model_card` hook, so `push_to_hub: true` carries this card).
-- `load_eval_report(path)` reads the evaluation harness's `report.json` and picks one model's results.
+- the evaluation section comes from the harness's `report.json`, read by `grpo_ext.evaluation.report.read_report`.
 - `build_model_card(...)` / `trainer_model_card(trainer, ...)` return a `huggingface_hub.ModelCard`.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 from importlib.metadata import PackageNotFoundError, version
@@ -21,15 +20,15 @@ from typing import Any
 import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from grpo_ext.evaluation.report import metric_table, read_report
+
 CONFIG_FILE = "grpo_ext_config.yaml"
 TRAINER_STATE_FILE = "trainer_state.json"
-REPORT_FILE = "report.json"
 
 __all__ = [
     "build_model_card",
     "eval_results",
     "hardware_summary",
-    "load_eval_report",
     "summarize_training",
     "trained_with",
     "trainer_model_card",
@@ -234,83 +233,14 @@ def trainer_summary(trainer, dataset_name: str | None = None) -> dict:
 # ---- evaluation results -------------------------------------------------------------------------------------
 
 
-def _metric_table(entry: dict, key: str, where: str) -> dict[int, float]:
-    table = entry.get(key)
-    if table is None:
-        return {}
-    if not isinstance(table, dict):
-        raise ValueError(f"{where}: '{key}' must map k to a number, got {type(table).__name__}")
-    out = {}
-    for k, value in table.items():
-        try:
-            k_int = int(k)
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"{where}: '{key}' has a non-integer k {k!r}") from err
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ValueError(f"{where}: '{key}'[{k!r}] must be a finite number, got {value!r}")
-        out[k_int] = float(value)
-    return dict(sorted(out.items()))
-
-
-def load_eval_report(path: str | os.PathLike, model: str | None = None) -> dict:
-    """One model's results from the evaluation harness's report (`DIR/report.json` or the JSON file itself).
-
-    Returns `{model, task, task_id, split, n, n_problems, params, pass@k: {k: v}, maj@k: {k: v}, path}`. With several
-    models in the report, `model` picks one (its name, or the last part of its path).
-    """
-    given = Path(path)
-    file = given / REPORT_FILE if given.is_dir() else given
-    if not file.is_file():
-        where = f"no {REPORT_FILE} in {given}" if given.is_dir() else f"no such file: {given}"
-        raise FileNotFoundError(f"eval report: {where}")
-    try:
-        payload = json.loads(file.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"eval report {file}: not valid JSON ({err})") from err
-    models = payload.get("models") if isinstance(payload, dict) else None
-    if not isinstance(models, list) or not models or not all(isinstance(m, dict) for m in models):
-        raise ValueError(f"eval report {file}: expected a 'models' list of results (the harness's report.json)")
-
-    names = [str(m.get("model")) for m in models]
-    if model is not None:
-        picked = [m for m, name in zip(models, names, strict=True) if model in (name, Path(name).name)]
-        if len(picked) != 1:
-            found = "no" if not picked else "several"
-            raise ValueError(f"eval report {file}: {found} model named {model!r} (models: {', '.join(names)})")
-        entry = picked[0]
-    elif len(models) == 1:
-        entry = models[0]
-    else:
-        raise ValueError(f"eval report {file}: {len(models)} models ({', '.join(names)}); choose one with --eval-model")
-
-    where = f"eval report {file}, model {entry.get('model')!r}"
-    result = {
-        "model": entry.get("model"),
-        "task": entry.get("task") or payload.get("task"),
-        "task_id": entry.get("task_id") or payload.get("task"),
-        "split": entry.get("split"),
-        "n": entry.get("n"),
-        "n_problems": entry.get("n_problems"),
-        "params": entry.get("params") if isinstance(entry.get("params"), dict) else {},
-        "pass@k": _metric_table(entry, "pass@k", where),
-        "maj@k": _metric_table(entry, "maj@k", where),
-        "path": str(file),
-    }
-    if not result["pass@k"] and not result["maj@k"]:
-        raise ValueError(f"{where}: no 'pass@k' or 'maj@k' results")
-    if not result["task"]:
-        raise ValueError(f"{where}: no 'task'")
-    return result
-
-
 def eval_results(report: dict, dataset: str | None = None) -> list[EvalResult]:
-    """The `model-index` entries of a report: one per metric and k (pass@k first, then maj@k)."""
+    """The `model-index` entries of a harness result (see `read_report`): one per metric and k, pass@k first."""
     task = str(report["task"])
-    params = {k: report["params"][k] for k in ("temperature", "top_p", "max_new_tokens") if k in report["params"]}
+    params = _sampling(report)
     args = {"n": report.get("n"), **params}
     results = []
     for metric in ("pass@k", "maj@k"):
-        for k, value in report[metric].items():
+        for k, value in metric_table(report, metric).items():
             name = metric.replace("@k", f"@{k}")
             results.append(
                 EvalResult(
@@ -423,18 +353,23 @@ def _training_section(summary: dict | None, kind: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _sampling(report: dict) -> dict:
+    """The sampling settings a card names (temperature, top_p, max_new_tokens), those the result records."""
+    params = report.get("params") if isinstance(report.get("params"), dict) else {}
+    return {k: params[k] for k in ("temperature", "top_p", "max_new_tokens") if k in params}
+
+
 def _eval_section(report: dict | None) -> str:
     if report is None:
         return ""
-    ks = sorted(set(report["pass@k"]) | set(report["maj@k"]))
+    passes, majs = metric_table(report, "pass@k"), metric_table(report, "maj@k")
     rows = [
-        f"| {k} | {report['pass@k'][k]:.3f} | {report['maj@k'][k]:.3f} |"
-        if k in report["pass@k"] and k in report["maj@k"]
-        else f"| {k} | {report['pass@k'].get(k, '–')} | {report['maj@k'].get(k, '–')} |"
-        for k in ks
+        f"| {k} | {passes[k]:.3f} | {majs[k]:.3f} |"
+        if k in passes and k in majs
+        else f"| {k} | {passes.get(k, '–')} | {majs.get(k, '–')} |"
+        for k in sorted(set(passes) | set(majs))
     ]
-    params = report["params"]
-    sampling = ", ".join(f"{k} {params[k]}" for k in ("temperature", "top_p", "max_new_tokens") if k in params)
+    sampling = ", ".join(f"{k} {v}" for k, v in _sampling(report).items())
     problems = f" ({report['n_problems']} problems)" if report.get("n_problems") else ""
     sampling = f", {sampling}" if sampling else ""
     return (
@@ -459,15 +394,16 @@ def build_model_card(
 ) -> ModelCard:
     """The Hub card of a checkpoint uploaded as `kind`: `adapter` (LoRA weights), `merged` or `model` (full weights).
 
-    `summary` defaults to `trained_with(checkpoint_dir)`; `eval_report` is a report path (see `load_eval_report`) or an
-    already loaded report; `base_model` overrides the recorded base (a Hub id goes into the metadata, a local
-    folder only into the text); `license` defaults to apache-2.0 for the embedded base, else `other`.
+    `summary` defaults to `trained_with(checkpoint_dir)`; `eval_report` is a report path or a result already read
+    (see `grpo_ext.evaluation.report.read_report`; `eval_model` picks the model of a report with several);
+    `base_model` overrides the recorded base (a Hub id goes into the metadata, a local folder only into the text);
+    `license` defaults to apache-2.0 for the embedded base, else `other`.
     """
     if kind not in ("adapter", "merged", "model"):
         raise ValueError(f"kind: expected adapter, merged or model, got {kind!r}")
     if summary is None and checkpoint_dir is not None:
         summary = trained_with(checkpoint_dir)
-    report = load_eval_report(eval_report, eval_model) if isinstance(eval_report, (str, os.PathLike)) else eval_report
+    report = read_report(eval_report, eval_model) if isinstance(eval_report, (str, os.PathLike)) else eval_report
     base = base_model or (summary or {}).get("base_model")
     dataset = (summary or {}).get("dataset")
     report_dataset = task_dataset(report["task"]) if report else None

@@ -199,7 +199,8 @@ def _replace_dir(staging: Path, out: Path, overwrite: bool) -> None:
 
 def build_folder(args: argparse.Namespace, staging: Path) -> str:
     """Write the upload into `staging`; returns the checkpoint kind as uploaded (adapter / merged / model)."""
-    from grpo_ext.hub import build_model_card, load_eval_report, trained_with
+    from grpo_ext.evaluation.report import read_report
+    from grpo_ext.hub import build_model_card, trained_with
 
     checkpoint = Path(args.checkpoint)
     kind = checkpoint_kind(checkpoint)
@@ -207,7 +208,7 @@ def build_folder(args: argparse.Namespace, staging: Path) -> str:
         raise PublishError(
             f"--merge: {checkpoint} holds full model weights, not a LoRA adapter; publish it without --merge"
         )
-    report = load_eval_report(args.eval_report, args.eval_model) if args.eval_report else None
+    report = read_report(args.eval_report, args.eval_model) if args.eval_report else None
     summary = trained_with(checkpoint)
 
     if kind == "adapter":

@@ -1,17 +1,22 @@
 """Reports of :func:`grpo_ext.evaluation.harness.evaluate_model` results: ``report.md``, ``report.json`` and
 ``passk_majk.png`` (Pass@K solid, Maj@K dashed, one colour per model: DeepSeekMath's Figure 7). Every file is
-written atomically (temporary name, then ``os.replace``)."""
+written atomically (temporary name, then ``os.replace``).
+
+:func:`write_reports` writes them; :func:`read_report` is the one reader of ``report.json`` (the model card, the
+method comparison and anything else that consumes harness results go through it).
+"""
 
 from __future__ import annotations
 
-import io
 import json
-from collections.abc import Sequence
+import math
+import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from grpo_ext.io import atomic_write_bytes, atomic_write_text
+from grpo_ext.io import atomic_write_bytes, atomic_write_text, figure_png
 
-__all__ = ["plot_passk_majk", "render_markdown", "write_reports"]
+__all__ = ["metric_table", "plot_passk_majk", "read_report", "render_markdown", "write_reports"]
 
 REPORT_MD, REPORT_JSON, REPORT_PNG = "report.md", "report.json", "passk_majk.png"
 
@@ -152,10 +157,7 @@ def plot_passk_majk(results: Sequence[dict], *, title: str | None = None) -> byt
     # outside the axes, on the right: curves can sit anywhere in [0, 1]
     ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, fontsize=9)
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    plt.close(fig)
-    return buffer.getvalue()
+    return figure_png(fig)
 
 
 def write_reports(
@@ -172,3 +174,96 @@ def write_reports(
         "png": atomic_write_bytes(out / REPORT_PNG, plot_passk_majk(results)),
     }
     return paths
+
+
+# ---- reading ------------------------------------------------------------------------------------------------
+
+
+def metric_table(result: dict, metric: str, where: str = "result") -> dict[int, float]:
+    """``result[metric]`` (``pass@k`` or ``maj@k``, string ks as JSON holds them) as ``{k: value}``, sorted by k.
+
+    A missing table is ``{}``; a k that is not an integer or a value that is not a finite number is a
+    ``ValueError`` naming ``where``.
+    """
+    table = result.get(metric)
+    if table is None:
+        return {}
+    if not isinstance(table, dict):
+        raise ValueError(f"{where}: '{metric}' must map k to a number, got {type(table).__name__}")
+    out = {}
+    for k, value in table.items():
+        try:
+            k_int = int(k)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{where}: '{metric}' has a non-integer k {k!r}") from err
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"{where}: '{metric}'[{k!r}] must be a finite number, got {value!r}")
+        out[k_int] = float(value)
+    return dict(sorted(out.items()))
+
+
+def read_report(path: str | os.PathLike, model: str | None = None, *, require: Iterable[str] = ()) -> dict:
+    """One model's result from what :func:`write_reports` wrote, in the shape ``evaluate_model`` returned it.
+
+    ``path`` is a report folder (its ``report.json``), a ``report.json`` (its ``models`` list) or a JSON file holding
+    one result. With several models, ``model`` picks one: its name or the last part of its path. A result without
+    ``task`` / ``task_id`` takes the report's ``task``, and one without ``params_key`` gets it from ``params``
+    (results written before those keys existed stay readable). ``pass@k`` / ``maj@k`` are checked (see
+    :func:`metric_table`; their ks stay strings, as written) and at least one must be there; ``require`` names
+    further keys the caller needs. Errors are ``FileNotFoundError`` / ``ValueError`` naming the file.
+    """
+    given = Path(path)
+    file = given / REPORT_JSON if given.is_dir() else given
+    if not file.is_file():
+        where = f"no {REPORT_JSON} in {given}" if given.is_dir() else f"no such file: {given}"
+        raise FileNotFoundError(f"eval report: {where}")
+    try:
+        payload = json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"eval report {file}: not valid JSON ({err})") from err
+    if isinstance(payload, dict) and "models" not in payload and ("pass@k" in payload or "maj@k" in payload):
+        payload = {"models": [payload]}  # a file holding one evaluate_model result
+    models = payload.get("models") if isinstance(payload, dict) else None
+    if not isinstance(models, list) or not models or not all(isinstance(m, dict) for m in models):
+        raise ValueError(f"eval report {file}: expected a 'models' list of results (the harness's report.json)")
+
+    names = [str(m.get("model")) for m in models]
+    if model is not None:
+        picked = [m for m, name in zip(models, names, strict=True) if model in (name, Path(name).name)]
+        if len(picked) != 1:
+            found = "no" if not picked else "several"
+            raise ValueError(f"eval report {file}: {found} model named {model!r} (models: {', '.join(names)})")
+        entry = picked[0]
+    elif len(models) == 1:
+        entry = models[0]
+    else:
+        raise ValueError(f"eval report {file}: {len(models)} models ({', '.join(names)}); name the one to read")
+
+    where = f"eval report {file}, model {entry.get('model')!r}"
+    result = dict(entry)
+    result["task"] = result.get("task") or payload.get("task")
+    result["task_id"] = result.get("task_id") or payload.get("task")
+    if not metric_table(result, "pass@k", where) and not metric_table(result, "maj@k", where):
+        raise ValueError(f"{where}: no 'pass@k' or 'maj@k' results")
+    if not result["task"]:
+        raise ValueError(f"{where}: no 'task'")
+    missing = [key for key in require if key not in result]
+    if missing:
+        raise ValueError(f"{where}: not an evaluation result (missing {', '.join(missing)})")
+    params = result.get("params")
+    if "params_key" not in result and isinstance(params, dict) and all(name in params for name in _KEY_FIELDS):
+        result["params_key"] = _params_key(params, where)
+    return result
+
+
+_KEY_FIELDS = ("temperature", "top_p", "max_new_tokens", "seed")  # what SamplingParams.key() names
+
+
+def _params_key(params: dict, where: str) -> str:
+    from grpo_ext.evaluation.sampling import SamplingParams  # imports torch: only for results that lack the key
+
+    try:
+        # n stays 1: the key leaves n out, and a greedy result's n must be 1 for SamplingParams anyway
+        return SamplingParams(**{name: params[name] for name in _KEY_FIELDS}).key()
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{where}: bad 'params' ({err})") from None
