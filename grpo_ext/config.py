@@ -1,4 +1,5 @@
-"""GRPOExtConfig: TRL's GRPOConfig plus the grpo-ext fields. Every default keeps TRL's behaviour."""
+"""GRPOExtConfig: TRL's GRPOConfig plus the grpo-ext fields (documented in its class docstring). Every default keeps
+TRL's behaviour."""
 
 from __future__ import annotations
 
@@ -22,7 +23,62 @@ def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
 
 @dataclass
 class GRPOExtConfig(GRPOConfig):
-    """GRPOConfig with process-supervision advantages, zero-std group handling and an adaptive KL coefficient."""
+    r"""
+    Configuration class for [`~grpo_ext.trainer.GRPOExtTrainer`]: TRL's [`~trl.GRPOConfig`] plus the fields below.
+
+    Every default keeps TRL's behaviour, so a `GRPOExtConfig` with only TRL's fields set trains exactly as
+    `GRPOConfig`. Each field is validated in `__post_init__` with a message naming it. Like `GRPOConfig`, it is parsed
+    from YAML and the command line by `trl.TrlParser`.
+
+    Parameters:
+        > Parameters that control the advantages (the gradient coefficient, DeepSeekMath 4.1.2-4.1.3 and 5.2.1)
+
+        advantage_mode (`str`, *optional*, defaults to `"outcome"`):
+            Gradient coefficient: a name in the registry `grpo_ext.advantages.GRADIENT_COEFFICIENTS`. `"outcome"` is
+            TRL's GRPO (its advantages are kept as computed), `"process"` gives per-token advantages from step
+            rewards (DeepSeekMath 4.1.3), `"online_rft"` gives 1 to a correct sample and 0 otherwise; any name added
+            with `register_gradient_coefficient` is accepted. A coefficient that needs step rewards needs
+            `process_reward_funcs` or `process_reward_model`.
+        process_reward_funcs (`list[str]` or `None`, *optional*, defaults to `None`):
+            Process reward functions as dotted import paths (`"step"`, the task's step verifier, when the trainer is
+            built by `grpo_ext.assembly.build_grpo_trainer`). Each has TRL's reward signature and returns, for
+            every completion, one score per reasoning step (as many as `step_separator` splits it into).
+        process_reward_model (`str` or `None`, *optional*, defaults to `None`):
+            Path of a process reward model folder in TRL's PRM format (`AutoModelForTokenClassification`), scored
+            at each step's last token; added to `process_reward_funcs`.
+        step_separator (`str` or `None`, *optional*, defaults to `None`):
+            Separator between reasoning steps in a completion. When unset: the task's separator when the trainer is
+            built by `build_grpo_trainer`, else a newline. Must be non-empty when set.
+        process_include_outcome (`bool`, *optional*, defaults to `False`):
+            With step rewards, add each completion's outcome reward as one more step ending at its last token.
+
+        > Parameters that control groups whose rewards are all equal (DAPO's dynamic sampling)
+
+        zero_std_groups (`str`, *optional*, defaults to `"keep"`):
+            What to do with groups whose rewards are all equal (no learning signal): `"keep"` (TRL), `"skip"` (drop
+            them from the loss, the normaliser corrected) or `"refill"` (generate further groups until the batch
+            has signal). `"refill"` needs `per_device_train_batch_size * steps_per_generation` to be a multiple of
+            `num_generations`; `"skip"`/`"refill"` with a per-sequence `loss_type` cannot be combined with an entropy
+            bonus or a router auxiliary loss.
+        max_refill_rounds (`int`, *optional*, defaults to `3`):
+            With `"refill"`: extra generation rounds per batch at most (>= 0); groups still without signal are
+            then skipped.
+
+        > Parameters that control the KL coefficient β (Ziegler et al. 2019)
+
+        kl_controller (`str`, *optional*, defaults to `"fixed"`):
+            `"fixed"` (TRL: `beta` stays constant) or `"adaptive"` (`beta` is the initial value, > 0, and moves each
+            optimizer step so the logged per-token `kl` tracks `target_kl`).
+        target_kl (`float`, *optional*, defaults to `0.05`):
+            Adaptive controller: the KL to steer towards, in the units TRL logs `kl` (mean per-token KL), > 0.
+        kl_horizon (`float`, *optional*, defaults to `10000`):
+            Adaptive controller: time constant in samples, > 0; one update changes β by a factor of at most
+            `1 ± 0.2 * samples / kl_horizon`.
+        beta_min (`float`, *optional*, defaults to `1e-6`):
+            Adaptive controller: lower clamp of β, > 0 so that the reference log-probs are always computed.
+        beta_max (`float` or `None`, *optional*, defaults to `None`):
+            Adaptive controller: upper clamp of β (>= `beta_min`); `None` means no upper clamp.
+    """
 
     # --- advantages (DeepSeekMath 4.1.2-4.1.3, 5.2.1) ---
     advantage_mode: str = field(
@@ -36,8 +92,9 @@ class GRPOExtConfig(GRPOConfig):
     process_reward_funcs: list[str] | None = field(
         default=None,
         metadata={
-            "help": "Process reward functions (dotted import paths; `step` in scripts/train.py is the task's step "
-            "verifier): TRL's reward signature, returning one score per reasoning step for each completion."
+            "help": "Process reward functions (dotted import paths; `step` is the task's step verifier when the "
+            "trainer is built by grpo_ext.assembly.build_grpo_trainer): TRL's reward signature, returning one "
+            "score per reasoning step for each completion."
         },
     )
     process_reward_model: str | None = field(
@@ -47,8 +104,8 @@ class GRPOExtConfig(GRPOConfig):
     step_separator: str | None = field(
         default=None,
         metadata={
-            "help": "Separator between reasoning steps; unset: the task's separator in scripts/train.py, "
-            "else a newline."
+            "help": "Separator between reasoning steps; unset: the task's separator when the trainer is built by "
+            "grpo_ext.assembly.build_grpo_trainer, else a newline."
         },
     )
     process_include_outcome: bool = field(
