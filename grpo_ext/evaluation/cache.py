@@ -22,17 +22,20 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RECORD_FIELDS", "SampleCache", "prompt_key"]
+__all__ = ["RECORD_FIELDS", "SampleCache", "prompt_key", "task_id_for"]
 
 RECORD_FIELDS = ("model", "model_fingerprint", "task", "problem_id", "sample_index", "params", "prompt", "completion")
 
 
-def _prompt_key(prompt) -> str:
+def task_id_for(task_name: str, split: str, task_kwargs: dict | None = None) -> str:
+    """How records and reports name a task: ``<task>/<split>``, then the task's knobs as sorted JSON when any are
+    set (the same task with other knobs poses other problems, so its samples must not be mixed up)."""
+    return f"{task_name}/{split}" + (f" {json.dumps(task_kwargs, sort_keys=True)}" if task_kwargs else "")
+
+
+def prompt_key(prompt) -> str:
     """A hashable form of a prompt: the string itself, or the JSON of a conversation."""
     return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, ensure_ascii=False)
-
-
-prompt_key = _prompt_key
 
 
 def _group_key(model: str, fingerprint: str | None, task: str, params_key: str) -> tuple:
@@ -101,7 +104,7 @@ class SampleCache:
         group = self._groups.setdefault(
             _group_key(record["model"], record["model_fingerprint"], record["task"], record["params"]), {}
         )
-        samples = group.setdefault((str(record["problem_id"]), _prompt_key(record["prompt"])), {})
+        samples = group.setdefault((str(record["problem_id"]), prompt_key(record["prompt"])), {})
         samples.setdefault(record["sample_index"], record["completion"])  # first one wins
 
     def lookup(self, model: str, fingerprint: str | None, task: str, params_key: str) -> dict[tuple, dict[int, str]]:

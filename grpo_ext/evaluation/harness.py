@@ -21,7 +21,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from grpo_ext.evaluation.backends import Backend
-from grpo_ext.evaluation.cache import SampleCache, prompt_key
+from grpo_ext.evaluation.cache import SampleCache, prompt_key, task_id_for
 from grpo_ext.evaluation.metrics import maj_at_k_many, mean_accuracy, pass_at_k_many
 from grpo_ext.evaluation.sampling import SamplingParams, derive_seed
 from grpo_ext.tasks.base import Task
@@ -143,7 +143,8 @@ def evaluate_model(
 
     Samples go through the JSONL cache at ``cache_path`` (None: no cache): only missing ``(problem, sample)``
     pairs are drawn, a batch of ``params.batch_size`` prompts at a time, each batch appended durably. ``task_id``
-    names the task in the cache (default ``<task name>/<split>``; include the task's knobs when they vary).
+    names the task in the cache (default :func:`~grpo_ext.evaluation.cache.task_id_for` without the task's knobs:
+    pass ``task_id_for(name, split, task_kwargs)`` when they are set).
     Returns a JSON-ready dict (see the keys below); ks above ``params.n`` are dropped with a recorded warning.
     """
     kept, dropped = check_ks(ks, params.n)
@@ -161,7 +162,7 @@ def evaluate_model(
         problems = load_problems(task, split, limit)
     else:
         problems = validate_problems(list(problems)[:limit] if limit else list(problems), task, f"task {task.name!r}")
-    task_id = task_id or f"{task.name}/{split}"
+    task_id = task_id or task_id_for(task.name, split)
     n, key = params.n, params.key()
 
     cache = SampleCache(cache_path)
