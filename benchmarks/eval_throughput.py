@@ -53,7 +53,7 @@ class _Recording:
 
     def __init__(self, backend):
         self.backend, self.outputs = backend, []  # (prompt, its completions), in the order the harness asked
-        self.name, self.fingerprint, self.kind = backend.name, backend.fingerprint, backend.kind
+        self.name, self.fingerprint, self.backend_name = backend.name, backend.fingerprint, backend.backend_name
 
     def generate_stream(self, prompts, params, *, progress=False):
         for j, completions in self.backend.generate_stream(prompts, params, progress=progress):

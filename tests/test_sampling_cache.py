@@ -127,7 +127,7 @@ def test_sample_completions_keeps_its_keyword_form(tiny):
 class FakeBackend(Backend):
     """Completions are a function of (prompt, seed, draw number): counts calls; can fail after `fail_after` calls."""
 
-    kind = "fake"
+    backend_name = "fake"
 
     def __init__(self, name="fake", fail_after=None):
         self.name, self.fingerprint, self.fail_after = name, "f00", fail_after

@@ -50,7 +50,9 @@ class Backend:
     #: A short hash of the model's files (None for a model in memory): cached samples of a model that has since
     #: been retrained in the same folder are not reused.
     fingerprint: str | None = None
-    kind: str = "base"
+    #: Which backend this is: the ``backend`` value of :func:`load_backend` that builds it (``transformers``,
+    #: ``vllm``), recorded as ``backend`` in each result.
+    backend_name: str = "base"
 
     def generate(self, prompts: Sequence[str], params: SamplingParams, *, progress: bool = False) -> list[list[str]]:
         """``params.n`` completions for each prompt, in prompt order; deterministic for ``params.seed``."""
@@ -176,7 +178,7 @@ class TransformersBackend(Backend):
     or not) or from a folder with :meth:`from_pretrained`.
     """
 
-    kind = "transformers"
+    backend_name = "transformers"
 
     def __init__(
         self,
@@ -225,7 +227,7 @@ class VLLMBackend(Backend):
     ``vllm.LLM(model=...)`` is built, with ``enable_lora`` and a ``LoRARequest`` for an adapter folder.
     """
 
-    kind = "vllm"
+    backend_name = "vllm"
 
     def __init__(
         self,

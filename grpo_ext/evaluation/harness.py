@@ -240,7 +240,7 @@ def evaluate_model(
     return {
         "model": backend.name,
         "model_fingerprint": backend.fingerprint,
-        "backend": backend.kind,
+        "backend": backend.backend_name,
         "task": task.name,
         "task_id": task_id,
         "split": split,
