@@ -12,4 +12,3 @@ def test_policy_init_defaults_to_safetensors_and_no_remote_code(tmp_path):
     policy_init(model_args, args)
     assert args.model_init_kwargs["use_safetensors"] is True
     assert args.model_init_kwargs["trust_remote_code"] is False
-
