@@ -183,7 +183,8 @@ def test_dry_run_card_parses_and_carries_the_eval_report(checkpoint, report_dir,
     assert all(r.dataset_split == "test" and r.metric_args["n"] == 16 for r in data.eval_results)
     text = card.text
     for fragment in (
-        "process-supervision advantages",
+        "process supervision (DeepSeekMath 4.1.3)",  # the registry record's description
+        "step rewards from grpo_ext.tasks.arithmetic.step_reward",
         "zero-std groups: skip",
         "training steps: 37",
         "4-bit nf4 with double quantisation",
@@ -259,7 +260,7 @@ def test_crash_while_writing_leaves_no_folder_that_looks_complete(checkpoint, tm
     def explode(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr("grpo_ext.hub.build_model_card", explode)
+    monkeypatch.setattr("grpo_ext.hub.export.build_model_card", explode)
     with pytest.raises(RuntimeError, match="disk full"):
         publish.main([str(checkpoint), "--repo-id", "me/x", "--dry-run", "--output-dir", str(tmp_path / "out")])
     assert leftovers(tmp_path, "out") == []

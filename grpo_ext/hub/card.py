@@ -1,0 +1,257 @@
+"""Model cards for grpo-ext checkpoints: Hub metadata, a `model-index` with pass@k / maj@k results, and a body
+saying how the model was trained (`grpo_ext.hub.training`) and how to load it.
+
+`build_model_card(...)` / `trainer_model_card(trainer, ...)` return a `huggingface_hub.ModelCard`; the evaluation
+section comes from the harness's `report.json`, read by `grpo_ext.evaluation.report.read_report`.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+from grpo_ext.evaluation.report import metric_table, read_report
+from grpo_ext.hub.training import is_embedded, is_hub_id, task_dataset, trained_with, trainer_summary
+
+__all__ = ["CHECKPOINT_TYPES", "build_model_card", "eval_results", "trainer_model_card"]
+
+#: How a checkpoint is uploaded: LoRA adapter weights, the adapter merged into its base, or full weights.
+CHECKPOINT_TYPES = ("adapter", "merged", "model")
+
+
+# ---- evaluation results -------------------------------------------------------------------------------------
+
+
+def eval_results(report: dict, dataset: str | None = None) -> list[EvalResult]:
+    """The `model-index` entries of a harness result (see `read_report`): one per metric and k, pass@k first."""
+    task = str(report["task"])
+    params = _sampling(report)
+    args = {"n": report.get("n"), **params}
+    results = []
+    for metric in ("pass@k", "maj@k"):
+        for k, value in metric_table(report, metric).items():
+            name = metric.replace("@k", f"@{k}")
+            results.append(
+                EvalResult(
+                    task_type="text-generation",
+                    task_name=f"{task} (pass@k / maj@k, grpo-ext harness)",
+                    dataset_type=dataset or task,
+                    dataset_name=str(report.get("task_id") or task),
+                    dataset_split=report.get("split"),
+                    metric_type=name,
+                    metric_name=f"{name} (n={report.get('n')})",
+                    metric_value=value,
+                    metric_args={key: v for key, v in {**args, "k": k}.items() if v is not None},
+                )
+            )
+    return results
+
+
+# ---- the card -----------------------------------------------------------------------------------------------
+
+
+def _versions() -> str:
+    lines = []
+    for package in ("grpo-ext", "trl", "transformers", "peft", "bitsandbytes", "torch"):
+        try:
+            lines.append(f"- {package}: {version(package)}")
+        except PackageNotFoundError:
+            continue
+    return "\n".join(lines)
+
+
+def _describe_base(base: str | None) -> str:
+    if base is None:
+        return "an unrecorded base model"
+    if is_embedded(base):
+        return "the grpo-ext embedded base model (a 1 M-parameter Llama with a character tokenizer)"
+    if is_hub_id(base):
+        return f"[{base}](https://huggingface.co/{base})"
+    return f"the local model `{base}`"
+
+
+def _load_section(repo_id: str, checkpoint_type: str, base: str | None, quantized: bool) -> str:
+    if checkpoint_type == "adapter":
+        base_ref = base if is_hub_id(base) else "PATH/TO/BASE_MODEL"
+        text = (
+            "A LoRA adapter: load it on its base model with PEFT.\n\n```python\n"
+            "from peft import PeftModel\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
+            f'base = AutoModelForCausalLM.from_pretrained("{base_ref}")\n'
+            f'model = PeftModel.from_pretrained(base, "{repo_id}")\n'
+            f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}")\n```\n'
+        )
+        if quantized:
+            text += (
+                "\nIt was trained on the base loaded in 4 bit; to run it that way, load the base with "
+                '`quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", '
+                "bnb_4bit_use_double_quant=True)`. To serve it without PEFT, merge it into the full-precision base "
+                "(`model.merge_and_unload()`, or `scripts/publish.py --merge` in grpo-ext).\n"
+            )
+        if not is_hub_id(base):
+            text += f"\nThe base is {_describe_base(base)}, not a Hub model: point `from_pretrained` at its folder.\n"
+        return text
+    merged = (
+        "The LoRA adapter is merged into the base weights loaded in full precision (not into 4-bit weights), so "
+        "this is a plain transformers model: no PEFT and no bitsandbytes needed.\n\n"
+        if checkpoint_type == "merged"
+        else ""
+    )
+    return (
+        f"{merged}```python\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
+        f'model = AutoModelForCausalLM.from_pretrained("{repo_id}")\n'
+        f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}")\n```\n'
+    )
+
+
+def _training_section(summary: dict | None, checkpoint_type: str) -> str:
+    if summary is None:
+        return "No training record (`grpo_ext_config.yaml`) was found next to this checkpoint.\n"
+    lines = [
+        "- method: online RL with [TRL](https://github.com/huggingface/trl)'s `GRPOTrainer` extended by grpo-ext "
+        "(`GRPOExtTrainer`)",
+        f"- gradient coefficient (`advantage_mode: {summary['advantage_mode']}`): {summary['gradient_coefficient']}",
+    ]
+    if summary.get("task"):
+        task = f"`{summary['task']}`"
+        if summary.get("task_kwargs"):
+            task += f" ({', '.join(f'{k}={v}' for k, v in summary['task_kwargs'].items())})"
+        if summary.get("dataset"):
+            task += f", data: [{summary['dataset']}](https://huggingface.co/datasets/{summary['dataset']})"
+        lines.append(f"- task: {task}")
+    if summary.get("reward_funcs"):
+        lines.append(f"- rewards: {', '.join(map(str, summary['reward_funcs']))}")
+    if summary.get("quantization"):
+        lines.append(f"- base weights: {summary['quantization']} (QLoRA); other weights in {summary.get('dtype')}")
+    if summary.get("lora"):
+        lora = summary["lora"]
+        targets = lora["target_modules"]
+        targets = targets if isinstance(targets, str) else ", ".join(targets)
+        lines.append(
+            f"- LoRA: r={lora['r']}, alpha={lora['alpha']}, dropout={lora['dropout']}, target modules: {targets}"
+        )
+    # "plain GRPO" only where the advantages are TRL's own too: another gradient coefficient is no plain GRPO
+    none = "none (plain GRPO)" if summary.get("keeps_trl_advantages") else "none besides the gradient coefficient"
+    lines.append("- grpo-ext extensions: " + ("; ".join(summary["extensions"]) if summary["extensions"] else none))
+    lines += [f"- {label}: {value}" for label, value in summary["hyperparameters"].items()]
+    lines.append(f"- training steps: {summary['steps'] if summary.get('steps') is not None else 'unknown'}")
+    lines.append(f"- precision: {summary['precision']}; hardware: {summary['hardware']}")
+    if checkpoint_type == "merged" and summary.get("quantization"):
+        lines.append(
+            "- note: the adapter was trained against the 4-bit base and is merged here into the full-precision "
+            "base, so outputs can differ slightly from the policy as trained"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _sampling(report: dict) -> dict:
+    """The sampling settings a card names (temperature, top_p, max_new_tokens), those the result records."""
+    params = report.get("params") if isinstance(report.get("params"), dict) else {}
+    return {k: params[k] for k in ("temperature", "top_p", "max_new_tokens") if k in params}
+
+
+def _eval_section(report: dict | None) -> str:
+    if report is None:
+        return ""
+    passes, majs = metric_table(report, "pass@k"), metric_table(report, "maj@k")
+    rows = [
+        f"| {k} | {passes[k]:.3f} | {majs[k]:.3f} |"
+        if k in passes and k in majs
+        else f"| {k} | {passes.get(k, '–')} | {majs.get(k, '–')} |"
+        for k in sorted(set(passes) | set(majs))
+    ]
+    sampling = ", ".join(f"{k} {v}" for k, v in _sampling(report).items())
+    problems = f" ({report['n_problems']} problems)" if report.get("n_problems") else ""
+    sampling = f", {sampling}" if sampling else ""
+    return (
+        "## Evaluation\n\n"
+        f"Pass@k (unbiased estimator) and maj@k (exact expectation of the majority vote) on `{report['task_id']}`"
+        f"{problems}, n = {report['n']} samples per problem{sampling}, from the grpo-ext evaluation harness.\n\n"
+        "| k | pass@k | maj@k |\n|---:|---:|---:|\n" + "\n".join(rows) + "\n\n"
+    )
+
+
+def build_model_card(
+    checkpoint_dir: str | os.PathLike | None,
+    repo_id: str,
+    eval_report: dict | str | os.PathLike | None = None,
+    *,
+    checkpoint_type: str = "adapter",
+    base_model: str | None = None,
+    license: str | None = None,
+    summary: dict | None = None,
+    eval_model: str | None = None,
+    extra_tags: list[str] | None = None,
+) -> ModelCard:
+    """The Hub card of a checkpoint uploaded as `checkpoint_type`: `adapter` (LoRA weights), `merged` (the adapter
+    folded into its base) or `model` (full weights).
+
+    `summary` defaults to `trained_with(checkpoint_dir)`; `eval_report` is a report path or a result already read
+    (see `grpo_ext.evaluation.report.read_report`; `eval_model` picks the model of a report with several);
+    `base_model` overrides the recorded base (a Hub id goes into the metadata, a local folder only into the text);
+    `license` defaults to apache-2.0 for the embedded base, else `other`.
+    """
+    if checkpoint_type not in CHECKPOINT_TYPES:
+        raise ValueError(f"checkpoint_type: expected one of {', '.join(CHECKPOINT_TYPES)}, got {checkpoint_type!r}")
+    if summary is None and checkpoint_dir is not None:
+        summary = trained_with(checkpoint_dir)
+    report = read_report(eval_report, eval_model) if isinstance(eval_report, (str, os.PathLike)) else eval_report
+    base = base_model or (summary or {}).get("base_model")
+    dataset = (summary or {}).get("dataset")
+    report_dataset = task_dataset(report["task"]) if report else None
+    datasets = sorted({d for d in (dataset, report_dataset) if d})
+    tags = list((summary or {}).get("tags") or ["trl", "grpo", "grpo-ext"])
+    tags += [t for t in (extra_tags or []) if t not in tags]
+    if license is None:
+        license = "apache-2.0" if is_embedded(base) else "other"
+    name = repo_id.split("/")[-1]
+
+    card_data = ModelCardData(
+        base_model=base if is_hub_id(base) else None,
+        library_name="peft" if checkpoint_type == "adapter" else "transformers",
+        pipeline_tag="text-generation",
+        license=license,
+        tags=tags,
+        datasets=datasets or None,
+        model_name=name,
+        eval_results=eval_results(report, report_dataset) if report else None,
+    )
+    quantized = bool((summary or {}).get("quantization"))
+    what = {"adapter": "a LoRA adapter", "merged": "merged weights", "model": "full weights"}[checkpoint_type]
+    mode = (summary or {}).get("advantage_mode")
+    body = (
+        f"# {name}\n\n"
+        f"{what[0].upper()}{what[1:]} for {_describe_base(base)}, fine-tuned with online reinforcement learning "
+        f"as in DeepSeekMath{f' (gradient coefficient `{mode}`)' if mode else ''} using "
+        "grpo-ext, an extension of TRL's GRPO trainer"
+        f"{' with a 4-bit QLoRA base' if quantized else ''}.\n\n"
+        f"## How to load\n\n{_load_section(repo_id, checkpoint_type, base, quantized)}\n"
+        f"## Training\n\n{_training_section(summary, checkpoint_type)}\n"
+        f"{_eval_section(report)}"
+        f"## Framework versions\n\n{_versions()}\n"
+    )
+    return ModelCard(f"---\n{card_data.to_yaml()}\n---\n\n{body}")
+
+
+def trainer_model_card(
+    trainer, model_name: str | None = None, dataset_name: str | None = None, tags: str | list[str] | None = None
+) -> ModelCard:
+    """The grpo-ext card for a trainer's output (what `GRPOExtTrainer.create_model_card` writes to README.md)."""
+    repo_id = (
+        getattr(trainer, "hub_model_id", None)
+        or trainer.args.hub_model_id
+        or model_name
+        or Path(trainer.args.output_dir).name
+    )
+    from accelerate.utils import is_peft_model
+
+    extra = [tags] if isinstance(tags, str) else list(tags or [])
+    return build_model_card(
+        None,
+        repo_id,
+        checkpoint_type="adapter" if is_peft_model(trainer.model) else "model",
+        summary=trainer_summary(trainer, dataset_name),
+        extra_tags=extra,
+    )

@@ -1,0 +1,266 @@
+"""The folder a checkpoint is published as: the LoRA adapter (or the full weights), or the adapter merged into its
+full-precision base, plus the tokenizer, the training record and the model card; and its upload to the Hub.
+
+`publish(...)` (what scripts/publish.py calls) assembles the folder under a temporary name and renames it at the
+end, so a failure never leaves a folder that looks complete; with `dry_run` the folder is kept, else uploaded and
+removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from grpo_ext.evaluation.report import read_report
+from grpo_ext.hub.card import build_model_card
+from grpo_ext.hub.training import CONFIG_FILE, trained_with
+
+__all__ = ["PublishError", "checkpoint_type_of", "publish", "write_upload_folder"]
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+MODEL_WEIGHTS = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+MODEL_FILES = ("config.json", "generation_config.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "chat_template.json",
+)
+
+
+class PublishError(ValueError):
+    """Bad input or a failed upload: reported as one line by `run_cli`."""
+
+
+# ---- what the checkpoint holds ----------------------------------------------------------------------------------
+
+
+def checkpoint_type_of(folder: Path) -> str:
+    """`adapter` (LoRA adapter) or `model` (full weights); anything else is an error naming what is missing."""
+    if not folder.is_dir():
+        raise PublishError(f"CHECKPOINT: no such folder: {folder}")
+    if (folder / ADAPTER_CONFIG).is_file():
+        if not any((folder / name).is_file() for name in ADAPTER_WEIGHTS):
+            raise PublishError(
+                f"CHECKPOINT: {folder} has {ADAPTER_CONFIG} but no adapter weights ({ADAPTER_WEIGHTS[0]})"
+            )
+        return "adapter"
+    if (folder / "config.json").is_file():
+        if not _model_weight_files(folder):
+            raise PublishError(f"CHECKPOINT: {folder} has config.json but no model weights (model.safetensors)")
+        return "model"
+    raise PublishError(
+        f"CHECKPOINT: {folder} holds neither a LoRA adapter ({ADAPTER_CONFIG} + {ADAPTER_WEIGHTS[0]}) "
+        "nor model weights (config.json + model.safetensors)"
+    )
+
+
+def _model_weight_files(folder: Path) -> list[Path]:
+    files = [folder / name for name in MODEL_WEIGHTS if (folder / name).is_file()]
+    files += sorted(folder.glob("model-*-of-*.safetensors")) + sorted(folder.glob("pytorch_model-*-of-*.bin"))
+    return files
+
+
+def adapter_base(folder: Path) -> str | None:
+    try:
+        return json.loads((folder / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
+    except (OSError, json.JSONDecodeError) as err:
+        raise PublishError(f"CHECKPOINT: cannot read {folder / ADAPTER_CONFIG} ({err})") from err
+
+
+def _resolve_base(name: str | None, folder: Path) -> str:
+    from grpo_ext.models import resolve_model_path
+
+    if not name:
+        raise PublishError(f"CHECKPOINT: {folder / ADAPTER_CONFIG} names no base model; pass --base-model")
+    try:
+        return resolve_model_path(name)
+    except FileNotFoundError as err:
+        raise PublishError(f"base model {name!r} not found ({err}); pass --base-model") from err
+
+
+# ---- writing the folder -----------------------------------------------------------------------------------------
+
+
+def _copy_tokenizer(checkpoint: Path, base: str | None, dest: Path) -> None:
+    copied = [name for name in TOKENIZER_FILES if (checkpoint / name).is_file()]
+    for name in copied:
+        shutil.copy2(checkpoint / name, dest / name)
+    if not copied and base is not None:  # a checkpoint saved without its tokenizer: take the base's
+        from transformers import AutoTokenizer
+
+        try:
+            AutoTokenizer.from_pretrained(_resolve_base(base, checkpoint)).save_pretrained(dest)
+        except OSError as err:
+            message = f"CHECKPOINT: {checkpoint} has no tokenizer and the base's cannot be loaded ({err})"
+            raise PublishError(message) from err
+
+
+def _copy_config_record(checkpoint: Path, dest: Path) -> None:
+    for candidate in (checkpoint / CONFIG_FILE, checkpoint.parent / CONFIG_FILE):
+        if candidate.is_file():
+            shutil.copy2(candidate, dest / CONFIG_FILE)
+            return
+
+
+def write_adapter(checkpoint: Path, dest: Path, base_override: str | None) -> None:
+    shutil.copy2(checkpoint / ADAPTER_CONFIG, dest / ADAPTER_CONFIG)
+    for name in ADAPTER_WEIGHTS:
+        if (checkpoint / name).is_file():
+            shutil.copy2(checkpoint / name, dest / name)
+    if base_override:  # point the uploaded adapter at the base users can download
+        config = json.loads((dest / ADAPTER_CONFIG).read_text())
+        config["base_model_name_or_path"] = base_override
+        (dest / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    _copy_tokenizer(checkpoint, base_override or adapter_base(checkpoint), dest)
+
+
+def write_model(checkpoint: Path, dest: Path) -> None:
+    files = [checkpoint / name for name in MODEL_FILES if (checkpoint / name).is_file()]
+    for path in files + _model_weight_files(checkpoint):
+        shutil.copy2(path, dest / path.name)
+    config = json.loads((dest / "config.json").read_text())
+    if "quantization_config" in config:
+        raise PublishError(f"CHECKPOINT: {checkpoint} holds quantised weights; publish the adapter or --merge it")
+    _copy_tokenizer(checkpoint, None, dest)
+
+
+def write_merged(checkpoint: Path, dest: Path, base: str, dtype: str | None) -> None:
+    """Base loaded in float32 (never 4-bit) + adapter, merged, saved as a plain transformers folder."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        stored = getattr(AutoConfig.from_pretrained(base), "dtype", None)
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32, device_map=None)
+    except OSError as err:  # a hub id while offline, a folder that moved: say which base, not a traceback
+        raise PublishError(f"--merge: cannot load the base model {base!r} ({err}); pass --base-model") from err
+    model = PeftModel.from_pretrained(model, str(checkpoint)).merge_and_unload()
+    target = getattr(torch, dtype) if dtype else stored if isinstance(stored, torch.dtype) else torch.float32
+    model = model.to(target)
+    if getattr(model.config, "quantization_config", None) is not None:
+        del model.config.quantization_config
+    model.save_pretrained(dest)
+    _copy_tokenizer(checkpoint, base, dest)
+
+
+def write_upload_folder(
+    checkpoint: Path,
+    dest: Path,
+    repo_id: str,
+    *,
+    merge: bool = False,
+    eval_report: str | None = None,
+    eval_model: str | None = None,
+    base_model: str | None = None,
+    license: str | None = None,
+    dtype: str | None = None,
+) -> str:
+    """Write the upload of `checkpoint` into the empty folder `dest`; returns its checkpoint type as uploaded
+    (`adapter`, `merged` or `model`). The arguments are scripts/publish.py's flags."""
+    checkpoint_type = checkpoint_type_of(checkpoint)
+    if merge and checkpoint_type == "model":
+        raise PublishError(
+            f"--merge: {checkpoint} holds full model weights, not a LoRA adapter; publish it without --merge"
+        )
+    report = read_report(eval_report, eval_model) if eval_report else None
+    summary = trained_with(checkpoint)
+
+    if checkpoint_type == "adapter":
+        base_name = base_model or adapter_base(checkpoint)
+        if merge:
+            write_merged(checkpoint, dest, _resolve_base(base_name, checkpoint), dtype)
+            checkpoint_type = "merged"
+        else:
+            write_adapter(checkpoint, dest, base_model)
+    else:
+        base_name = base_model or (summary or {}).get("base_model")
+        write_model(checkpoint, dest)
+    _copy_config_record(checkpoint, dest)
+    card = build_model_card(
+        checkpoint,
+        repo_id,
+        report,
+        checkpoint_type=checkpoint_type,
+        base_model=base_name,
+        license=license,
+        summary=summary,
+    )
+    card.save(dest / "README.md")
+    return checkpoint_type
+
+
+# ---- the whole step ---------------------------------------------------------------------------------------------
+
+
+def _replace_dir(staging: Path, out: Path, overwrite: bool) -> None:
+    if out.exists():
+        if not overwrite:
+            raise PublishError(f"--output-dir: {out} exists; remove it or pass --overwrite")
+        trash = out.with_name(f".{out.name}.old")
+        shutil.rmtree(trash, ignore_errors=True)
+        out.rename(trash)
+        staging.rename(out)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        staging.rename(out)
+
+
+def upload(folder: Path, repo_id: str, *, private: bool = False, commit_message: str = "Upload") -> str:
+    """Create the Hub repository if needed and upload `folder`; returns the repository's URL."""
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    try:
+        url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+        api.upload_folder(repo_id=repo_id, folder_path=str(folder), commit_message=commit_message, repo_type="model")
+    except Exception as err:  # network, auth, offline mode: one line, nothing left behind
+        raise PublishError(f"upload to {repo_id} failed: {type(err).__name__}: {err}") from err
+    return str(url)
+
+
+def publish(
+    checkpoint: Path,
+    repo_id: str,
+    *,
+    output_dir: Path | None = None,
+    overwrite: bool = False,
+    private: bool = False,
+    commit_message: str = "Upload with grpo-ext scripts/publish.py",
+    **folder_kwargs,
+) -> tuple[str, str]:
+    """`(where, checkpoint type)`: with `output_dir` (a dry run) the upload folder is written there and `where` is
+    its path; without, it is uploaded to `repo_id` and `where` is the URL. `folder_kwargs` go to
+    `write_upload_folder`."""
+    if output_dir is not None:
+        if output_dir.exists() and not overwrite:
+            raise PublishError(f"--output-dir: {output_dir} exists; remove it or pass --overwrite")
+        output_dir.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=output_dir.parent, prefix=f".{output_dir.name}.partial-"))
+        staging.chmod(0o755)  # mkdtemp makes it private; the result is an ordinary folder
+    else:
+        staging = Path(tempfile.mkdtemp(prefix="grpo-ext-publish-"))
+    try:
+        checkpoint_type = write_upload_folder(checkpoint, staging, repo_id, **folder_kwargs)
+        if output_dir is not None:
+            _replace_dir(staging, output_dir, overwrite)
+            return str(output_dir), checkpoint_type
+        return upload(staging, repo_id, private=private, commit_message=commit_message), checkpoint_type
+    finally:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(staging)

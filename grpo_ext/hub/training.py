@@ -1,0 +1,252 @@
+"""What a checkpoint's model card says about its training: a summary dict built from the resolved config that
+scripts/train.py saves next to the checkpoint (`trained_with`) or from a live trainer (`trainer_summary`).
+
+How the gradient coefficient was computed is the registry record's own text (`GradientCoefficient.description`),
+so a mode added with `register_gradient_coefficient` is described on the card without editing this file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from grpo_ext.advantages import GradientCoefficient, get_gradient_coefficient
+
+__all__ = [
+    "CONFIG_FILE",
+    "TRAINER_STATE_FILE",
+    "hardware_summary",
+    "is_embedded",
+    "is_hub_id",
+    "summarize_training",
+    "task_dataset",
+    "trained_with",
+    "trainer_summary",
+]
+
+#: The resolved config scripts/train.py writes into the output folder (`{task, training, model}` sections).
+CONFIG_FILE = "grpo_ext_config.yaml"
+TRAINER_STATE_FILE = "trainer_state.json"
+
+# Training fields shown in the card when set (label, key); the grpo-ext ones are listed only when not at TRL's default.
+_GRPO_FIELDS = (
+    ("learning rate", "learning_rate"),
+    ("LR schedule", "lr_scheduler_type"),
+    ("warm-up steps", "warmup_steps"),
+    ("completions per prompt (group size)", "num_generations"),
+    ("per-device batch (completions)", "per_device_train_batch_size"),
+    ("gradient accumulation", "gradient_accumulation_steps"),
+    ("policy updates per generation batch", "num_iterations"),
+    ("max completion length", "max_completion_length"),
+    ("temperature", "temperature"),
+    ("loss type", "loss_type"),
+    ("reward scaling", "scale_rewards"),
+    ("clip epsilon", "epsilon"),
+    ("KL coefficient beta", "beta"),
+    ("seed", "seed"),
+)
+
+
+def is_hub_id(name: str | None) -> bool:
+    """`org/name` (or `name`) that is not an existing local path."""
+    if not name or os.path.exists(os.path.expanduser(name)) or name.startswith((".", "/", "~")):
+        return False
+    return name.count("/") <= 1 and " " not in name
+
+
+def is_embedded(name: str | None) -> bool:
+    """Whether `name` is the shipped embedded base model (its name or its folder)."""
+    if not name:
+        return False
+    from grpo_ext.models import EMBEDDED_MODEL_DIR, EMBEDDED_NAME
+
+    return name == EMBEDDED_NAME or Path(name).resolve() == EMBEDDED_MODEL_DIR.resolve()
+
+
+def task_dataset(task: str | None, task_kwargs: dict | None = None) -> str | None:
+    """The Hub dataset a task reads (e.g. `openai/gsm8k`), or None for a generated task such as `arithmetic`."""
+    if not task:
+        return None
+    try:
+        from grpo_ext.tasks import get_task
+
+        name = getattr(get_task(task, **(task_kwargs or {})), "dataset_name", None)
+    except Exception:  # an unknown or unbuildable task: the card just names no dataset
+        return None
+    return name if is_hub_id(name) else None
+
+
+def hardware_summary(num_processes: int | None = None) -> str:
+    """`2 x NVIDIA A100-SXM4-80GB` or `1 x CPU (x86_64, 2 cores)`: what this process trains on."""
+    import torch
+
+    n = num_processes or 1
+    if torch.cuda.is_available():
+        return f"{n} x {torch.cuda.get_device_name(0)}"
+    return f"{n} x CPU ({platform.machine()}, {os.cpu_count()} cores)"
+
+
+def _registry_record(mode: str) -> GradientCoefficient | None:
+    try:
+        return get_gradient_coefficient(mode)
+    except ValueError:  # registered by code this process has not imported: the card names the mode only
+        return None
+
+
+def _gradient_coefficient(mode: str, record: GradientCoefficient | None, training: dict) -> str:
+    """The card's sentence on how each token's gradient coefficient was computed."""
+    if record is None:
+        return f"{mode!r} is not registered in this grpo-ext installation: no description"
+    text = record.description
+    if record.needs_step_rewards:
+        source = training.get("process_reward_model") or ", ".join(training.get("process_reward_funcs") or []) or "?"
+        text += f"; step rewards from {source}"
+    return text
+
+
+def _mode_tag(mode: str, record: GradientCoefficient | None) -> str | None:
+    """A Hub tag for a gradient coefficient other than TRL's own (`process-supervision`, `online-rft`)."""
+    if record is None or record.keeps_trl_advantages:
+        return None
+    return "process-supervision" if record.needs_step_rewards else mode.replace("_", "-")
+
+
+def _quantization(model: dict) -> str | None:
+    if model.get("load_in_4bit"):
+        return (
+            f"4-bit {model.get('bnb_4bit_quant_type') or 'nf4'}"
+            + (" with double quantisation" if model.get("use_bnb_nested_quant") else "")
+            + " (bitsandbytes)"
+        )
+    return "8-bit (bitsandbytes)" if model.get("load_in_8bit") else None
+
+
+def _lora(model: dict) -> dict | None:
+    if not model.get("use_peft"):
+        return None
+    targets = model.get("lora_target_modules") or "all-linear"
+    return {
+        "r": model.get("lora_r"),
+        "alpha": model.get("lora_alpha"),
+        "dropout": model.get("lora_dropout"),
+        "target_modules": targets if isinstance(targets, str) else list(targets),
+    }
+
+
+def summarize_training(resolved: dict, steps: int | None = None, hardware: str | None = None) -> dict:
+    """The card's view of a run from its resolved config (`{task, training, model}` sections, any may be missing)."""
+    task = resolved.get("task") or {}
+    training = resolved.get("training") or {}
+    model = resolved.get("model") or {}
+    use_peft = bool(model.get("use_peft"))
+
+    mode = training.get("advantage_mode") or "outcome"
+    record = _registry_record(mode)
+    extensions = []
+    zero_std = training.get("zero_std_groups") or "keep"
+    if zero_std != "keep":
+        extra = f", up to {training.get('max_refill_rounds')} refill rounds" if zero_std == "refill" else ""
+        extensions.append(f"zero-std groups: {zero_std}{extra}")
+    adaptive_kl = (training.get("kl_controller") or "fixed") == "adaptive"
+    if adaptive_kl:
+        extensions.append(
+            f"adaptive KL coefficient (Ziegler et al. 2019): target_kl {training.get('target_kl')}, "
+            f"horizon {training.get('kl_horizon')}, initial beta {training.get('beta')}"
+        )
+
+    tags = ["trl", "grpo", "grpo-ext"]
+    if use_peft:
+        tags.append("lora")
+    if use_peft and model.get("load_in_4bit"):
+        tags.append("qlora")
+    if _mode_tag(mode, record):
+        tags.append(_mode_tag(mode, record))
+    if adaptive_kl:
+        tags.append("adaptive-kl")
+
+    if hardware is None:
+        hardware = "CPU" if training.get("use_cpu") else "GPU"
+    if steps is None and isinstance(training.get("max_steps"), int) and training["max_steps"] > 0:
+        steps = training["max_steps"]
+    return {
+        "advantage_mode": mode,
+        "gradient_coefficient": _gradient_coefficient(mode, record, training),
+        # TRL's own advantages and no extension: the card can call the run plain GRPO
+        "keeps_trl_advantages": bool(record and record.keeps_trl_advantages),
+        "base_model": model.get("model_name_or_path"),
+        "task": task.get("task"),
+        "task_kwargs": task.get("task_kwargs") or {},
+        "dataset": task_dataset(task.get("task"), task.get("task_kwargs")),
+        "reward_funcs": task.get("reward_funcs"),
+        "quantization": _quantization(model),
+        "lora": _lora(model),
+        "dtype": model.get("dtype"),
+        "precision": "bf16" if training.get("bf16") else "fp16" if training.get("fp16") else "fp32",
+        "extensions": extensions,
+        "hyperparameters": {label: training[key] for label, key in _GRPO_FIELDS if training.get(key) is not None},
+        "steps": steps,
+        "hardware": hardware,
+        "tags": tags,
+    }
+
+
+def _global_step(folder: Path) -> int | None:
+    for candidate in (folder / TRAINER_STATE_FILE, folder.parent / TRAINER_STATE_FILE):
+        if candidate.is_file():
+            try:
+                return int(json.loads(candidate.read_text())["global_step"])
+            except (ValueError, KeyError, TypeError):
+                return None
+    return None
+
+
+def trained_with(checkpoint_dir: str | os.PathLike) -> dict | None:
+    """Summary of how `checkpoint_dir` was trained, from its `grpo_ext_config.yaml` (or its parent's); None if absent.
+
+    The step count comes from `trainer_state.json` when there is one, else from `max_steps`.
+    """
+    folder = Path(checkpoint_dir)
+    for candidate in (folder / CONFIG_FILE, folder.parent / CONFIG_FILE):
+        if candidate.is_file():
+            try:
+                resolved = yaml.safe_load(candidate.read_text()) or {}
+            except yaml.YAMLError as err:
+                raise ValueError(f"{candidate}: not valid YAML ({err})") from err
+            if not isinstance(resolved, dict):
+                raise ValueError(f"{candidate}: expected a mapping with task/training/model sections")
+            return summarize_training(resolved, steps=_global_step(folder), hardware=resolved.get("hardware"))
+    return None
+
+
+def trainer_summary(trainer, dataset_name: str | None = None) -> dict:
+    """The same summary as `trained_with`, from a live (GRPOExt)Trainer: its args, its model, its state."""
+    from accelerate.utils import is_peft_model
+    from trl.trainer.utils import get_config_model_id
+
+    model = trainer.model
+    model_info: dict[str, Any] = {"model_name_or_path": get_config_model_id(model.config)}
+    quant = getattr(model.config, "quantization_config", None)
+    quant = quant.to_dict() if hasattr(quant, "to_dict") else dict(quant or {})
+    model_info["load_in_4bit"] = bool(getattr(model, "is_loaded_in_4bit", False))
+    model_info["load_in_8bit"] = bool(getattr(model, "is_loaded_in_8bit", False))
+    model_info["bnb_4bit_quant_type"] = quant.get("bnb_4bit_quant_type")
+    model_info["use_bnb_nested_quant"] = quant.get("bnb_4bit_use_double_quant")
+    model_info["dtype"] = str(getattr(model, "dtype", "")).replace("torch.", "") or None
+    if is_peft_model(model):
+        lora = model.peft_config.get("default")
+        targets = getattr(lora, "target_modules", None)
+        model_info.update(
+            use_peft=True,
+            lora_r=getattr(lora, "r", None),
+            lora_alpha=getattr(lora, "lora_alpha", None),
+            lora_dropout=getattr(lora, "lora_dropout", None),
+            lora_target_modules=sorted(targets) if isinstance(targets, (set, list, tuple)) else targets,
+        )
+    resolved = {"task": {"task": dataset_name}, "training": trainer.args.to_dict(), "model": model_info}
+    hardware = hardware_summary(getattr(trainer.accelerator, "num_processes", 1))
+    return summarize_training(resolved, steps=trainer.state.global_step or None, hardware=hardware)
