@@ -4,17 +4,16 @@
     python scripts/run_methods.py --quick --out /tmp/compare_quick        # seconds-sized smoke run (tests)
 
 Each run trains with `python -m grpo_ext.methods --config configs/methods/<method>.yaml --seed S` (in this
-process) into OUT/runs/seed<S>/<method>/, then `evals/compare.py` evaluates the base and every run with the same
-sampling settings and writes OUT/report.md, report.json, passk_majk.png and accuracy_vs_samples.png. A run whose
-folder already holds training_cost.json is not trained again (--retrain to force), so an interrupted command
-resumes; the evaluation resumes from OUT/samples.jsonl. Timings go to OUT/run_methods.json.
+process) into OUT/runs/seed<S>/<method>/, then `evals/compare.py`'s comparison (grpo_ext.methods.compare, in this
+process too) evaluates the base and every run with the same sampling settings and writes OUT/report.md,
+report.json, passk_majk.png and accuracy_vs_samples.png. A run whose folder already holds training_cost.json is not
+trained again (--retrain to force), so an interrupted command resumes; the evaluation resumes from
+OUT/samples.jsonl. Timings go to OUT/run_methods.json.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import json
 import sys
 import time
 from pathlib import Path
@@ -23,16 +22,56 @@ ROOT = Path(__file__).resolve().parents[1]
 METHOD_ORDER = ("sft", "rft", "online_rft", "dpo", "grpo_outcome", "grpo_process")
 
 # --quick: every method for 2 optimizer steps on 8 train prompts; budgets stay equal (32 samples each).
-QUICK_COMMON = ["--max_steps", "2", "--train_size", "8", "--warmup_steps", "0", "--logging_steps", "1",
-                "--curve_every", "1", "--curve_prompts", "4", "--curve_n", "2"]
+QUICK_COMMON = [
+    "--max_steps",
+    "2",
+    "--train_size",
+    "8",
+    "--warmup_steps",
+    "0",
+    "--logging_steps",
+    "1",
+    "--curve_every",
+    "1",
+    "--curve_prompts",
+    "4",
+    "--curve_n",
+    "2",
+]
 QUICK = {
     "sft": ["--per_device_train_batch_size", "8", "--sample_budget", "0"],
-    "rft": ["--per_device_train_batch_size", "8", "--samples_per_prompt", "4", "--sample_max_new_tokens", "32",
-            "--sample_budget", "32"],
-    "dpo": ["--per_device_train_batch_size", "4", "--samples_per_prompt", "4", "--sample_max_new_tokens", "32",
-            "--sample_budget", "32"],
-    "online": ["--per_device_train_batch_size", "16", "--num_generations", "4", "--max_completion_length", "32",
-               "--sample_max_new_tokens", "32", "--sample_budget", "32"],
+    "rft": [
+        "--per_device_train_batch_size",
+        "8",
+        "--samples_per_prompt",
+        "4",
+        "--sample_max_new_tokens",
+        "32",
+        "--sample_budget",
+        "32",
+    ],
+    "dpo": [
+        "--per_device_train_batch_size",
+        "4",
+        "--samples_per_prompt",
+        "4",
+        "--sample_max_new_tokens",
+        "32",
+        "--sample_budget",
+        "32",
+    ],
+    "online": [
+        "--per_device_train_batch_size",
+        "16",
+        "--num_generations",
+        "4",
+        "--max_completion_length",
+        "32",
+        "--sample_max_new_tokens",
+        "32",
+        "--sample_budget",
+        "32",
+    ],
 }
 QUICK_EVAL = ["--n", "4", "--k", "1,2,4", "--limit", "6", "--max-new-tokens", "32"]
 
@@ -57,21 +96,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load_compare():
-    spec = importlib.util.spec_from_file_location("grpo_ext_compare_cli", ROOT / "evals" / "compare.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def method_argv(method: str, seed: int, args, run_dir: Path) -> list[str]:
     from grpo_ext.methods import get_method
 
     config = Path(args.configs) / f"{method}.yaml"
     if not config.is_file():
         raise FileNotFoundError(f"method {method!r}: no config {config}")
-    argv = ["--config", str(config), "--seed", str(seed), "--output_dir", str(run_dir),
-            "--model_name_or_path", args.model]
+    argv = [
+        "--config",
+        str(config),
+        "--seed",
+        str(seed),
+        "--output_dir",
+        str(run_dir),
+        "--model_name_or_path",
+        args.model,
+    ]
     if args.no_progress or args.quick:
         argv += ["--disable_tqdm", "true"]
     if args.quick:
@@ -82,7 +122,11 @@ def method_argv(method: str, seed: int, args, run_dir: Path) -> list[str]:
 
 def main(argv: list[str]) -> dict:
     args = build_parser().parse_args(argv)
+    from grpo_ext.io import atomic_write_json
     from grpo_ext.methods import get_method, run_method
+    from grpo_ext.methods.compare.cli import COMMAND
+    from grpo_ext.methods.compare.cli import main as compare
+    from grpo_ext.methods.cost import COST_FILE
     from grpo_ext.models import resolve_model_path
 
     seeds_text = args.seeds if args.seeds is not None else ("0" if args.quick else "0,1")
@@ -107,7 +151,7 @@ def main(argv: list[str]) -> dict:
             run_dir = out / "runs" / f"seed{seed}" / method
             name = f"{method}@seed{seed}"
             runs.append(f"{name}={run_dir}")
-            if (run_dir / "training_cost.json").is_file() and not args.retrain:
+            if (run_dir / COST_FILE).is_file() and not args.retrain:
                 print(f"{name}: already trained in {run_dir} (--retrain to train again)")
                 continue
             t0 = time.perf_counter()
@@ -120,15 +164,24 @@ def main(argv: list[str]) -> dict:
     compare_argv += QUICK_EVAL if args.quick else ["--n", str(args.n), "--limit", str(args.limit)]
     if args.no_progress or args.quick:
         compare_argv.append("--no-progress")
-    result = _load_compare().main(compare_argv)
+    result = compare(compare_argv)
     end = time.perf_counter()
-    record = {"seeds": seeds, "methods": methods, "model": args.model, "quick": args.quick,
-              "train_seconds": round(train_done - start, 1), "evaluate_seconds": round(end - train_done, 1),
-              "total_seconds": round(end - start, 1), "per_run_seconds": timings,
-              "compare_command": "python evals/compare.py " + " ".join(compare_argv)}
-    (out / "run_methods.json").write_text(json.dumps(record, indent=2) + "\n")
-    print(f"total {record['total_seconds']} s (training {record['train_seconds']} s, evaluation "
-          f"{record['evaluate_seconds']} s)")
+    record = {
+        "seeds": seeds,
+        "methods": methods,
+        "model": args.model,
+        "quick": args.quick,
+        "train_seconds": round(train_done - start, 1),
+        "evaluate_seconds": round(end - train_done, 1),
+        "total_seconds": round(end - start, 1),
+        "per_run_seconds": timings,
+        "compare_command": f"{COMMAND} " + " ".join(compare_argv),
+    }
+    atomic_write_json(out / "run_methods.json", record)
+    print(
+        f"total {record['total_seconds']} s (training {record['train_seconds']} s, evaluation "
+        f"{record['evaluate_seconds']} s)"
+    )
     return {**result, "record": record}
 
 

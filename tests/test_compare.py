@@ -9,7 +9,8 @@ import pytest
 
 from grpo_ext.evaluation.metrics import pass_at_k
 from grpo_ext.methods import paradigm_rows
-from grpo_ext.methods.comparison import Run, findings
+from grpo_ext.methods.compare.findings import findings
+from grpo_ext.methods.compare.runs import Run
 from grpo_ext.models import EMBEDDED_MODEL_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,17 +33,41 @@ def fake_result(correct: int, maj_top: float, *, temperature: float = 0.7, n: in
     """An evaluate_model-shaped result: every problem has `correct` of n samples right."""
     params = {"n": n, "temperature": temperature, "top_p": 1.0, "max_new_tokens": 48, "seed": 0, "batch_size": 8}
     return {
-        "model": "fake", "model_fingerprint": None, "backend": "transformers", "task": "arithmetic",
-        "task_id": "arithmetic/test", "split": "test", "n_problems": PROBLEMS, "n": n, "ks": list(KS),
-        "dropped_ks": [], "warnings": [], "params": params,
+        "model": "fake",
+        "model_fingerprint": None,
+        "backend": "transformers",
+        "task": "arithmetic",
+        "task_id": "arithmetic/test",
+        "split": "test",
+        "n_problems": PROBLEMS,
+        "n": n,
+        "ks": list(KS),
+        "dropped_ks": [],
+        "warnings": [],
+        "params": params,
         "params_key": f"temperature={temperature!r},top_p=1.0,max_new_tokens=48,seed=0",
         "pass@k": {str(k): pass_at_k(n, correct, k) for k in KS},
         "maj@k": {"1": correct / n, "2": correct / n, "4": maj_top},
-        "mean_accuracy": correct / n, "answers_extracted": 1.0,
-        "samples": {"total": PROBLEMS * n, "from_cache": 0, "generated": PROBLEMS * n, "seconds": 1.0,
-                    "samples_per_second": None},
-        "per_problem": [{"problem_id": str(i), "prompt": "1+1=", "answer": "2", "n_correct": correct,
-                         "n_extracted": n, "top_answer": "2"} for i in range(PROBLEMS)],
+        "mean_accuracy": correct / n,
+        "answers_extracted": 1.0,
+        "samples": {
+            "total": PROBLEMS * n,
+            "from_cache": 0,
+            "generated": PROBLEMS * n,
+            "seconds": 1.0,
+            "samples_per_second": None,
+        },
+        "per_problem": [
+            {
+                "problem_id": str(i),
+                "prompt": "1+1=",
+                "answer": "2",
+                "n_correct": correct,
+                "n_extracted": n,
+                "top_answer": "2",
+            }
+            for i in range(PROBLEMS)
+        ],
     }
 
 
@@ -51,10 +76,14 @@ def fake_result(correct: int, maj_top: float, *, temperature: float = 0.7, n: in
 #   process vs outcome: -0.25, -0.5 (disagrees); GRPO raises maj@4 (0.5 -> 0.9/0.95), pass@4 stays 1 (agrees).
 RUNS = {
     "base": (2, 0.5),
-    "rft@s0": (2, 0.5), "rft@s1": (2, 0.5),
-    "online_rft@s0": (3, 0.8), "online_rft@s1": (3, 0.8),
-    "grpo_outcome@s0": (3, 0.9), "grpo_outcome@s1": (4, 0.95),
-    "grpo_process@s0": (2, 0.5), "grpo_process@s1": (2, 0.5),
+    "rft@s0": (2, 0.5),
+    "rft@s1": (2, 0.5),
+    "online_rft@s0": (3, 0.8),
+    "online_rft@s1": (3, 0.8),
+    "grpo_outcome@s0": (3, 0.9),
+    "grpo_outcome@s1": (4, 0.95),
+    "grpo_process@s0": (2, 0.5),
+    "grpo_process@s1": (2, 0.5),
 }
 
 
@@ -90,8 +119,10 @@ def test_report_from_results_files_has_every_output_and_each_verdict(tmp_path):
 
 
 def test_findings_not_measured_when_a_method_is_missing():
-    runs = [Run("base", "base", "", "x", "results", result=fake_result(2, 0.5)),
-            Run("rft", "rft", "", "x", "results", result=fake_result(2, 0.5))]
+    runs = [
+        Run("base", "base", "", "x", "results", result=fake_result(2, 0.5)),
+        Run("rft", "rft", "", "x", "results", result=fake_result(2, 0.5)),
+    ]
     found = findings(runs)
     assert [f["verdict"] for f in found] == ["not measured"] * 4
     assert "no run of online_rft" in found[0]["text"]
@@ -145,7 +176,10 @@ def test_duplicate_names_and_a_checkpoint_trained_as_another_method(tmp_path):
 def test_the_command_line_reports_bad_input_in_one_line(python, tmp_path):
     proc = subprocess.run(
         [python, "evals/compare.py", "--run", "ppo=embedded", "--out", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 2
     assert "unknown method 'ppo'" in proc.stderr and "Traceback" not in proc.stderr
@@ -156,11 +190,20 @@ def test_quick_comparison_trains_every_method_and_writes_every_output(python, tm
     out = tmp_path / "quick"
     proc = subprocess.run(
         [python, "scripts/run_methods.py", "--quick", "--model", MODEL, "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=900,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    for name in ("report.md", "report.json", "passk_majk.png", "accuracy_vs_samples.png", "samples.jsonl",
-                 "run_methods.json"):
+    for name in (
+        "report.md",
+        "report.json",
+        "passk_majk.png",
+        "accuracy_vs_samples.png",
+        "samples.jsonl",
+        "run_methods.json",
+    ):
         assert (out / name).stat().st_size > 0, name
     report = json.loads((out / "report.json").read_text())
     names = {r["name"] for r in report["runs"]}

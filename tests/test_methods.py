@@ -7,17 +7,11 @@ import pytest
 import torch
 import yaml
 
-from grpo_ext.advantages import GRADIENT_COEFFICIENTS
+from grpo_ext.advantages import GRADIENT_COEFFICIENTS, get_gradient_coefficient
 from grpo_ext.methods import METHODS, Method, get_method, paradigm_markdown, paradigm_rows
 from grpo_ext.methods.config import check_budget, parse_method_args, sampling_budget
-from grpo_ext.methods.paradigm import (
-    PARADIGM_COLUMNS,
-    dpo_gradient_coefficient,
-    register_method,
-    rft_gradient_coefficient,
-    sft_gradient_coefficient,
-)
-from grpo_ext.methods.runners import dpo_pairs
+from grpo_ext.methods.paradigm import PARADIGM_COLUMNS, register_method
+from grpo_ext.methods.runners import dpo_pairs, rft_examples
 from grpo_ext.tasks import get_task
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,17 +25,19 @@ REWARDS = torch.tensor([1.0, 0.0, 0.0, 0.0])
 # Process supervision on group 0 only (T = 4 tokens): output 0 has steps ending at t=1 (reward 1) and t=3
 # (reward 0); output 1 one step ending at t=2 (reward 1). Group 1 has no steps at all.
 NAN = float("nan")
-STEP_REWARDS = torch.tensor([
-    [NAN, 1.0, NAN, 0.0],
-    [NAN, NAN, 1.0, NAN],
-    [NAN, NAN, NAN, NAN],
-    [NAN, NAN, NAN, NAN],
-])
+STEP_REWARDS = torch.tensor(
+    [
+        [NAN, 1.0, NAN, 0.0],
+        [NAN, NAN, 1.0, NAN],
+        [NAN, NAN, NAN, NAN],
+        [NAN, NAN, NAN, NAN],
+    ]
+)
 
 
 def gc(method_name: str, **inputs) -> torch.Tensor:
     """The gradient coefficient of a method, through the registry key its description names."""
-    fn = GRADIENT_COEFFICIENTS[get_method(method_name).advantage_mode]
+    fn = get_gradient_coefficient(get_method(method_name).advantage_mode)
     return fn(rewards=REWARDS, step_rewards=STEP_REWARDS, group_size=2, **inputs)
 
 
@@ -55,12 +51,14 @@ def test_grpo_process_coefficient_by_hand():
     # the group's three step rewards 1, 0, 1: mean 2/3, Bessel std sqrt(1/3); normalised +-:
     std = math.sqrt(1 / 3) + 1e-4
     hi, lo = (1 - 2 / 3) / std, (0 - 2 / 3) / std  # +0.5772, -1.1544
-    expected = torch.tensor([
-        [hi + lo, hi + lo, lo, lo],  # tokens up to the first step's end get both steps, then only the second
-        [hi, hi, hi, 0.0],  # after its only step: 0
-        [0.0, 0.0, 0.0, 0.0],
-        [0.0, 0.0, 0.0, 0.0],
-    ])
+    expected = torch.tensor(
+        [
+            [hi + lo, hi + lo, lo, lo],  # tokens up to the first step's end get both steps, then only the second
+            [hi, hi, hi, 0.0],  # after its only step: 0
+            [0.0, 0.0, 0.0, 0.0],
+            [0.0, 0.0, 0.0, 0.0],
+        ]
+    )
     torch.testing.assert_close(gc("grpo_process"), expected)
 
 
@@ -69,25 +67,6 @@ def test_online_rft_coefficient_by_hand():
     # no group statistics: the all-correct group keeps GC 1 (GRPO would give it 0)
     fn = GRADIENT_COEFFICIENTS["online_rft"]
     torch.testing.assert_close(fn(rewards=torch.tensor([1.0, 1.0]), group_size=2), torch.tensor([1.0, 1.0]))
-
-
-def test_offline_coefficients_by_hand():
-    torch.testing.assert_close(sft_gradient_coefficient(4), torch.ones(4))
-    torch.testing.assert_close(rft_gradient_coefficient(REWARDS), torch.tensor([1.0, 0.0, 0.0, 0.0]))
-    # DPO: log-ratios 0.5 (chosen) and -1.5 (rejected), beta 0.5 -> sigma(0.5 * (-1.5 - 0.5)) = sigma(-1)
-    got = dpo_gradient_coefficient(torch.tensor([0.5]), torch.tensor([-1.5]), beta=0.5)
-    torch.testing.assert_close(got, torch.sigmoid(torch.tensor([-1.0])))
-
-
-def test_dpo_coefficient_is_the_gradient_of_the_sigmoid_loss():
-    chosen = torch.tensor([0.3, -0.2, 1.0], requires_grad=True)
-    rejected = torch.tensor([0.1, 0.4, -2.0], requires_grad=True)
-    beta = 0.1
-    loss = -torch.nn.functional.logsigmoid(beta * (chosen - rejected)).sum()
-    loss.backward()
-    coefficient = dpo_gradient_coefficient(chosen.detach(), rejected.detach(), beta)
-    torch.testing.assert_close(-chosen.grad, beta * coefficient)  # + on o+ ...
-    torch.testing.assert_close(rejected.grad, beta * coefficient)  # ... - on o-
 
 
 # ---- the registry and the generated table ---------------------------------------------------------------------
@@ -203,8 +182,9 @@ def test_config_errors_name_the_problem(tmp_path):
 def test_online_runner_refuses_a_config_whose_advantage_mode_disagrees(tmp_path):
     from grpo_ext.methods.runners import train_method
 
-    args = parse_method_args(["--config", str(CONFIGS / "grpo_process.yaml"), "--advantage_mode", "outcome",
-                              "--output_dir", str(tmp_path)])
+    args = parse_method_args(
+        ["--config", str(CONFIGS / "grpo_process.yaml"), "--advantage_mode", "outcome", "--output_dir", str(tmp_path)]
+    )
     with pytest.raises(ValueError, match="advantage_mode: method 'grpo_process' trains with `process`"):
         train_method(*args)
 
@@ -226,3 +206,22 @@ def test_dpo_pairs_use_distinct_correct_and_incorrect_samples():
     assert {p["rejected"] for p in pairs} == {"1+2=4;#4", "1+2=5;#5"}
     assert all(p["prompt"] == "1+2=" and p["chosen"] == "1+2=3;#3" for p in pairs)
     assert len(dpo_pairs(task, prompts, answers, samples, max_pairs=1, seed=0)) == 1
+
+
+# ---- RFT examples -------------------------------------------------------------------------------------------------
+
+
+def test_rft_trains_on_the_correct_samples_only_once_each():
+    # RFT's gradient coefficient as the runner applies it: 1 for a correct sample, 0 (dropped) for an incorrect one
+    task = get_task("arithmetic")
+    prompts = ["1+2=", "3+4=", "5+5="]
+    answers = ["3", "7", "10"]
+    samples = [
+        ["1+2=3;#3", "1+2=3;#3", "1+2=4;#4"],  # a correct sample twice: trained on once, counted twice
+        ["3+4=8;#8"],  # none correct: the prompt gives nothing
+        ["5+5=10;#10", "5+5=9+1;#10"],  # two distinct correct samples
+    ]
+    kept_prompts, kept_completions, n_correct = rft_examples(task, prompts, answers, samples)
+    assert n_correct == 4
+    assert kept_prompts == ["1+2=", "5+5=", "5+5="]
+    assert kept_completions == ["1+2=3;#3", "5+5=10;#10", "5+5=9+1;#10"]

@@ -28,8 +28,10 @@ class MethodArguments:
 
     method: str = field(
         default="",
-        metadata={"help": "The method (a key of grpo_ext.methods.METHODS): sft, rft, online_rft, dpo, grpo_outcome, "
-                  "grpo_process."},
+        metadata={
+            "help": "The method (a key of grpo_ext.methods.METHODS): sft, rft, online_rft, dpo, grpo_outcome, "
+            "grpo_process."
+        },
     )
     sample_budget: int | None = field(
         default=None,
@@ -55,8 +57,14 @@ class MethodArguments:
         if not self.method:
             raise ValueError("method: missing; name the method in the config (e.g. `method: rft`)")
         get_method(self.method)  # unknown -> ValueError naming the known ones
-        for name in ("samples_per_prompt", "sample_max_new_tokens", "sample_batch_size", "dpo_pairs_per_prompt",
-                     "curve_prompts", "curve_n"):
+        for name in (
+            "samples_per_prompt",
+            "sample_max_new_tokens",
+            "sample_batch_size",
+            "dpo_pairs_per_prompt",
+            "curve_prompts",
+            "curve_n",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
         if self.curve_every < 0:
@@ -125,8 +133,9 @@ def trained_sequences_per_step(method_name: str, training_args, world_size: int 
     return 2 * per_step if method.trainer == "trl.DPOTrainer" else per_step
 
 
-def sampling_budget(method_name: str, method_args: MethodArguments, task_args, training_args,
-                    world_size: int = 1) -> int:
+def sampling_budget(
+    method_name: str, method_args: MethodArguments, task_args, training_args, world_size: int = 1
+) -> int:
     """Completions the method generates, implied by its config (without zero-std refills, which add to it)."""
     method = get_method(method_name)
     if method.online:

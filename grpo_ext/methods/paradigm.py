@@ -5,30 +5,27 @@
 and differs from the others only in its data source ``D``, its reward function ``pi_rf`` and its gradient
 coefficient ``GC``. Each method is described here once, as a :class:`Method`; the comparison report's paradigm
 table is generated from :data:`METHODS` (:func:`paradigm_rows`, :func:`paradigm_markdown`). An online method
-names the key of its gradient-coefficient function in :data:`grpo_ext.advantages.GRADIENT_COEFFICIENTS` (what
-``GRPOExtConfig.advantage_mode`` selects); the key is checked when the method is registered, so the table and
-the code that trains cannot drift apart.
+names its entry in the gradient-coefficient registry (:func:`grpo_ext.advantages.get_gradient_coefficient`, what
+``GRPOExtConfig.advantage_mode`` selects); the name is checked when the method is created, so the table and the
+code that trains cannot drift apart. The offline methods' coefficients are what their TRL trainers' losses imply
+(SFT: cross-entropy, GC = 1; RFT: cross-entropy on the correct samples only, see
+:func:`grpo_ext.methods.runners.rft_examples`; DPO: the sigmoid loss); the table describes them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
-from grpo_ext.advantages import GRADIENT_COEFFICIENTS
+from grpo_ext.advantages import get_gradient_coefficient
 
 __all__ = [
     "BASE_RUN",
     "METHODS",
     "Method",
-    "dpo_gradient_coefficient",
     "get_method",
     "paradigm_markdown",
     "paradigm_rows",
     "register_method",
-    "rft_gradient_coefficient",
-    "sft_gradient_coefficient",
 ]
 
 #: The name of the starting checkpoint in a comparison (every method starts from it; it is not a method).
@@ -46,9 +43,9 @@ class Method:
         reward_function: ``pi_rf``, what scores an output (``-`` when there is none).
         gradient_coefficient: ``GC(q, o, t, pi_rf)``, the weight of ``grad log pi_theta(o_t | q, o_<t)``.
         online: whether the outputs are sampled from the *current* policy during training.
-        advantage_mode: the key of the gradient-coefficient function in ``GRADIENT_COEFFICIENTS`` that
-            ``GRPOExtTrainer`` applies (online methods); None for the offline methods, whose coefficient is what
-            the TRL trainer's loss implies (SFT: 1; DPO: the sigmoid of the implicit reward margin).
+        advantage_mode: the name of the gradient-coefficient registry entry that ``GRPOExtTrainer`` applies
+            (online methods); None for the offline methods, whose coefficient is what the TRL trainer's loss
+            implies (SFT: 1; DPO: the sigmoid of the implicit reward margin).
         trainer: the TRL trainer the runner is thin over.
         runner: the runner in :mod:`grpo_ext.methods.runners` (``run_<runner>``).
     """
@@ -67,12 +64,10 @@ class Method:
         if self.online:
             if self.advantage_mode is None:
                 raise ValueError(f"method {self.name!r}: an online method needs an advantage_mode (registry key)")
-            if self.advantage_mode not in GRADIENT_COEFFICIENTS:
-                known = ", ".join(sorted(GRADIENT_COEFFICIENTS))
-                raise ValueError(
-                    f"method {self.name!r}: advantage_mode {self.advantage_mode!r} is not a registered gradient "
-                    f"coefficient (grpo_ext.advantages.GRADIENT_COEFFICIENTS: {known})"
-                )
+            try:
+                get_gradient_coefficient(self.advantage_mode)
+            except ValueError as err:
+                raise ValueError(f"method {self.name!r}: not a registered gradient coefficient ({err})") from None
         elif self.advantage_mode is not None:
             raise ValueError(f"method {self.name!r}: an offline method has no advantage_mode")
 
@@ -85,33 +80,6 @@ class Method:
 
 
 METHODS: dict[str, Method] = {}
-
-
-# The offline methods' coefficients, as the TRL trainers' losses imply them (the online ones are in
-# grpo_ext.advantages.GRADIENT_COEFFICIENTS). They document the table and are checked by the tests; the trainers
-# do not call them.
-
-
-def sft_gradient_coefficient(num_samples: int) -> torch.Tensor:
-    """SFT: every token of every reference solution has GC = 1 (cross-entropy)."""
-    return torch.ones(num_samples)
-
-
-def rft_gradient_coefficient(rewards: torch.Tensor) -> torch.Tensor:
-    """RFT: GC = 1 for a correct sample (reward > 0), 0 for an incorrect one (it is filtered out)."""
-    return (rewards > 0).to(torch.float32)
-
-
-def dpo_gradient_coefficient(
-    chosen_logratio: torch.Tensor, rejected_logratio: torch.Tensor, beta: float = 0.1
-) -> torch.Tensor:
-    """DPO (sigmoid loss): GC = sigma(beta * log pi/pi_ref (o-) - beta * log pi/pi_ref (o+)), applied with + to
-    the tokens of o+ and - to those of o- (the gradient of -log sigma(beta * margin) is beta * GC, the beta being
-    the paper's convention of folding it into the step size).
-
-    ``chosen_logratio`` / ``rejected_logratio``: sequence log pi_theta(o|q) - log pi_ref(o|q) per pair.
-    """
-    return torch.sigmoid(beta * (rejected_logratio - chosen_logratio))
 
 
 def register_method(method: Method) -> Method:
@@ -132,74 +100,86 @@ def get_method(name: str) -> Method:
 
 # Notation: P_sft(Q, O) is the task's training set of questions with reference solutions; pi_sft is the starting
 # (SFT'd) model, the embedded base model by default; pi_theta the policy being trained; pi_ref the frozen start.
-register_method(Method(
-    name="sft",
-    title="SFT",
-    data_source="q, o ~ P_sft(Q, O): the task's reference solutions",
-    reward_function="-",
-    gradient_coefficient="1",
-    online=False,
-    advantage_mode=None,
-    trainer="trl.SFTTrainer",
-    runner="sft",
-))
-register_method(Method(
-    name="rft",
-    title="RFT",
-    data_source="q ~ P_sft(Q), o ~ pi_sft(O|q): sampled once from the base model",
-    reward_function="rule (final answer)",
-    gradient_coefficient="1 if o is correct else 0 (correct samples kept, deduplicated)",
-    online=False,
-    advantage_mode=None,
-    trainer="trl.SFTTrainer",
-    runner="rft",
-))
-register_method(Method(
-    name="online_rft",
-    title="Online RFT",
-    data_source="q ~ P_sft(Q), o ~ pi_theta(O|q): sampled from the current policy",
-    reward_function="rule (final answer)",
-    gradient_coefficient="1 if o is correct else 0",
-    online=True,
-    advantage_mode="online_rft",
-    trainer="GRPOExtTrainer (trl.GRPOTrainer)",
-    runner="online",
-))
-register_method(Method(
-    name="dpo",
-    title="DPO",
-    data_source="q ~ P_sft(Q), o+, o- ~ pi_sft(O|q): correct/incorrect pairs sampled once from the base model",
-    reward_function="rule (final answer) picks o+ / o-",
-    gradient_coefficient="sigma(beta log pi_theta/pi_ref (o-) - beta log pi_theta/pi_ref (o+)), "
-    "+ on o+ tokens, - on o- tokens",
-    online=False,
-    advantage_mode=None,
-    trainer="trl.DPOTrainer",
-    runner="dpo",
-))
-register_method(Method(
-    name="grpo_outcome",
-    title="GRPO (outcome supervision)",
-    data_source="q ~ P_sft(Q), {o_i} ~ pi_theta_old(O|q): a group per question from the current policy",
-    reward_function="rule (final answer), one reward per output",
-    gradient_coefficient="A_i,t = (r_i - mean(r)) / std(r) over the group",
-    online=True,
-    advantage_mode="outcome",
-    trainer="GRPOExtTrainer (trl.GRPOTrainer)",
-    runner="online",
-))
-register_method(Method(
-    name="grpo_process",
-    title="GRPO (process supervision)",
-    data_source="q ~ P_sft(Q), {o_i} ~ pi_theta_old(O|q): a group per question from the current policy",
-    reward_function="rule-based step verifier, one reward per reasoning step (+ the outcome as a last step)",
-    gradient_coefficient="A_i,t = sum over steps j ending at or after t of (r_j - mean) / std "
-    "(all steps of the group)",
-    online=True,
-    advantage_mode="process",
-    trainer="GRPOExtTrainer (trl.GRPOTrainer)",
-    runner="online",
-))
+register_method(
+    Method(
+        name="sft",
+        title="SFT",
+        data_source="q, o ~ P_sft(Q, O): the task's reference solutions",
+        reward_function="-",
+        gradient_coefficient="1",
+        online=False,
+        advantage_mode=None,
+        trainer="trl.SFTTrainer",
+        runner="sft",
+    )
+)
+register_method(
+    Method(
+        name="rft",
+        title="RFT",
+        data_source="q ~ P_sft(Q), o ~ pi_sft(O|q): sampled once from the base model",
+        reward_function="rule (final answer)",
+        gradient_coefficient="1 if o is correct else 0 (correct samples kept, deduplicated)",
+        online=False,
+        advantage_mode=None,
+        trainer="trl.SFTTrainer",
+        runner="rft",
+    )
+)
+register_method(
+    Method(
+        name="online_rft",
+        title="Online RFT",
+        data_source="q ~ P_sft(Q), o ~ pi_theta(O|q): sampled from the current policy",
+        reward_function="rule (final answer)",
+        gradient_coefficient="1 if o is correct else 0",
+        online=True,
+        advantage_mode="online_rft",
+        trainer="GRPOExtTrainer (trl.GRPOTrainer)",
+        runner="online",
+    )
+)
+register_method(
+    Method(
+        name="dpo",
+        title="DPO",
+        data_source="q ~ P_sft(Q), o+, o- ~ pi_sft(O|q): correct/incorrect pairs sampled once from the base model",
+        reward_function="rule (final answer) picks o+ / o-",
+        gradient_coefficient="sigma(beta log pi_theta/pi_ref (o-) - beta log pi_theta/pi_ref (o+)), "
+        "+ on o+ tokens, - on o- tokens",
+        online=False,
+        advantage_mode=None,
+        trainer="trl.DPOTrainer",
+        runner="dpo",
+    )
+)
+register_method(
+    Method(
+        name="grpo_outcome",
+        title="GRPO (outcome supervision)",
+        data_source="q ~ P_sft(Q), {o_i} ~ pi_theta_old(O|q): a group per question from the current policy",
+        reward_function="rule (final answer), one reward per output",
+        gradient_coefficient="A_i,t = (r_i - mean(r)) / std(r) over the group",
+        online=True,
+        advantage_mode="outcome",
+        trainer="GRPOExtTrainer (trl.GRPOTrainer)",
+        runner="online",
+    )
+)
+register_method(
+    Method(
+        name="grpo_process",
+        title="GRPO (process supervision)",
+        data_source="q ~ P_sft(Q), {o_i} ~ pi_theta_old(O|q): a group per question from the current policy",
+        reward_function="rule-based step verifier, one reward per reasoning step (+ the outcome as a last step)",
+        gradient_coefficient="A_i,t = sum over steps j ending at or after t of (r_j - mean) / std "
+        "(all steps of the group)",
+        online=True,
+        advantage_mode="process",
+        trainer="GRPOExtTrainer (trl.GRPOTrainer)",
+        runner="online",
+    )
+)
 
 #: The columns of the paradigm table, in order: (header, attribute).
 PARADIGM_COLUMNS = (

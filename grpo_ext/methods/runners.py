@@ -6,8 +6,8 @@
 - ``rft``: ``samples_per_prompt`` completions per train prompt drawn once from the base model, the correct ones
   kept and deduplicated, then ``SFTTrainer`` on them.
 - ``dpo``: the same draw; per prompt up to ``dpo_pairs_per_prompt`` (correct, incorrect) pairs; ``DPOTrainer``.
-- ``online`` (online RFT, GRPO outcome, GRPO process): ``GRPOExtTrainer`` built as ``scripts/train.py`` builds it,
-  with the method's ``advantage_mode`` (checked against the config).
+- ``online`` (online RFT, GRPO outcome, GRPO process): ``GRPOExtTrainer`` from the one factory,
+  :func:`grpo_ext.assembly.build_grpo_trainer`, with the method's ``advantage_mode`` (checked against the config).
 
 Every run writes, next to the saved model: ``training_cost.json`` (:mod:`grpo_ext.methods.cost`),
 ``learning_curve.json`` when ``curve_every > 0`` (pass@1 on held-out prompts against training samples), and
@@ -25,8 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_ext.evaluation.callback import PassKMajKCallback
-from grpo_ext.evaluation.harness import validate_problems
 from grpo_ext.evaluation.sampling import SamplingParams
 from grpo_ext.methods.config import check_budget, parse_method_args, trained_sequences_per_step
 from grpo_ext.methods.cost import (
@@ -38,16 +36,17 @@ from grpo_ext.methods.cost import (
     trained_tokens,
     write_json_file,
 )
+from grpo_ext.methods.curve import add_learning_curve
 from grpo_ext.methods.paradigm import Method, get_method
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RUNNERS", "draw_from_base", "run_method", "train_method"]
+__all__ = ["RUNNERS", "dpo_pairs", "draw_from_base", "rft_examples", "run_method", "train_method"]
 
 
 @dataclass
 class RunContext:
-    """Everything a runner needs: the parsed config, the task, its train prompts and the base model's id."""
+    """Everything a runner needs: the parsed config, the task and its train prompts."""
 
     method: Method
     method_args: Any
@@ -56,49 +55,18 @@ class RunContext:
     model_args: Any
     task: Any
     train_dataset: Any
-    model_id: str
-    quantization_config: Any
-    peft_config: Any
     cost: dict = field(default_factory=dict)
     details: dict = field(default_factory=dict)
+    _policy: tuple | None = field(default=None, init=False, repr=False)
 
+    def policy(self) -> tuple[str, Any, Any]:
+        """``(model path, quantization_config, peft_config)`` from ``model_args``, the TRL way, for the offline
+        runners (the online one hands ``model_args`` to ``build_grpo_trainer``, which resolves them itself)."""
+        if self._policy is None:
+            from grpo_ext.modeling import policy_init
 
-# ------------------------------------------------------------------------------------------------------------
-# the learning curve
-
-
-class _TimedCurve(PassKMajKCallback):
-    """The harness callback, plus its own wall time and the training samples at each point."""
-
-    def __init__(self, *args, sequences_per_step: int, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.sequences_per_step = sequences_per_step
-        self.seconds = 0.0
-
-    def evaluate(self, model, tokenizer) -> dict[str, float]:
-        start = time.perf_counter()
-        try:
-            return super().evaluate(model, tokenizer)
-        finally:
-            self.seconds += time.perf_counter() - start
-
-    def points(self) -> list[dict]:
-        return [{**h, "trained_sequences": h["step"] * self.sequences_per_step} for h in self.history]
-
-
-def _add_curve(ctx: RunContext, trainer) -> _TimedCurve | None:
-    margs = ctx.method_args
-    if margs.curve_every <= 0:
-        return None
-    problems = validate_problems(list(ctx.task.load("test", margs.curve_prompts))[: margs.curve_prompts], ctx.task,
-                                 f"learning curve ({ctx.task.name} test)")
-    params = SamplingParams(n=margs.curve_n, temperature=margs.curve_temperature,
-                            max_new_tokens=margs.sample_max_new_tokens, seed=0, batch_size=margs.sample_batch_size)
-    curve = _TimedCurve(ctx.task, problems, params, sorted({1, margs.curve_n}), margs.curve_every,
-                        eval_on_start=True, trainer=trainer,
-                        sequences_per_step=trained_sequences_per_step(ctx.method.name, ctx.training_args))
-    trainer.add_callback(curve)
-    return curve
+            self._policy = policy_init(self.model_args, self.training_args)
+        return self._policy
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -113,24 +81,32 @@ def draw_from_base(ctx: RunContext) -> tuple[list[str], list[str], list[list[str
     from grpo_ext.evaluation.backends import load_model_and_tokenizer
     from grpo_ext.evaluation.sampling import sample
 
-    margs = ctx.method_args
+    method_args = ctx.method_args
     prompts = list(ctx.train_dataset["prompt"])
     answers = [str(a) for a in ctx.train_dataset["answer"]]
     start = time.perf_counter()
-    model, tokenizer = load_model_and_tokenizer(ctx.model_id, device="cpu" if ctx.training_args.use_cpu else None)
-    params = SamplingParams(n=margs.samples_per_prompt, temperature=margs.sample_temperature,
-                            max_new_tokens=margs.sample_max_new_tokens, seed=ctx.training_args.seed,
-                            batch_size=margs.sample_batch_size)
+    model_id, _, _ = ctx.policy()
+    model, tokenizer = load_model_and_tokenizer(model_id, device="cpu" if ctx.training_args.use_cpu else None)
+    params = SamplingParams(
+        n=method_args.samples_per_prompt,
+        temperature=method_args.sample_temperature,
+        max_new_tokens=method_args.sample_max_new_tokens,
+        seed=ctx.training_args.seed,
+        batch_size=method_args.sample_batch_size,
+    )
     samples = sample(model, tokenizer, prompts, params, progress=not ctx.training_args.disable_tqdm)
     tokens = 0
     for row in samples:
         for text in row:
             n = len(tokenizer(text, add_special_tokens=False)["input_ids"])
-            tokens += min(n + 1, margs.sample_max_new_tokens)  # + the EOS, unless it stopped on the length cap
+            tokens += min(n + 1, method_args.sample_max_new_tokens)  # + the EOS, unless it stopped on the length cap
     del model
     gc.collect()
-    ctx.cost.update(samples_generated=len(prompts) * margs.samples_per_prompt, generated_tokens=tokens,
-                    sampling_seconds=time.perf_counter() - start)
+    ctx.cost.update(
+        samples_generated=len(prompts) * method_args.samples_per_prompt,
+        generated_tokens=tokens,
+        sampling_seconds=time.perf_counter() - start,
+    )
     return prompts, answers, samples
 
 
@@ -141,7 +117,8 @@ def draw_from_base(ctx: RunContext) -> tuple[list[str], list[str], list[list[str
 def _tokenizer(ctx: RunContext):
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(ctx.model_id, trust_remote_code=ctx.training_args.trust_remote_code)
+    model_id, _, _ = ctx.policy()
+    tokenizer = AutoTokenizer.from_pretrained(model_id, trust_remote_code=ctx.training_args.trust_remote_code)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -154,37 +131,56 @@ def _sft_trainer(ctx: RunContext, prompts: list[str], completions: list[str]):
     if not prompts:
         raise ValueError(f"method {ctx.method.name!r}: no training examples (nothing to fine-tune on)")
     dataset = Dataset.from_dict({"prompt": prompts, "completion": completions})
-    return SFTTrainer(model=ctx.model_id, args=ctx.training_args, train_dataset=dataset,
-                      processing_class=_tokenizer(ctx), quantization_config=ctx.quantization_config,
-                      peft_config=ctx.peft_config)
+    model_id, quantization_config, peft_config = ctx.policy()
+    return SFTTrainer(
+        model=model_id,
+        args=ctx.training_args,
+        train_dataset=dataset,
+        processing_class=_tokenizer(ctx),
+        quantization_config=quantization_config,
+        peft_config=peft_config,
+    )
 
 
 def run_sft(ctx: RunContext):
     """SFT on the task's reference solutions of the train prompts."""
     columns = ctx.train_dataset.column_names
     if "solution" not in columns:
-        raise ValueError(f"method 'sft': task {ctx.task.name!r} has no reference solutions (no 'solution' column; "
-                         f"columns: {columns})")
+        raise ValueError(
+            f"method 'sft': task {ctx.task.name!r} has no reference solutions (no 'solution' column; "
+            f"columns: {columns})"
+        )
     ctx.cost.update(samples_generated=0, generated_tokens=0, sampling_seconds=0.0)
     ctx.details["examples"] = len(ctx.train_dataset)
     return _sft_trainer(ctx, list(ctx.train_dataset["prompt"]), list(ctx.train_dataset["solution"]))
 
 
-def run_rft(ctx: RunContext):
-    """Rejection-sampling fine-tuning: correct samples of the base model, deduplicated, then SFT."""
-    prompts, answers, samples = draw_from_base(ctx)
+def rft_examples(task, prompts, answers, samples) -> tuple[list[str], list[str], int]:
+    """RFT's gradient coefficient as data: a sample is trained on (GC 1) when it is correct, dropped (GC 0) when
+    not; a prompt's repeated correct samples are kept once. Returns (prompts, completions, correct samples)."""
     kept_prompts, kept_completions, n_correct = [], [], 0
     for prompt, answer, row in zip(prompts, answers, samples, strict=True):
         seen: set[str] = set()
         for completion in row:
-            if ctx.task.is_correct(completion, answer):
+            if task.is_correct(completion, answer):
                 n_correct += 1
                 if completion not in seen:
                     seen.add(completion)
                     kept_prompts.append(prompt)
                     kept_completions.append(completion)
-    ctx.details.update(correct_samples=n_correct, unique_correct=len(kept_completions),
-                       prompts_with_a_correct_sample=len(set(kept_prompts)), prompts=len(prompts))
+    return kept_prompts, kept_completions, n_correct
+
+
+def run_rft(ctx: RunContext):
+    """Rejection-sampling fine-tuning: correct samples of the base model, deduplicated, then SFT."""
+    prompts, answers, samples = draw_from_base(ctx)
+    kept_prompts, kept_completions, n_correct = rft_examples(ctx.task, prompts, answers, samples)
+    ctx.details.update(
+        correct_samples=n_correct,
+        unique_correct=len(kept_completions),
+        prompts_with_a_correct_sample=len(set(kept_prompts)),
+        prompts=len(prompts),
+    )
     return _sft_trainer(ctx, kept_prompts, kept_completions)
 
 
@@ -215,34 +211,39 @@ def run_dpo(ctx: RunContext):
     from trl import DPOTrainer
 
     prompts, answers, samples = draw_from_base(ctx)
-    pairs = dpo_pairs(ctx.task, prompts, answers, samples, ctx.method_args.dpo_pairs_per_prompt,
-                      ctx.training_args.seed)
+    pairs = dpo_pairs(ctx.task, prompts, answers, samples, ctx.method_args.dpo_pairs_per_prompt, ctx.training_args.seed)
     ctx.details.update(pairs=len(pairs), prompts_with_pairs=len({p["prompt"] for p in pairs}), prompts=len(prompts))
     if not pairs:
         raise ValueError("method 'dpo': no prompt has both a correct and an incorrect sample; no pairs to train on")
     dataset = Dataset.from_list(pairs)
-    return DPOTrainer(model=ctx.model_id, args=ctx.training_args, train_dataset=dataset,
-                      processing_class=_tokenizer(ctx), quantization_config=ctx.quantization_config,
-                      peft_config=ctx.peft_config)
+    model_id, quantization_config, peft_config = ctx.policy()
+    return DPOTrainer(
+        model=model_id,
+        args=ctx.training_args,
+        train_dataset=dataset,
+        processing_class=_tokenizer(ctx),
+        quantization_config=quantization_config,
+        peft_config=peft_config,
+    )
 
 
 def run_online(ctx: RunContext):
-    """Online RFT / GRPO: ``GRPOExtTrainer`` as ``scripts/train.py`` builds it, the method's gradient coefficient."""
-    from grpo_ext.rewards import resolve_process_reward_funcs, resolve_reward_funcs
-    from grpo_ext.trainer import GRPOExtTrainer
+    """Online RFT / GRPO: ``GRPOExtTrainer`` from ``build_grpo_trainer``, the method's gradient coefficient.
 
-    args = ctx.training_args
+    The outcome rewards are wrapped in counters: what they score is what the policy generated to train.
+    """
+    from grpo_ext.assembly import build_grpo_trainer
+    from grpo_ext.rewards import resolve_reward_funcs
+
     counters = [CountingReward(f) for f in resolve_reward_funcs(ctx.task_args.reward_funcs, ctx.task)]
     ctx.details["counters"] = counters
     ctx.cost.update(sampling_seconds=0.0)  # generation happens inside training (in train_seconds)
-    return GRPOExtTrainer(
-        model=ctx.model_id,
+    return build_grpo_trainer(
+        ctx.task,
+        ctx.training_args,
+        model_args=ctx.model_args,
         reward_funcs=[c.fn for c in counters],
-        process_reward_funcs=resolve_process_reward_funcs(args.process_reward_funcs, ctx.task),
-        args=args,
         train_dataset=ctx.train_dataset,
-        quantization_config=ctx.quantization_config,
-        peft_config=ctx.peft_config,
     )
 
 
@@ -264,7 +265,6 @@ def _jsonable(obj):
 
 def train_method(method_args, task_args, training_args, model_args) -> dict:
     """Train one method from parsed arguments; returns the cost record (also written to the output folder)."""
-    from grpo_ext.modeling import policy_init
     from grpo_ext.tasks import get_task
     from grpo_ext.tasks.base import require_prompt_column
 
@@ -277,17 +277,13 @@ def train_method(method_args, task_args, training_args, model_args) -> dict:
     budget = check_budget(method.name, method_args, task_args, training_args)
     task = get_task(task_args.task, **task_args.task_kwargs)
     train_dataset = require_prompt_column(task.load("train", task_args.train_size), f"task {task.name!r}")
-    if method.online and training_args.step_separator is None and task.step_separator is not None:
-        training_args.step_separator = task.step_separator
-    model_id, quantization_config, peft_config = policy_init(model_args, training_args)
-    ctx = RunContext(method, method_args, task_args, training_args, model_args, task, train_dataset, model_id,
-                     quantization_config, peft_config)
+    ctx = RunContext(method, method_args, task_args, training_args, model_args, task, train_dataset)
     logger.info("method %s: %s", method.name, method.title)
 
     trainer = RUNNERS[method.runner](ctx)
     timer = TrainTimer()
     trainer.add_callback(timer)
-    curve = _add_curve(ctx, trainer)
+    curve = add_learning_curve(trainer, task, method.name, method_args, training_args)
     trainer.train()
     out = Path(training_args.output_dir)
     trainer.save_model(str(out))
@@ -315,15 +311,29 @@ def train_method(method_args, task_args, training_args, model_args) -> dict:
         trainer.processing_class.save_pretrained(str(out))
         write_json_file(out, COST_FILE, cost)
         if curve is not None:
-            write_json_file(out, CURVE_FILE, {"method": method.name, "seed": training_args.seed,
-                                              "params": curve.params.to_dict(), "points": curve.points()})
-        write_json_file(out, RUN_FILE, _jsonable({
-            "method": dataclasses.asdict(method),
-            "method_args": dataclasses.asdict(method_args),
-            "task": dataclasses.asdict(task_args),
-            "training": training_args.to_dict(),
-            "model": dataclasses.asdict(model_args),
-        }))
+            write_json_file(
+                out,
+                CURVE_FILE,
+                {
+                    "method": method.name,
+                    "seed": training_args.seed,
+                    "params": curve.params.to_dict(),
+                    "points": curve.points(),
+                },
+            )
+        write_json_file(
+            out,
+            RUN_FILE,
+            _jsonable(
+                {
+                    "method": dataclasses.asdict(method),
+                    "method_args": dataclasses.asdict(method_args),
+                    "task": dataclasses.asdict(task_args),
+                    "training": training_args.to_dict(),
+                    "model": dataclasses.asdict(model_args),
+                }
+            ),
+        )
     del trainer
     gc.collect()
     return cost

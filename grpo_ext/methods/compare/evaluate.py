@@ -1,0 +1,133 @@
+"""One comparison end to end: every run evaluated with the same sampling settings, then the report written.
+
+Results given as files are read and checked against this evaluation's settings before any sample is drawn; model
+folders are evaluated into one resumable sample cache (``samples.jsonl`` in the output folder), so an interrupted
+comparison resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Sequence
+from pathlib import Path
+
+from grpo_ext.evaluation.cli import CACHE_NAME
+from grpo_ext.evaluation.sampling import SamplingParams
+from grpo_ext.methods.compare.findings import DEFAULT_TOLERANCE
+from grpo_ext.methods.compare.render import write_comparison
+from grpo_ext.methods.compare.runs import (
+    CHECKPOINT,
+    RESULTS,
+    Run,
+    budget_warnings,
+    check_settings,
+    load_results_file,
+)
+from grpo_ext.methods.paradigm import BASE_RUN
+
+__all__ = ["compare_runs", "evaluate_runs"]
+
+
+def evaluate_runs(
+    runs: Sequence[Run],
+    task,
+    problems: list[dict],
+    params: SamplingParams,
+    ks: list[int],
+    out_dir: str | Path,
+    *,
+    task_id: str,
+    split: str,
+    backend: str = "auto",
+    allow_mixed_settings: bool = False,
+    progress: bool = True,
+) -> list[str]:
+    """Fill every run's ``result``; returns the warnings (mixed settings when allowed, unequal budgets).
+
+    ``ValueError`` when a results file was evaluated with other settings (unless ``allow_mixed_settings``).
+    """
+    from grpo_ext.evaluation.harness import evaluate_model
+
+    for run in runs:
+        if run.source == RESULTS:
+            run.result = load_results_file(run)
+    warnings: list[str] = []
+    files = [r for r in runs if r.source == RESULTS]
+    if files:
+        # This evaluation, described as a result, is the reference the files must match.
+        probe = Run(
+            "this evaluation",
+            BASE_RUN,
+            "",
+            "",
+            RESULTS,
+            result={
+                "task_id": task_id,
+                "n_problems": len(problems),
+                "n": params.n,
+                "params": params.to_dict(),
+                "params_key": params.key(),
+                "per_problem": [{"problem_id": p["problem_id"]} for p in problems],
+            },
+        )
+        warnings = check_settings([probe, *files], allow_mixed=allow_mixed_settings)
+
+    from grpo_ext.evaluation.backends import load_backend
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for run in runs:
+        if run.source != CHECKPOINT:
+            continue
+        model = load_backend(run.path, backend)
+        run.result = evaluate_model(
+            model,
+            task,
+            params,
+            ks,
+            out / CACHE_NAME,
+            problems=problems,
+            task_id=task_id,
+            split=split,
+            progress=progress,
+        )
+        del model
+        gc.collect()  # one model in memory at a time
+    return warnings + budget_warnings(runs)
+
+
+def compare_runs(
+    runs: Sequence[Run],
+    task,
+    problems: list[dict],
+    params: SamplingParams,
+    ks: list[int],
+    out_dir: str | Path,
+    *,
+    task_id: str,
+    split: str,
+    backend: str = "auto",
+    allow_mixed_settings: bool = False,
+    tolerance: float = DEFAULT_TOLERANCE,
+    command: str | None = None,
+    progress: bool = True,
+) -> dict:
+    """:func:`evaluate_runs`, then the report: ``{"runs", "paths" (of the files written), "warnings"}``."""
+    warnings = evaluate_runs(
+        runs,
+        task,
+        problems,
+        params,
+        ks,
+        out_dir,
+        task_id=task_id,
+        split=split,
+        backend=backend,
+        allow_mixed_settings=allow_mixed_settings,
+        progress=progress,
+    )
+    out = Path(out_dir)
+    paths = write_comparison(
+        runs, out, warnings=warnings, command=command, tolerance=tolerance, extra={"cache": str(out / CACHE_NAME)}
+    )
+    return {"runs": list(runs), "paths": paths, "warnings": warnings}

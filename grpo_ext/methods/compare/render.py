@@ -1,0 +1,299 @@
+"""The comparison report: ``report.md``, ``report.json``, ``passk_majk.png`` and ``accuracy_vs_samples.png``.
+
+The Markdown puts the paradigm table (generated from :data:`grpo_ext.methods.METHODS`) beside each method's pass@1,
+maj@k, pass@k and training cost, then the paper's findings with their verdicts and every run's numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from grpo_ext.io import atomic_write_bytes, atomic_write_text, figure_png
+from grpo_ext.methods.compare.findings import DEFAULT_TOLERANCE, findings, summarize
+from grpo_ext.methods.compare.runs import Run, settings_of
+from grpo_ext.methods.paradigm import BASE_RUN, get_method, paradigm_markdown, paradigm_rows
+
+__all__ = [
+    "PASSK_PNG",
+    "REPORT_JSON",
+    "REPORT_MD",
+    "SAMPLES_PNG",
+    "plot_accuracy_vs_samples",
+    "plot_comparison_passk_majk",
+    "render_comparison",
+    "write_comparison",
+]
+
+REPORT_MD, REPORT_JSON = "report.md", "report.json"
+PASSK_PNG, SAMPLES_PNG = "passk_majk.png", "accuracy_vs_samples.png"
+
+
+def _f(x, digits: int = 3) -> str:
+    return "–" if x is None else f"{x:.{digits}f}"
+
+
+def _spread(stat: dict | None, digits: int = 3) -> str:
+    if stat is None:
+        return "–"
+    if stat["count"] == 1:
+        return _f(stat["mean"], digits)
+    return f"{stat['mean']:.{digits}f} ({stat['min']:.{digits}f}–{stat['max']:.{digits}f})"
+
+
+def _int_stat(stat: dict | None) -> str:
+    if stat is None:
+        return "–"
+    if stat["min"] == stat["max"]:
+        return f"{stat['mean']:,.0f}"
+    return f"{stat['mean']:,.0f} ({stat['min']:,.0f}–{stat['max']:,.0f})"
+
+
+def _title(method: str) -> str:
+    return "base (start of every method)" if method == BASE_RUN else get_method(method).title
+
+
+def render_comparison(
+    runs: Sequence[Run],
+    summary: dict,
+    found: list[dict],
+    warnings: list[str],
+    *,
+    command: str | None = None,
+    tolerance: float = DEFAULT_TOLERANCE,
+) -> str:
+    first = runs[0].result
+    p = first["params"]
+    k = summary["k_max"]
+    methods = [m for m in summary["methods"] if m != BASE_RUN]
+    lines = ["# SFT, RFT, online RFT, DPO and GRPO under one paradigm", ""]
+    if warnings:
+        lines += ["> **Warning**", ">"] + [f"> - {w}" for w in warnings] + [""]
+    lines += [
+        f"Task `{first['task_id']}`, {first['n_problems']} held-out problems, n = {first['n']} samples per problem "
+        f"(temperature {p['temperature']}, top_p {p['top_p']}, max_new_tokens {p['max_new_tokens']}, seed "
+        f"{p['seed']}). pass@k: unbiased estimate; maj@k: exact expectation over k-subsets of the n samples. "
+        "Numbers are the mean over a method's runs (seeds), with (min–max) when there are several.",
+        "",
+    ]
+    if command:
+        lines += [f"Command: `{command}`", ""]
+    lines += ["## The paradigm (generated from `grpo_ext.methods.METHODS`)", "", paradigm_markdown(methods), ""]
+    lines += [
+        "## Results",
+        "",
+        f"| method | runs | pass@1 | maj@{k} | pass@{k} | samples generated | tokens generated | "
+        f"training samples | wall time (s) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for method, entry in summary["methods"].items():
+        m, cost = entry["metrics"], entry.get("cost", {})
+        lines.append(
+            f"| {_title(method)} | {len(entry['runs'])} | {_spread(m['pass@1'])} | {_spread(m[f'maj@{k}'])} | "
+            f"{_spread(m[f'pass@{k}'])} | {_int_stat(cost.get('samples_generated'))} | "
+            f"{_int_stat(cost.get('generated_tokens'))} | {_int_stat(cost.get('trained_sequences'))} | "
+            f"{_int_stat(cost.get('wall_seconds'))} |"
+        )
+    lines += [
+        "",
+        "Samples generated: completions sampled to train (online methods: from the current policy during training; "
+        "RFT/DPO: drawn once from the base). Training samples: sequences the gradient was computed on (a DPO pair "
+        "counts two). Wall time: sampling + training, learning-curve evaluations excluded.",
+        "",
+        "## The paper's findings on this run",
+        "",
+        f"Verdicts: *agrees* when every pair of runs (paired by seed) shows the paper's direction by more than its "
+        f"margin, *disagrees* when every pair shows the opposite, *inconclusive* otherwise. A pair's margin is the "
+        f"larger of {tolerance} and twice the evaluation standard error (over problems) of its paired difference; "
+        f'"RL raises Maj@K" needs maj@K to rise by more than {tolerance} in every pair, "not Pass@K" pass@K '
+        f"to rise by no more than its margin.",
+        "",
+        "| finding (DeepSeekMath) | our run | numbers |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {f['claim']} | **{f['verdict']}** | {f['text']} |" for f in found]
+    lines += ["", "## Every run", ""]
+    ks = first["ks"]
+    lines += [
+        "| run | " + " | ".join(f"pass@{x}" for x in ks) + " | " + " | ".join(f"maj@{x}" for x in ks) + " | flags |",
+        "|---|" + "---:|" * (2 * len(ks)) + "---|",
+    ]
+    for run in runs:
+        r = run.result
+        cells = [_f(r["pass@k"].get(str(x))) for x in ks] + [_f(r["maj@k"].get(str(x))) for x in ks]
+        lines.append(f"| {run.name} | " + " | ".join(cells) + f" | {', '.join(run.flags) or ''} |")
+    lines += [
+        "",
+        "## Plots",
+        "",
+        f"![Pass@K and Maj@K per method]({PASSK_PNG})",
+        "",
+        f"![Accuracy against training samples]({SAMPLES_PNG})",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+_COLOURS = {
+    BASE_RUN: "black",
+    "sft": "tab:gray",
+    "rft": "tab:orange",
+    "online_rft": "tab:green",
+    "dpo": "tab:purple",
+    "grpo_outcome": "tab:blue",
+    "grpo_process": "tab:red",
+}
+
+
+def _colour(method: str) -> str:
+    return _COLOURS.get(method, "tab:brown")
+
+
+def plot_comparison_passk_majk(summary: dict) -> bytes:
+    """Pass@K (solid) and Maj@K (dashed) against K per method: the mean over runs, the band spans min–max."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), dpi=110, sharey=True)
+    for ax, metric, title in ((axes[0], "pass@k", "Pass@K"), (axes[1], "maj@k", "Maj@K")):
+        for method, entry in summary["methods"].items():
+            ks = sorted(entry[metric])
+            mean = [entry[metric][k]["mean"] for k in ks]
+            style = "--" if method == BASE_RUN else "-"
+            ax.plot(ks, mean, style, marker="o", markersize=3.5, color=_colour(method), label=_title(method))
+            lo = [entry[metric][k]["min"] for k in ks]
+            hi = [entry[metric][k]["max"] for k in ks]
+            if lo != hi:
+                ax.fill_between(ks, lo, hi, color=_colour(method), alpha=0.15, linewidth=0)
+        ks_all = sorted({k for e in summary["methods"].values() for k in e[metric]})
+        if len(ks_all) > 1:
+            ax.set_xscale("log", base=2)
+        ax.set_xticks(ks_all, [str(k) for k in ks_all])
+        ax.minorticks_off()
+        ax.grid(True, alpha=0.3)
+        ax.set_xlabel("K (samples per problem)")
+        ax.set_title(title)
+    axes[0].set_ylabel("accuracy")
+    handles = [Line2D([], [], color=_colour(m), linestyle="--" if m == BASE_RUN else "-") for m in summary["methods"]]
+    fig.suptitle("Pass@K and Maj@K per method (mean over seeds, band: min–max)", fontsize=11)
+    fig.tight_layout(rect=(0, 0, 0.8, 1))
+    fig.legend(handles, [_title(m) for m in summary["methods"]], loc="center right", fontsize=8)
+    return figure_png(fig)
+
+
+def plot_accuracy_vs_samples(runs: Sequence[Run], summary: dict) -> bytes:
+    """Left: learning curves (pass@1 on held-out prompts against training samples), mean over seeds. Right: the
+    final pass@1 of every run against the samples it generated to train."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8), dpi=110)
+    curve_params = None
+    for method in summary["methods"]:
+        curves = [r.curve for r in runs if r.method == method and r.curve and r.curve.get("points")]
+        if not curves:
+            continue
+        curve_params = curve_params or curves[0].get("params")
+        by_x: dict[int, list[float]] = {}
+        for curve in curves:
+            for point in curve["points"]:
+                by_x.setdefault(int(point["trained_sequences"]), []).append(point["eval/pass@1"])
+        xs = sorted(by_x)
+        left.plot(
+            xs, [np.mean(by_x[x]) for x in xs], marker="o", markersize=3, color=_colour(method), label=_title(method)
+        )
+        lo, hi = [min(by_x[x]) for x in xs], [max(by_x[x]) for x in xs]
+        if lo != hi:
+            left.fill_between(xs, lo, hi, color=_colour(method), alpha=0.15, linewidth=0)
+    if curve_params:
+        left.set_title(
+            f"Learning curves: pass@1 on held-out prompts (n={curve_params['n']}, T={curve_params['temperature']})",
+            fontsize=10,
+        )
+        left.legend(fontsize=8, loc="best")
+    else:
+        left.text(
+            0.5,
+            0.5,
+            "no learning curves\n(train with curve_every > 0)",
+            ha="center",
+            va="center",
+            transform=left.transAxes,
+        )
+    left.set_xlabel("training samples (sequences in the gradient)")
+    left.set_ylabel("pass@1")
+    left.grid(True, alpha=0.3)
+
+    for run in runs:
+        if run.cost is None:
+            continue
+        right.scatter(
+            run.cost.get("samples_generated", 0),
+            run.result["pass@k"]["1"],
+            color=_colour(run.method),
+            s=28,
+            label=_title(run.method),
+        )
+    base = summary["methods"].get(BASE_RUN)
+    if base:
+        right.axhline(
+            base["metrics"]["pass@1"]["mean"], color="black", linestyle="--", linewidth=1, label=_title(BASE_RUN)
+        )
+    handles, labels = right.get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=True))
+    if unique:
+        right.legend(unique.values(), unique.keys(), fontsize=8, loc="best")
+    first = runs[0].result
+    right.set_title(
+        f"Final pass@1 ({first['n_problems']} problems, n={first['n']}) against samples generated", fontsize=10
+    )
+    right.set_xlabel("samples generated to train")
+    right.set_ylabel("pass@1")
+    right.grid(True, alpha=0.3)
+    fig.tight_layout()
+    return figure_png(fig)
+
+
+def write_comparison(
+    runs: Sequence[Run],
+    out_dir,
+    *,
+    warnings: list[str],
+    command: str | None = None,
+    tolerance: float = DEFAULT_TOLERANCE,
+    extra: dict | None = None,
+) -> dict[str, Path]:
+    """``report.md``, ``report.json``, ``passk_majk.png`` and ``accuracy_vs_samples.png`` in ``out_dir``."""
+    out = Path(out_dir)
+    summary = summarize(runs)
+    found = findings(runs, tolerance)
+    methods = [m for m in summary["methods"] if m != BASE_RUN]
+    payload = {
+        "command": command,
+        "task": runs[0].result["task_id"],
+        "settings": {k: v for k, v in settings_of(runs[0].result).items() if k != "problems"},
+        "params": runs[0].result["params"],
+        "tolerance": tolerance,
+        "warnings": warnings,
+        "paradigm": paradigm_rows(methods),
+        "summary": summary,
+        "findings": found,
+        "runs": [r.to_dict() for r in runs],
+        **(extra or {}),
+    }
+    return {
+        "md": atomic_write_text(
+            out / REPORT_MD, render_comparison(runs, summary, found, warnings, command=command, tolerance=tolerance)
+        ),
+        "json": atomic_write_text(out / REPORT_JSON, json.dumps(payload, indent=2, default=str) + "\n"),
+        "passk_png": atomic_write_bytes(out / PASSK_PNG, plot_comparison_passk_majk(summary)),
+        "samples_png": atomic_write_bytes(out / SAMPLES_PNG, plot_accuracy_vs_samples(runs, summary)),
+    }

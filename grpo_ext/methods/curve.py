@@ -1,0 +1,66 @@
+"""The learning curve of a method run: pass@1 on held-out prompts against the training samples seen so far.
+
+Written as ``learning_curve.json`` next to the checkpoint (:data:`grpo_ext.methods.cost.CURVE_FILE`) when the
+config sets ``curve_every > 0``. Its evaluations are timed apart, so the run's cost counts training only.
+"""
+
+from __future__ import annotations
+
+import time
+
+from grpo_ext.evaluation.callback import PassKMajKCallback
+from grpo_ext.evaluation.harness import validate_problems
+from grpo_ext.evaluation.sampling import SamplingParams
+from grpo_ext.methods.config import trained_sequences_per_step
+
+__all__ = ["LearningCurve", "add_learning_curve"]
+
+
+class LearningCurve(PassKMajKCallback):
+    """The harness callback, plus its own wall time and the training samples at each point."""
+
+    def __init__(self, *args, sequences_per_step: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.sequences_per_step = sequences_per_step
+        self.seconds = 0.0
+
+    def evaluate(self, model, tokenizer) -> dict[str, float]:
+        start = time.perf_counter()
+        try:
+            return super().evaluate(model, tokenizer)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def points(self) -> list[dict]:
+        return [{**h, "trained_sequences": h["step"] * self.sequences_per_step} for h in self.history]
+
+
+def add_learning_curve(trainer, task, method_name: str, method_args, training_args) -> LearningCurve | None:
+    """A :class:`LearningCurve` on ``curve_prompts`` test prompts, added to ``trainer``; None when
+    ``curve_every`` is 0."""
+    if method_args.curve_every <= 0:
+        return None
+    problems = validate_problems(
+        list(task.load("test", method_args.curve_prompts))[: method_args.curve_prompts],
+        task,
+        f"learning curve ({task.name} test)",
+    )
+    params = SamplingParams(
+        n=method_args.curve_n,
+        temperature=method_args.curve_temperature,
+        max_new_tokens=method_args.sample_max_new_tokens,
+        seed=0,
+        batch_size=method_args.sample_batch_size,
+    )
+    curve = LearningCurve(
+        task,
+        problems,
+        params,
+        sorted({1, method_args.curve_n}),
+        method_args.curve_every,
+        eval_on_start=True,
+        trainer=trainer,
+        sequences_per_step=trained_sequences_per_step(method_name, training_args),
+    )
+    trainer.add_callback(curve)
+    return curve
