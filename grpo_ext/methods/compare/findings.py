@@ -23,6 +23,7 @@ DEFAULT_TOLERANCE = 0.01
 
 
 def _kmax(runs: Sequence[Run]) -> int:
+    """The largest K every run was evaluated at (the report's maj@K / pass@K column)."""
     return min(r.result["ks"][-1] for r in runs)
 
 
@@ -39,13 +40,13 @@ def _stat(values: list[float]) -> dict:
 
 
 def run_metrics(run: Run, k_max: int) -> dict:
+    """A run's headline numbers: pass@1, maj@k_max, pass@k_max."""
     r = run.result
-    metrics = {
+    return {
         "pass@1": r["pass@k"].get("1", r.get("mean_accuracy")),
         f"maj@{k_max}": r["maj@k"][str(k_max)],
         f"pass@{k_max}": r["pass@k"][str(k_max)],
     }
-    return metrics
 
 
 def summarize(runs: Sequence[Run]) -> dict:
@@ -125,12 +126,12 @@ def _fmt_diffs(pairs, diffs) -> str:
     return ", ".join(f"{x.label or x.name}: {d:+.3f}" for (x, _), d in zip(pairs, diffs, strict=True))
 
 
-def _beats(runs, a: str, b: str, claim: str, tol: float, metric_k: int) -> dict:
+def _beats(runs, a: str, b: str, claim: str, tol: float, k_max: int) -> dict:
+    """ "A beats B": judged on pass@1 per pair; maj@k_max differences are reported beside it."""
     pairs = _pairs(runs, a, b)
     if not pairs:
         missing = [m for m in (a, b) if not any(r.method == m for r in runs)]
         return {"claim": claim, "verdict": "not measured", "text": f"not measured: no run of {', '.join(missing)}"}
-    k_max = metric_k
     diffs = [x.result["pass@k"]["1"] - y.result["pass@k"]["1"] for x, y in pairs]
     maj = [x.result["maj@k"][str(k_max)] - y.result["maj@k"][str(k_max)] for x, y in pairs]
     margins, ses = _margins(pairs, 1, tol)
