@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from trl import ModelConfig
 
-from grpo_ext import iterative
 from grpo_ext.config import GRPOExtConfig
 from grpo_ext.iterative import IterativeArguments, build_policy_trainer, check_verifier, load_state, run_iterative
-from grpo_ext.rewards.replay import mix_with_replay, replay_count, sample_replay
+from grpo_ext.iterative import loop as iterative_loop
+from grpo_ext.iterative.replay import mix_with_replay, replay_count, sample_replay
 from grpo_ext.steps import step_texts
 from grpo_ext.tasks import get_task
 from tests.test_reward_models import make_tiny_policy
@@ -162,7 +162,7 @@ def interrupted_run(tmp_path_factory):
     base = make_tiny_policy(root / "base")
     run_dir = root / "run"
     calls = {"rm": 0, "grpo": 0}
-    real_train, real_build = iterative.train_reward_model, iterative.build_policy_trainer
+    real_train, real_build = iterative_loop.train_reward_model, iterative_loop.build_policy_trainer
 
     def failing_train(*args, **kwargs):
         calls["rm"] += 1
@@ -175,8 +175,8 @@ def interrupted_run(tmp_path_factory):
         return real_build(*args, **kwargs)
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(iterative, "train_reward_model", failing_train)
-    mp.setattr(iterative, "build_policy_trainer", counting_build)
+    mp.setattr(iterative_loop, "train_reward_model", failing_train)
+    mp.setattr(iterative_loop, "build_policy_trainer", counting_build)
     with pytest.raises(KeyboardInterrupt):
         run_iterative(*quick_args(run_dir, base))
     after_kill = load_state(run_dir)
@@ -184,7 +184,7 @@ def interrupted_run(tmp_path_factory):
     stamp = policy_1.stat().st_mtime_ns
     leftover = (run_dir / "iter_2").exists()
     calls["grpo_before_resume"] = calls["grpo"]
-    mp.setattr(iterative, "train_reward_model", real_train)
+    mp.setattr(iterative_loop, "train_reward_model", real_train)
     final = run_iterative(*quick_args(run_dir, base))
     mp.undo()
     return {

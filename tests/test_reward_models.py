@@ -1,5 +1,6 @@
-"""Learned reward models (issue 7, part 1): built from the policy's weights, trained on verifier labels, used as
-TRL reward functions (outcome) and through ProcessRewardModel (process, TRL's PRM format)."""
+"""Learned reward models (issue 7, part 1): built from the policy's weights, trained on verifier labels
+(grpo_ext.iterative.rm_training), used as TRL reward functions (grpo_ext.rewards.orm) and through
+ProcessRewardModel (grpo_ext.rewards.prm, TRL's PRM format)."""
 
 from __future__ import annotations
 
@@ -11,18 +12,16 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from grpo_ext.char_tokenizer import build_char_tokenizer
-from grpo_ext.rewards.prm import ProcessRewardModel
-from grpo_ext.rewards.reward_models import (
+from grpo_ext.iterative.rm_training import (
     IGNORE_INDEX,
-    PRMOutcomeReward,
-    RMRewardFunction,
     encode_process,
     evaluate_reward_model,
     init_reward_model,
     load_reward_model,
-    score_outcome,
     train_reward_model,
 )
+from grpo_ext.rewards.orm import RMRewardFunction, score_outcome
+from grpo_ext.rewards.prm import PRMOutcomeReward, ProcessRewardModel
 
 
 def make_tiny_policy(path, seed: int = 0, hidden: int = 32, layers: int = 2):
@@ -73,15 +72,15 @@ def separable_records(n: int = 64) -> list[dict]:
     return records
 
 
-@pytest.mark.parametrize("kind", ["outcome", "process"])
-def test_reward_model_body_is_the_policys(policy_dir, kind):
+@pytest.mark.parametrize("reward_model_type", ["outcome", "process"])
+def test_reward_model_body_is_the_policys(policy_dir, reward_model_type):
     policy = AutoModelForCausalLM.from_pretrained(policy_dir)
-    rm, tokenizer = init_reward_model(kind, policy_dir)
+    rm, tokenizer = init_reward_model(reward_model_type, policy_dir)
     policy_body = dict(policy.model.named_parameters())
     rm_body = dict(rm.model.named_parameters())
     assert policy_body.keys() == rm_body.keys()
     assert all(torch.equal(policy_body[k], rm_body[k]) for k in policy_body)
-    assert rm.config.num_labels == (1 if kind == "outcome" else 2)
+    assert rm.config.num_labels == (1 if reward_model_type == "outcome" else 2)
     assert tokenizer.pad_token_id is not None
 
 
