@@ -226,3 +226,54 @@ def test_adapter_folder_is_loaded_onto_its_base_as_one_model(tmp_path):
         (tmp_path / "broken").mkdir()
         (tmp_path / "broken" / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "/no/base"}))
         load_backend(str(tmp_path / "broken"), "transformers")
+
+
+def test_read_report_gives_back_what_the_harness_wrote(small_run, tmp_path):
+    from grpo_ext.evaluation.report import metric_table, read_report
+
+    out, _, _ = small_run
+    written = json.loads((out / "report.json").read_text())["models"][0]
+    result = read_report(out)  # the folder, its report.json, or a file holding one result read the same
+    assert result == written == read_report(out / "report.json", "embedded")
+    assert metric_table(result, "pass@k") == {k: written["pass@k"][str(k)] for k in (1, 2, 4, 8)}
+
+    older = {k: v for k, v in written.items() if k not in ("params_key", "task", "task_id")}
+    (tmp_path / "one.json").write_text(json.dumps({**older, "task": "arithmetic"}))
+    assert read_report(tmp_path / "one.json")["params_key"] == written["params_key"]  # filled from params
+    (tmp_path / "bare.json").write_text(json.dumps(older))
+    with pytest.raises(ValueError, match="no 'task'"):
+        read_report(tmp_path / "bare.json")
+    two = [older, {**older, "model": "runs/b"}]
+    (tmp_path / "report.json").write_text(json.dumps({"task": "arithmetic/test", "models": two}))
+    assert read_report(tmp_path, "b")["task_id"] == "arithmetic/test"  # the report's task; a path's last part
+    with pytest.raises(ValueError, match="2 models"):
+        read_report(tmp_path)
+    (tmp_path / "twice.json").write_text(json.dumps({"task": "arithmetic/test", "models": [older, older]}))
+    with pytest.raises(ValueError, match="several model named 'embedded'"):
+        read_report(tmp_path / "twice.json", "embedded")
+    (tmp_path / "bad.json").write_text(json.dumps({**written, "pass@k": {"one": 0.5}}))
+    with pytest.raises(ValueError, match="non-integer k"):
+        read_report(tmp_path / "bad.json")
+    assert read_report(tmp_path / "one.json", require=("ks", "n"))["n"] == 8
+    with pytest.raises(ValueError, match="missing training_cost"):
+        read_report(tmp_path / "one.json", require=("ks", "training_cost"))
+
+
+def test_harness_flags_are_checked_before_any_model_is_loaded():
+    from grpo_ext.evaluation.cli import (
+        HarnessArgumentParser,
+        add_harness_arguments,
+        default_ks,
+        harness_settings,
+        task_kwargs_flag,
+    )
+
+    assert default_ks(64) == [1, 2, 4, 8, 16, 32, 64] and default_ks(6) == [1, 2, 4, 6] and default_ks(1) == [1]
+    with pytest.raises(ValueError, match="must be a JSON object"):
+        task_kwargs_flag("[1, 2]")
+    parser = add_harness_arguments(HarnessArgumentParser(prog="x"))
+    with pytest.raises(ValueError, match="see --help"):  # not SystemExit: run_cli prints one line
+        parser.parse_args(["--n", "many"])
+    settings = harness_settings(parser.parse_args(["--n", "4", "--task-kwargs", '{"max_operands": 3}']))
+    assert settings.ks == [1, 2, 4] and settings.limit == 200 and settings.params.max_new_tokens == 48
+    assert settings.task_id == 'arithmetic/test {"max_operands": 3}'
