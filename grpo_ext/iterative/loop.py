@@ -147,14 +147,15 @@ class IterativeLoop:
 
     def _policy_samples(self, model, tokenizer, k: int) -> tuple[list[dict], list[dict]]:
         """Verifier-labelled RM training data (train prompts) and held-out RM evaluation data (test prompts)."""
-        a = self.args
+        n_prompts = min(self.args.rm_prompts, len(self.train_dataset))
         rng = random.Random(f"{self.seed}/rm-prompts/{k}")
-        indices = sorted(rng.sample(range(len(self.train_dataset)), min(a.rm_prompts, len(self.train_dataset))))
-        rows = self.train_dataset.select(indices)
+        rows = self.train_dataset.select(sorted(rng.sample(range(len(self.train_dataset)), n_prompts)))
         held = self.rm_eval_set
-        completions = self._sample(model, tokenizer, rows["prompt"], a.rm_samples_per_prompt, self.seed * 1000 + 2 * k)
+        completions = self._sample(
+            model, tokenizer, rows["prompt"], self.args.rm_samples_per_prompt, self.seed * 1000 + 2 * k
+        )
         held_completions = self._sample(
-            model, tokenizer, held["prompt"], a.rm_eval_samples_per_prompt, self.seed * 1000 + 2 * k + 1
+            model, tokenizer, held["prompt"], self.args.rm_eval_samples_per_prompt, self.seed * 1000 + 2 * k + 1
         )
         new = label_samples(
             self.task, self.reward_model_type, rows["prompt"], rows["answer"], completions, f"it{k}/train", k
@@ -224,11 +225,11 @@ class IterativeLoop:
         start = time.perf_counter()
         folder = iteration_dir(self.run_dir, k)
         folder.mkdir(parents=True, exist_ok=True)
-        row, training_rewards = {"iteration": k, "policy": self.base}, {}
-        if k > 0:
+        policy, training_rewards = self.base, {}
+        row = {"iteration": k, "policy": policy}
+        if k > 0:  # (a)
             policy, reference_reset, training_rewards = self._train_policy(state, folder, k)
             row.update(policy=policy, reference=state["policy"], reference_reset=reference_reset)
-        policy = row["policy"]
         # (b)
         model, tokenizer = self._load_policy(policy)
         new, held_out = self._policy_samples(model, tokenizer, k)
@@ -243,7 +244,7 @@ class IterativeLoop:
             rm, rm_tokenizer = load_reward_model(self.reward_model_type, state["reward_model"])
         row.update(self._rm_metrics(rm, rm_tokenizer, held_out, "before"))
         rm_dir = folder / "reward_model"
-        rm_training = train_reward_model(
+        rm_fit = train_reward_model(
             self.reward_model_type,
             rm,
             rm_tokenizer,
@@ -261,7 +262,7 @@ class IterativeLoop:
             policy_sample_accuracy=sum(r["label"] for r in new) / len(new),
             **replay,
             **training_rewards,
-            rm_train_loss=rm_training["train_loss"],
+            rm_train_loss=rm_fit["train_loss"],
             seconds=round(time.perf_counter() - start, 1),
         )
         write_records(folder / RM_DATA_FILE, new)
