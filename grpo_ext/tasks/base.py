@@ -32,10 +32,6 @@ def completion_text(completion) -> str:
     raise TypeError(f"completion must be a string or a list of chat messages, got {type(completion).__name__}")
 
 
-# Deprecated private name, kept only while rewards/reward_models.py still imports it: use `completion_text`.
-_text = completion_text
-
-
 class Task(ABC):
     """A verifiable task. Subclasses set `name` and implement loading, extraction and checking."""
 
