@@ -23,7 +23,15 @@ from transformers import TrainerCallback
 
 from grpo_ext.io import atomic_write_text
 
-__all__ = ["COST_FILE", "CURVE_FILE", "CountingReward", "TrainTimer", "read_json_file", "write_json_file"]
+__all__ = [
+    "COST_FILE",
+    "CURVE_FILE",
+    "CountingReward",
+    "SampleBudget",
+    "TrainTimer",
+    "read_json_file",
+    "write_json_file",
+]
 
 COST_FILE = "training_cost.json"
 CURVE_FILE = "learning_curve.json"
@@ -48,6 +56,23 @@ class CountingReward:
             return fn(*args, completions=completions, completion_ids=completion_ids, **kwargs)
 
         self.fn = counted
+
+
+class SampleBudget(TrainerCallback):
+    """Stops training before a step would take the generated samples past ``budget``.
+
+    Online methods generate ``per_step`` samples a step, so without refills the budget ends exactly at
+    ``max_steps``; zero-std refills generate more a step, and the arm then trains fewer steps at the same budget.
+    A step's refills can still pass the budget by up to ``max_refill_rounds * per_step`` (what was generated is
+    recorded in ``training_cost.json``).
+    """
+
+    def __init__(self, counter: CountingReward, budget: int, per_step: int):
+        self.counter, self.budget, self.per_step = counter, budget, per_step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.counter.samples + self.per_step > self.budget:
+            control.should_training_stop = True
 
 
 class TrainTimer(TrainerCallback):

@@ -7,6 +7,7 @@ config sets ``curve_every > 0``. Its evaluations are timed apart, so the run's c
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from grpo_ext.evaluation.callback import PassKMajKCallback
 from grpo_ext.evaluation.harness import validate_problems
@@ -19,25 +20,34 @@ __all__ = ["LearningCurve", "add_learning_curve"]
 class LearningCurve(PassKMajKCallback):
     """The harness callback, plus its own wall time and the training samples at each point."""
 
-    def __init__(self, *args, sequences_per_step: int, **kwargs):
+    def __init__(self, *args, sequences_per_step: int, generated: Callable[[], int] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.sequences_per_step = sequences_per_step
+        self.generated = generated
+        self.samples_generated: list[int] = []  # at each evaluation, in history order
         self.seconds = 0.0
 
     def evaluate(self, model, tokenizer) -> dict[str, float]:
         start = time.perf_counter()
+        if self.generated is not None:
+            self.samples_generated.append(int(self.generated()))
         try:
             return super().evaluate(model, tokenizer)
         finally:
             self.seconds += time.perf_counter() - start
 
     def points(self) -> list[dict]:
-        return [{**h, "trained_sequences": h["step"] * self.sequences_per_step} for h in self.history]
+        points = [{**h, "trained_sequences": h["step"] * self.sequences_per_step} for h in self.history]
+        for point, generated in zip(points, self.samples_generated, strict=False):
+            point["samples_generated"] = generated
+        return points
 
 
-def add_learning_curve(trainer, task, method_name: str, method_args, training_args) -> LearningCurve | None:
+def add_learning_curve(
+    trainer, task, method_name: str, method_args, training_args, generated: Callable[[], int] | None = None
+) -> LearningCurve | None:
     """A :class:`LearningCurve` on ``curve_prompts`` test prompts, added to ``trainer``; None when
-    ``curve_every`` is 0."""
+    ``curve_every`` is 0. ``generated()`` returns the samples generated so far (recorded at every point)."""
     if method_args.curve_every <= 0:
         return None
     problems = validate_problems(
@@ -61,6 +71,7 @@ def add_learning_curve(trainer, task, method_name: str, method_args, training_ar
         eval_on_start=True,
         trainer=trainer,
         sequences_per_step=trained_sequences_per_step(method_name, training_args),
+        generated=generated,
     )
     trainer.add_callback(curve)
     return curve

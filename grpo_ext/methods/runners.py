@@ -32,6 +32,7 @@ from grpo_ext.methods.cost import (
     CURVE_FILE,
     RUN_FILE,
     CountingReward,
+    SampleBudget,
     TrainTimer,
     trained_tokens,
     write_json_file,
@@ -283,11 +284,20 @@ def train_method(method_args, task_args, training_args, model_args) -> dict:
     trainer = RUNNERS[method.runner](ctx)
     timer = TrainTimer()
     trainer.add_callback(timer)
-    curve = add_learning_curve(trainer, task, method.name, method_args, training_args)
+    counters = ctx.details.pop("counters", None)
+    if counters and budget:  # refills generate more a step: the budget, not max_steps, ends such a run
+        trainer.add_callback(SampleBudget(counters[0], budget, trained_sequences_per_step(method.name, training_args)))
+    curve = add_learning_curve(
+        trainer,
+        task,
+        method.name,
+        method_args,
+        training_args,
+        generated=(lambda: counters[0].samples) if counters else (lambda: ctx.cost.get("samples_generated", 0)),
+    )
     trainer.train()
     out = Path(training_args.output_dir)
     trainer.save_model(str(out))
-    counters = ctx.details.pop("counters", None)
     if counters:  # online: what the reward function scored is what was generated
         ctx.cost.update(samples_generated=counters[0].samples, generated_tokens=counters[0].tokens)
     curve_seconds = curve.seconds if curve is not None else 0.0

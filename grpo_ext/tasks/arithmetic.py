@@ -24,7 +24,7 @@ from grpo_ext.tasks.base import Task
 STEP_SEPARATOR = ";"
 ANSWER_PREFIX = "#"
 OPERATORS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
-SPLITS = ("train", "test")
+SPLITS = ("train", "validation", "test")
 
 _STEP_RE = re.compile(r"^(-?\d+)([+\-*])(-?\d+)=(-?\d+)$")
 _ANSWER_RE = re.compile(r"#(-?\d+)")
@@ -75,9 +75,12 @@ class Problem:
 
 
 def split_of(prompt: str, test_percent: int = 10) -> str:
-    """The split a prompt belongs to; fixed by the prompt's text alone (salted SHA-256)."""
+    """The split a prompt belongs to; fixed by the prompt's text alone (salted SHA-256): ``test_percent`` of the
+    prompts are test, as many again validation (where settings are chosen), the rest train."""
     bucket = int.from_bytes(hashlib.sha256(f"grpo-ext/arithmetic/{prompt}".encode()).digest()[:8], "big") % 100
-    return "test" if bucket < test_percent else "train"
+    if bucket < test_percent:
+        return "test"
+    return "validation" if bucket < 2 * test_percent else "train"
 
 
 class ArithmeticTask(Task):
@@ -102,8 +105,8 @@ class ArithmeticTask(Task):
         unknown = set(operators) - set(OPERATORS)
         if not operators or unknown:
             raise ValueError(f"arithmetic: operators must be drawn from {''.join(OPERATORS)!r}, got {operators!r}")
-        if not 0 < test_percent < 100:
-            raise ValueError(f"arithmetic: test_percent must be in (0, 100), got {test_percent}")
+        if not 0 < test_percent < 50:
+            raise ValueError(f"arithmetic: test_percent must be in (0, 50), got {test_percent}")
         self.min_operands, self.max_operands = min_operands, max_operands
         self.digits, self.operators, self.seed, self.test_percent = digits, operators, seed, test_percent
 

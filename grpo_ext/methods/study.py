@@ -1,0 +1,200 @@
+"""A fair comparison as data: arms, the search every arm gets, the seeds, and which run goes where.
+
+``configs/compare.yaml`` describes a *study*: each arm is a method of the unified paradigm plus config overrides;
+every arm gets the same learning-rate search (plus arm-specific axes such as DPO's beta) trained with
+``search_seed`` and scored on the validation split; each arm's best setting on validation (its *pick*) is then
+trained with every seed and evaluated on test. The functions here are pure (no training, no files written):
+``scripts/run_methods.py`` runs what they describe.
+
+Run folders: ``<out>/runs/<arm>/<setting>/seed<k>``, ``<setting>`` a readable slug of the searched values
+(``lr5e-05``, ``lr5e-05_beta0.1``). A folder is complete when it holds ``training_cost.json``; its evaluations are
+``validation.json`` / ``test.json`` beside the model, each with its own resumable sample cache.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from grpo_ext.methods.paradigm import get_method
+
+__all__ = ["Arm", "Evaluation", "Setting", "Study", "load_study", "pick_settings"]
+
+#: The config field each search axis sets (``learning_rates`` is the shared axis).
+AXIS_FIELDS = {"lr": "learning_rate", "beta": "beta"}
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """How runs are scored on one split (validation: the picks; test: the report)."""
+
+    split: str
+    limit: int
+    n: int
+    temperature: float = 0.7
+    metric: str = "pass@1"
+    max_new_tokens: int = 48
+
+    def __post_init__(self):
+        if self.limit < 1 or self.n < 1:
+            raise ValueError(f"{self.split}: limit and n must be >= 1, got {self.limit}, {self.n}")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One point of an arm's search grid: axis name -> value (``lr`` always)."""
+
+    values: tuple[tuple[str, float], ...]
+
+    @property
+    def slug(self) -> str:
+        return "_".join(f"{name}{value:g}" for name, value in self.values)
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(self.values)
+
+    def flags(self) -> list[str]:
+        """Command-line overrides of the method's config."""
+        return [arg for name, value in self.values for arg in (f"--{AXIS_FIELDS[name]}", repr(value))]
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    method: str
+    overrides: dict = field(default_factory=dict)
+    grid: dict[str, list[float]] = field(default_factory=dict)  # arm-specific axes (lr is the study's)
+
+    def settings(self, learning_rates: list[float]) -> list[Setting]:
+        axes = {"lr": learning_rates, **self.grid}
+        names = list(axes)
+        return [Setting(tuple(zip(names, combo, strict=True))) for combo in itertools.product(*axes.values())]
+
+    def flags(self) -> list[str]:
+        out = []
+        for key, value in self.overrides.items():
+            out += [f"--{key}", str(value).lower() if isinstance(value, bool) else str(value)]
+        return out
+
+
+@dataclass
+class Study:
+    arms: list[Arm]
+    learning_rates: list[float]
+    seeds: list[int]
+    search_seed: int
+    validation: Evaluation
+    test: Evaluation
+    base: str = "embedded"
+    configs: str = "configs/methods"
+    extensions: dict[str, dict] = field(default_factory=dict)
+
+    def arm(self, name: str) -> Arm:
+        for arm in self.arms:
+            if arm.name == name:
+                return arm
+        raise ValueError(f"unknown arm {name!r}; the study has {', '.join(a.name for a in self.arms)}")
+
+    def run_dir(self, out: str | Path, arm: Arm, setting: Setting, seed: int) -> Path:
+        return Path(out) / "runs" / arm.name / setting.slug / f"seed{seed}"
+
+    def search(self) -> list[tuple[Arm, Setting, int]]:
+        """Every (arm, setting, search seed): what is trained and scored on validation."""
+        return [(arm, s, self.search_seed) for arm in self.arms for s in arm.settings(self.learning_rates)]
+
+    def repeats(self, picks: dict[str, Setting]) -> list[tuple[Arm, Setting, int]]:
+        """Every (arm, picked setting, seed) not already trained by the search."""
+        return [(arm, picks[arm.name], s) for arm in self.arms for s in self.seeds if s != self.search_seed]
+
+    def trimmed(self, values_per_axis: int, seeds: int) -> Study:
+        """The same arms with shorter grids and fewer seeds (``--quick``)."""
+        arms = [
+            Arm(a.name, a.method, a.overrides, {k: v[:values_per_axis] for k, v in a.grid.items()}) for a in self.arms
+        ]
+        return Study(
+            arms,
+            self.learning_rates[:values_per_axis],
+            self.seeds[:seeds],
+            self.search_seed,
+            self.validation,
+            self.test,
+            self.base,
+            self.configs,
+            self.extensions,
+        )
+
+
+def _require(mapping: dict, key: str, where: str):
+    if key not in mapping:
+        raise ValueError(f"{where}: missing `{key}`")
+    return mapping[key]
+
+
+def load_study(path: str | Path) -> Study:
+    """Parse and check a study YAML; errors name the file and the field."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"--study: no such file: {path}")
+    data = yaml.safe_load(path.read_text())
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of study fields")
+    arms = []
+    for name, spec in (_require(data, "arms", str(path)) or {}).items():
+        where = f"{path}: arms.{name}"
+        if not isinstance(spec, dict):
+            raise ValueError(f"{where}: expected a mapping with `method`")
+        method = _require(spec, "method", where)
+        get_method(method)
+        grid = spec.get("grid") or {}
+        unknown = set(grid) - set(AXIS_FIELDS)
+        if unknown:
+            raise ValueError(f"{where}.grid: unknown axis {sorted(unknown)}; searchable: {sorted(AXIS_FIELDS)}")
+        arms.append(Arm(name, method, dict(spec.get("overrides") or {}), {k: list(v) for k, v in grid.items()}))
+    if not arms:
+        raise ValueError(f"{path}: `arms` is empty")
+    learning_rates = [float(x) for x in _require(data, "learning_rates", str(path))]
+    seeds = [int(s) for s in _require(data, "seeds", str(path))]
+    search_seed = int(data.get("search_seed", seeds[0]))
+    if search_seed not in seeds:
+        raise ValueError(f"{path}: search_seed {search_seed} must be one of seeds {seeds}")
+    evaluations = {}
+    for split_name in ("validation", "test"):
+        spec = dict(_require(data, split_name, str(path)))
+        spec.setdefault("split", split_name)
+        evaluations[split_name] = Evaluation(**spec)
+    if evaluations["validation"].split == evaluations["test"].split:
+        raise ValueError(f"{path}: validation.split and test.split must differ (picks are never made on test)")
+    study = Study(
+        arms,
+        learning_rates,
+        seeds,
+        search_seed,
+        evaluations["validation"],
+        evaluations["test"],
+        str(data.get("base", "embedded")),
+        str(data.get("configs", "configs/methods")),
+        dict(data.get("extensions") or {}),
+    )
+    for ext in study.extensions.values():
+        for role in ("arm", "against"):
+            study.arm(ext[role])  # an unknown arm name fails here, naming the arms
+    return study
+
+
+def pick_settings(scores: dict[str, dict[str, float]], settings: dict[str, list[Setting]]) -> dict[str, Setting]:
+    """Each arm's setting with the highest validation score; ties go to the earlier setting of the grid.
+
+    ``scores[arm][slug]`` is the validation metric of that search run. Only validation scores enter: the function
+    is never given test numbers.
+    """
+    picks = {}
+    for arm, grid in settings.items():
+        missing = [s.slug for s in grid if s.slug not in scores.get(arm, {})]
+        if missing:
+            raise ValueError(f"arm {arm}: no validation score for {', '.join(missing)}")
+        best = max(range(len(grid)), key=lambda i: (scores[arm][grid[i].slug], -i))
+        picks[arm] = grid[best]
+    return picks
