@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from benchmarks import _common as C
-from grpo_ext.evaluation import metrics
+from grpo_ext.evaluation import majority, metrics
 
 TARGET_S = 2.0
 KS = (1, 2, 4, 8, 16, 32, 64)
@@ -57,8 +57,7 @@ def make_problems(n_problems: int, n: int, regime: str, seed: int = 0):
 
 
 def clear_caches() -> None:
-    for fn in (metrics._maj_from_signature, metrics._target_credit_counts, metrics._binomial_power):
-        fn.cache_clear()
+    majority.clear_caches()
 
 
 def run_all(answers, correct, ks=KS) -> tuple[float, float, dict]:
