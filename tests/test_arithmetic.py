@@ -19,8 +19,15 @@ def test_splits_are_disjoint_across_seeds_and_sizes():
     test = set(ArithmeticTask(seed=0).load("test", 500)["prompt"]) | set(
         ArithmeticTask(seed=9).load("test", 500)["prompt"]
     )
-    assert train.isdisjoint(test)
+    validation = set(ArithmeticTask(seed=0).load("validation", 500)["prompt"]) | set(
+        ArithmeticTask(seed=5).load("validation", 500)["prompt"]
+    )
+    assert train.isdisjoint(test) and train.isdisjoint(validation) and validation.isdisjoint(test)
     assert all(split_of(p) == "test" for p in test)
+    assert all(split_of(p) == "validation" for p in validation)
+    # about a tenth of all prompts each (the hash buckets): a prompt drawn at random lands in train 80% of the time
+    share = [split_of(f"{a}+{b}=") for a in range(100) for b in range(100)]
+    assert 0.07 < share.count("test") / len(share) < 0.13 and 0.07 < share.count("validation") / len(share) < 0.13
 
 
 def test_difficulty_knobs():
@@ -91,6 +98,6 @@ def test_bad_task_input_names_the_culprit():
     with pytest.raises(ValueError, match="operators"):
         ArithmeticTask(operators="+/")
     with pytest.raises(ValueError, match="split"):
-        TASK.load("validation", 3)
+        TASK.load("dev", 3)
     with pytest.raises(ValueError, match="not an arithmetic prompt"):
         TASK.verify_steps("what is 2+2?", "#4")

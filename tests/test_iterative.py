@@ -85,7 +85,7 @@ def test_task_without_a_verifier_is_refused():
         check_verifier(task, "outcome", Dataset.from_dict({"prompt": ["1+1="]}))
 
     class NoStepVerifier:
-        name, step_separator = "plain", None
+        name, step_separator, has_step_verifier = "plain", None, False
 
     with pytest.raises(ValueError, match="`process` needs a step verifier"):
         check_verifier(NoStepVerifier(), "process", Dataset.from_dict({"prompt": ["q"], "answer": ["a"]}))

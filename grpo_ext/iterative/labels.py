@@ -13,7 +13,7 @@ def check_verifier(task, reward_model_type: str, train_dataset) -> None:
             f"task {task.name!r} has no verifier: its data has no 'answer' column to check samples against "
             "(iterative RL labels the RM's data with the verifier)"
         )
-    if reward_model_type == "process" and not callable(getattr(task, "verify_steps", None)):
+    if reward_model_type == "process" and not task.has_step_verifier:
         raise ValueError(
             f"reward_model_type: `process` needs a step verifier, and task {task.name!r} has none (verify_steps); "
             "use reward_model_type: outcome"
