@@ -1,4 +1,5 @@
-"""pass@k, maj@k and accuracy: checked against closed forms, plain enumeration and hand-worked cases."""
+"""pass@k, pass^k, Cover@tau, maj@k (both engines), answer diversity and accuracy: checked against closed
+forms, plain enumeration and hand-worked cases."""
 
 from __future__ import annotations
 
@@ -12,13 +13,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from grpo_ext.evaluation.majority import exact_from_signature, spectral_from_signature, uses_exact_engine
 from grpo_ext.evaluation.metrics import (
+    answer_diversity,
+    answer_diversity_many,
     answer_signature,
+    cover_at,
+    cover_at_many,
     maj_at_k,
     maj_at_k_many,
     mean_accuracy,
     pass_at_k,
     pass_at_k_many,
+    pass_hat_k,
+    pass_hat_k_many,
 )
 
 # --------------------------------------------------------------------------------------------------
@@ -329,3 +337,236 @@ def test_answer_signature():
     classes, n_none = answer_signature(answers, correct)
     assert n_none == 2
     assert classes == ((1, 0), (1, 0), (2, 2))
+
+
+# --------------------------------------------------------------------------------------------------
+# pass^k
+
+
+def brute_pass_hat(n: int, c: int, k: int) -> Fraction:
+    """Share of the k-subsets of n samples (the first c correct) in which every sample is correct."""
+    subsets = list(itertools.combinations(range(n), k))
+    return Fraction(sum(all(i < c for i in s) for s in subsets), len(subsets))
+
+
+def test_pass_hat_k_matches_enumeration_and_closed_form():
+    for n in range(1, 9):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                assert pass_hat_k(n, c, k) == pytest.approx(float(brute_pass_hat(n, c, k)), rel=1e-14), (n, c, k)
+    for n in range(9, 41):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                want = float(Fraction(math.comb(c, k), math.comb(n, k)))
+                assert pass_hat_k(n, c, k) == pytest.approx(want, rel=1e-12, abs=1e-300), (n, c, k)
+
+
+def test_pass_hat_k_edge_cases_and_large_n():
+    for n in (1, 5, 1024):
+        for k in {k for k in (1, 2, n) if k <= n}:
+            assert pass_hat_k(n, 0, k) == 0.0  # c = 0: no all-correct subset
+            assert pass_hat_k(n, n, k) == 1.0  # c = n: every subset is all correct, exactly 1
+        assert pass_hat_k(n, n - 1, n) == 0.0  # k = n takes every sample, and one is wrong
+    assert pass_hat_k(10, 3, 1) == pytest.approx(0.3)  # pass^1 = pass@1 = c / n
+    assert pass_hat_k(4, 2, 2) == pytest.approx(1 / 6)  # C(2,2) / C(4,2)
+    for c, k in [(700, 64), (1000, 512), (512, 512), (1023, 1000)]:
+        want = float(Fraction(math.comb(c, k), math.comb(1024, k)))
+        assert pass_hat_k(1024, c, k) == pytest.approx(want, rel=1e-12, abs=1e-300)
+    # without replacement, all-correct is rarer than with: pass^k <= (c / n)^k <= pass@k
+    assert pass_hat_k(100, 60, 5) <= 0.6**5 <= pass_at_k(100, 60, 5)
+
+
+def test_pass_hat_k_many_equals_scalar_and_validates():
+    for k in (1, 2, 3, 8, 30):
+        pairs = [(n, c) for n in range(k, 33) for c in range(n + 1)]
+        n_arr, c_arr = np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+        got = pass_hat_k_many(n_arr, c_arr, k)
+        assert got.shape == (len(pairs),) and got.dtype == np.float64
+        np.testing.assert_allclose(got, [pass_hat_k(n, c, k) for n, c in pairs], rtol=1e-13, atol=0)
+        assert np.all(got[c_arr < k] == 0.0) and np.all(got[c_arr == n_arr] == 1.0)
+    got = pass_hat_k_many(1024, np.array([0, 512, 1024]), 512)
+    assert got[0] == 0.0 and got[2] == 1.0 and got[1] == pytest.approx(pass_hat_k(1024, 512, 512), rel=1e-12)
+    assert pass_hat_k_many(np.array([], dtype=int), np.array([], dtype=int), 3).shape == (0,)
+    with pytest.raises(ValueError, match=r"pass\^k needs 1 <= k <= n; got k=6 > n=5"):
+        pass_hat_k(5, 2, 6)
+    with pytest.raises(ValueError, match=r"pass\^k needs 0 <= c <= n.*c=6, n=5"):
+        pass_hat_k(5, 6, 2)
+    with pytest.raises(ValueError, match=r"k=4 > n=3 at problem 1"):
+        pass_hat_k_many([8, 3], [1, 1], 4)
+    with pytest.raises(ValueError, match=r"c=9, n=8 at problem 0"):
+        pass_hat_k_many([8], [9], 2)
+    with pytest.raises(TypeError, match="k must be an integer"):
+        pass_hat_k(5, 2, 2.0)
+
+
+# --------------------------------------------------------------------------------------------------
+# Cover@tau
+
+
+def test_cover_at_matches_exact_comparison():
+    taus = [Fraction(i, 20) for i in range(21)]
+    for n in range(1, 31):
+        for c in range(n + 1):
+            for tau in taus:
+                want = 1.0 if Fraction(c, n) >= tau else 0.0
+                assert cover_at(n, c, float(tau)) == want, (n, c, tau)
+    # decimal thresholds land on the fraction they spell
+    assert cover_at(10, 3, 0.3) == 1.0 and cover_at(10, 7, 0.7) == 1.0 and cover_at(10, 6, 0.7) == 0.0
+
+
+def test_cover_at_edge_cases_and_many():
+    assert cover_at(5, 0, 0.1) == 0.0 and cover_at(5, 0, 0.0) == 1.0  # c = 0; tau = 0 is always covered
+    assert cover_at(5, 5, 1.0) == 1.0 and cover_at(5, 4, 1.0) == 0.0  # tau = 1 needs c = n
+    assert cover_at(1, 1, 0.5) == 1.0 and cover_at(1, 0, 0.5) == 0.0  # one sample
+    n = np.array([[10, 10], [1024, 3]])
+    c = np.array([[3, 2], [512, 3]])
+    got = cover_at_many(n, c, 0.3)
+    assert got.shape == (2, 2) and got.tolist() == [[1.0, 0.0], [1.0, 1.0]]
+    assert cover_at_many(np.array([], dtype=int), np.array([], dtype=int), 0.5).shape == (0,)
+    for bad, err in [(-0.1, ValueError), (1.5, ValueError), (float("nan"), ValueError), (True, TypeError)]:
+        with pytest.raises(err, match="tau"):
+            cover_at(5, 2, bad)
+    with pytest.raises(ValueError, match=r"n >= 1.*n=0"):
+        cover_at(0, 0, 0.5)
+    with pytest.raises(ValueError, match=r"c=6, n=5 at problem 0"):
+        cover_at_many([5], [6], 0.5)
+    with pytest.raises(ValueError, match=r"n=0 at problem 1"):
+        cover_at_many([5, 0], [1, 0], 0.5)
+
+
+# --------------------------------------------------------------------------------------------------
+# answer diversity
+
+
+def brute_diversity(answers):
+    counts: dict = {}
+    for a in answers:
+        if a is not None:
+            counts[a] = counts.get(a, 0) + 1
+    total = sum(counts.values())
+    return len(counts), -sum(v / total * math.log2(v / total) for v in counts.values())
+
+
+def test_answer_diversity_hand_worked_and_edge_cases():
+    distinct, entropy = answer_diversity(["a", "a", "b", None])
+    assert distinct == 2 and entropy == pytest.approx(-(2 / 3) * math.log2(2 / 3) - (1 / 3) * math.log2(1 / 3))
+    assert answer_diversity([None, None]) == (0, 0.0)  # all None: no answer, no diversity
+    assert answer_diversity(["x"] * 7 + [None]) == (1, 0.0)  # one answer
+    assert answer_diversity(["a", "b"]) == (2, pytest.approx(1.0))  # two equally common answers: one bit
+    assert answer_diversity(list(range(1024))) == (1024, pytest.approx(10.0))  # all distinct: log2 n
+    assert answer_diversity(["only"]) == (1, 0.0)  # one sample
+    with pytest.raises(ValueError, match="empty"):
+        answer_diversity([])
+
+
+def test_answer_diversity_matches_brute_force_and_many():
+    rng = random.Random(11)
+    problems = []
+    for _ in range(80):
+        keys = [None, *range(rng.randint(1, 12))]
+        problems.append([rng.choice(keys) for _ in range(rng.randint(1, 40))])
+    problems.append(np.array(["u", "v", "u"], dtype=object))
+    distinct, entropy = answer_diversity_many(problems)
+    assert distinct.dtype == np.int64 and entropy.dtype == np.float64
+    for p, answers in enumerate(problems):
+        want_d, want_h = brute_diversity(list(answers))
+        assert answer_diversity(answers) == (want_d, pytest.approx(want_h, abs=1e-12))
+        assert (distinct[p], entropy[p]) == (want_d, pytest.approx(want_h, abs=1e-12))
+    assert answer_diversity_many([])[0].shape == (0,)
+    with pytest.raises(ValueError, match="problem 1: answers is empty"):
+        answer_diversity_many([["a"], []])
+
+
+# --------------------------------------------------------------------------------------------------
+# maj@k at large n: the spectral engine against enumeration, the exact engine and identities
+
+
+def random_problem(rng: random.Random, n: int, n_keys: int, zipf: float = 1.0):
+    """Answers with Zipf-like frequencies, ~5% None; the correct key is a random one (or none at all)."""
+    keys = list(range(n_keys))
+    weights = [1 / (j + 1) ** zipf for j in keys]
+    answers = [None if rng.random() < 0.05 else rng.choices(keys, weights)[0] for _ in range(n)]
+    right = rng.choice([*keys[:4], -1])
+    if rng.random() < 0.2:  # flags that disagree within a key: fractional credit
+        return answers, [a == right or (a == 1 and rng.random() < 0.5) for a in answers]
+    return answers, [a == right for a in answers]
+
+
+def test_spectral_engine_matches_brute_force_small_n():
+    rng = random.Random(21)
+    for _ in range(150):
+        n = rng.randint(1, 9)
+        answers, correct = random_problem(rng, n, rng.randint(1, 5), zipf=0.5)
+        classes, n_none = answer_signature(answers, correct)
+        got = spectral_from_signature(classes, n_none, tuple(range(1, n + 1)))
+        for k in range(1, n + 1):
+            assert got[k - 1] == pytest.approx(float(brute_maj(answers, correct, k)), abs=1e-13), (classes, k)
+
+
+def test_spectral_engine_matches_exact_engine():
+    rng = random.Random(5)
+    cases = [(rng.randint(10, 60), rng.choice([1, 2, 5, 12, 40]), rng.uniform(0.3, 1.5)) for _ in range(40)]
+    cases += [(150, 3, 1.0), (200, 40, 0.6), (256, 8, 1.2), (300, 120, 0.3)]
+    for n, n_keys, zipf in cases:
+        answers, correct = random_problem(rng, n, n_keys, zipf)
+        classes, n_none = answer_signature(answers, correct)
+        ks = tuple(range(1, n + 1)) if n <= 60 else (1, 2, 3, 5, 8, 16, 32, 64, 100, n // 2, n - 1, n)
+        exact = exact_from_signature(classes, n_none, ks)
+        spectral = spectral_from_signature(classes, n_none, ks)
+        np.testing.assert_allclose(spectral, exact, rtol=0, atol=1e-13, err_msg=str((classes, n_none)))
+    # hand-built shapes: a minority correct answer, a three-way tie of large classes, all singletons
+    for classes, n_none in [
+        (((1, 0),) * 20 + ((2, 0),) * 10 + ((5, 5), (60, 0), (64, 0)), 31),
+        (((30, 30), (30, 0), (30, 0)), 10),
+        (((1, 1),) + ((1, 0),) * 149, 0),
+    ]:
+        n = sum(c for c, _ in classes) + n_none
+        ks = (*(k for k in (1, 2, 4, 8, 16, 32, 64, 128) if k < n - 1), n - 1, n)
+        exact = exact_from_signature(classes, n_none, ks)
+        np.testing.assert_allclose(spectral_from_signature(classes, n_none, ks), exact, rtol=0, atol=1e-13)
+
+
+def test_engine_routing():
+    assert uses_exact_engine(((64, 64),), 0) and uses_exact_engine(((1, 0),) * 63 + ((1, 1),), 0)  # all n <= 64
+    assert not uses_exact_engine(((1024, 1024),), 0) and not uses_exact_engine(((100, 0), (100, 0)), 56)
+    answers = ["a"] * 90 + ["b"] * 80 + [None] * 30  # n = 200: spectral, through the public functions
+    correct = [True] * 90 + [False] * 110
+    classes, n_none = answer_signature(answers, correct)
+    want = exact_from_signature(classes, n_none, (1, 7, 100, 200))
+    assert maj_at_k_many([answers], [correct], [1, 7, 100, 200])[0] == pytest.approx(want, abs=1e-13)
+    assert maj_at_k(answers, correct, 7) == pytest.approx(want[1], abs=1e-13)
+
+
+POWERS_1024 = [2**i for i in range(11)]
+
+
+def test_maj_n1024_edge_cases():
+    n = 1024
+    ones = np.ones(len(POWERS_1024))
+    rng = random.Random(8)
+    spread = [rng.randrange(300) for _ in range(n)]  # hundreds of distinct answers
+    assert np.all(maj_at_k_many([spread], [[False] * n], POWERS_1024) == 0)  # c = 0
+    assert np.all(maj_at_k_many([spread], [[True] * n], POWERS_1024) == ones)  # c = n: every answer is right
+    assert np.all(maj_at_k_many([[None] * n], [[True] * n], POWERS_1024) == 0)  # all answers None
+    assert np.all(maj_at_k_many([["x"] * n], [[True] * n], POWERS_1024) == ones)  # one answer, correct
+    # two equal classes, one correct: 1/2 for every k by symmetry
+    half = maj_at_k_many([["a"] * 512 + ["b"] * 512], [[True] * 512 + [False] * 512], POWERS_1024)
+    np.testing.assert_allclose(half[0], 0.5, rtol=0, atol=1e-14)
+    # one correct answer among None samples: maj@k = pass@k
+    for c in (1, 37, 700):
+        got = maj_at_k_many([["a"] * c + [None] * (n - c)], [[True] * c + [False] * (n - c)], POWERS_1024)
+        np.testing.assert_allclose(got[0], [pass_at_k(n, c, k) for k in POWERS_1024], rtol=0, atol=1e-13)
+    # maj@1 is the share of samples voting for a correct answer; k = n is the majority of all samples
+    answers = [rng.choice([None, 1, 2, 3, 3, 4]) for _ in range(n)]
+    correct = [a == 2 for a in answers]
+    got = maj_at_k_many([answers], [correct], POWERS_1024)[0]
+    assert got[0] == pytest.approx(sum(correct) / n, abs=1e-14) and got[-1] == 0.0  # answer 3 wins at k = n
+    assert maj_at_k(answers, [a == 3 for a in answers], n) == 1.0
+
+
+def test_maj_n1024_against_exact_engine():
+    # few classes keep the exact engine affordable at n = 1024
+    for classes, n_none in [(((100, 100), (300, 0), (600, 0)), 24), (((1, 0),) * 40 + ((90, 90), (95, 0)), 799)]:
+        ks = (*POWERS_1024, 700, 1023)
+        exact = exact_from_signature(classes, n_none, ks)
+        np.testing.assert_allclose(spectral_from_signature(classes, n_none, ks), exact, rtol=0, atol=1e-13)

@@ -344,6 +344,8 @@ def spectral_from_signature(classes: tuple[tuple[int, int], ...], n_none: int, k
     correct_by_size = _correct_by_size(classes)
     if not correct_by_size:
         return (0.0,) * len(ks)
+    if all(n_correct == cnt for cnt, n_correct in classes):  # every answer right: 1 - P(no votes), exactly
+        return tuple(1.0 - math.prod((n_none - i) / (n - i) for i in range(k)) if k <= n_none else 1.0 for k in ks)
     sizes = Counter(counts)
     targets = []
     for a, n_correct in correct_by_size.items():
