@@ -108,7 +108,7 @@ def score_samples(task: Task, problems: Sequence[dict], completions: Sequence[Se
         "answers_extracted": float(np.mean([a is not None for row in answers for a in row])),
     }
     per_problem = []
-    for p, flags, keys in zip(problems, correct, answers, strict=True):
+    for i, (p, flags, keys) in enumerate(zip(problems, correct, answers, strict=True)):
         votes: dict[str, int] = {}
         for key in keys:
             if key is not None:
@@ -121,6 +121,8 @@ def score_samples(task: Task, problems: Sequence[dict], completions: Sequence[Se
                 "n_correct": int(sum(flags)),
                 "n_extracted": int(sum(key is not None for key in keys)),
                 "top_answer": max(votes, key=votes.get) if votes else None,
+                # exact per-problem maj@k, so a report can put intervals over problems on maj@k as on pass@k
+                "maj@k": {str(k): float(maj[i, j]) for j, k in enumerate(ks)},
             }
         )
     return summary, per_problem
