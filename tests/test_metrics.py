@@ -565,8 +565,14 @@ def test_maj_n1024_edge_cases():
 
 
 def test_maj_n1024_against_exact_engine():
-    # few classes keep the exact engine affordable at n = 1024
-    for classes, n_none in [(((100, 100), (300, 0), (600, 0)), 24), (((1, 0),) * 40 + ((90, 90), (95, 0)), 799)]:
-        ks = (*POWERS_1024, 700, 1023)
+    # few classes keep the exact engine affordable at n = 1024; every k (nearby ks share an evaluation)
+    ks = tuple(range(1, 1025))
+    for classes, n_none in [
+        (((100, 100), (300, 0), (600, 0)), 24),
+        (((1, 0),) * 30 + ((2, 0),) * 10 + ((40, 40), (60, 0)), 874),
+    ]:
         exact = exact_from_signature(classes, n_none, ks)
         np.testing.assert_allclose(spectral_from_signature(classes, n_none, ks), exact, rtol=0, atol=1e-13)
+    assert spectral_from_signature(((100, 100), (300, 0), (600, 0)), 24, (512, 1)) == pytest.approx(
+        [exact_from_signature(((100, 100), (300, 0), (600, 0)), 24, (k,))[0] for k in (512, 1)], abs=1e-13
+    )  # ks in any order
