@@ -11,6 +11,8 @@ from trl import GRPOConfig
 from grpo_ext.advantages import get_gradient_coefficient
 
 ZERO_STD_GROUPS = ("keep", "skip", "refill")
+# grpo_ext.rewards.prm.PRM_FORMATS, repeated here so that the config does not import the model-loading code
+PRM_FORMATS = ("token_classification", "step_tag", "qwen_prm")
 KL_CONTROLLERS = ("fixed", "adaptive")
 # Loss types whose reduction averages over sequences (or a fixed B x L): skipping rows needs a B / B_kept factor.
 PER_SEQUENCE_LOSS_TYPES = ("grpo", "sapo", "dr_grpo", "luspo")
@@ -44,11 +46,30 @@ class GRPOExtConfig(GRPOConfig):
             built by `grpo_ext.assembly.build_grpo_trainer`). Each has TRL's reward signature and returns, for
             every completion, one score per reasoning step (as many as `step_separator` splits it into).
         process_reward_model (`str` or `None`, *optional*, defaults to `None`):
-            Path of a process reward model folder in TRL's PRM format (`AutoModelForTokenClassification`), scored
-            at each step's last token; added to `process_reward_funcs`.
+            Path of a process reward model folder (safetensors weights), loaded by
+            `grpo_ext.rewards.prm.load_process_reward_model` on each process's device and added to
+            `process_reward_funcs`: one score per step, the steps re-joined in the PRM's own input format.
+        process_reward_model_format (`str` or `None`, *optional*, defaults to `None`):
+            Format of `process_reward_model`: `"token_classification"` (TRL's PRM format), `"step_tag"`
+            (Math-Shepherd: a causal LM scored at a tag after each step) or `"qwen_prm"` (Qwen2.5-Math-PRM, loaded
+            without remote code). `None` detects it from the folder's config.json.
+        process_reward_model_step_tag (`str` or `None`, *optional*, defaults to `None`):
+            `"step_tag"` format: the tag written after each step, at which the step is scored. `None`: `"ки"`
+            (Math-Shepherd's).
+        process_reward_model_good_token (`str` or `None`, *optional*, defaults to `None`):
+            `"step_tag"` format: the token whose probability (softmax over the good and bad tokens' logits at the
+            tag) is the step's score. `None`: `"+"`.
+        process_reward_model_bad_token (`str` or `None`, *optional*, defaults to `None`):
+            `"step_tag"` format: the other token of that softmax. `None`: `"-"`.
+        process_reward_model_load_in_4bit (`bool`, *optional*, defaults to `False`):
+            Load the process reward model in 4-bit (bitsandbytes nf4, double quantisation), e.g. a 7B PRM next to
+            a QLoRA policy on one GPU. Otherwise it loads in bf16 on a GPU and float32 on the CPU.
+        process_reward_model_batch_size (`int`, *optional*, defaults to `16`):
+            Completions per forward pass of the process reward model (>= 1).
         step_separator (`str` or `None`, *optional*, defaults to `None`):
-            Separator between reasoning steps in a completion. When unset: the task's separator when the trainer is
-            built by `build_grpo_trainer`, else a newline. Must be non-empty when set.
+            How a completion splits into reasoning steps (`grpo_ext.steps`): `"newline"`, `"blank_line"`, `"step_k"`
+            (steps start at lines `Step <k>:`) or a literal separator string. When unset: the task's rule when the
+            trainer is built by `build_grpo_trainer`, else a literal newline. Must be non-empty when set.
         process_include_outcome (`bool`, *optional*, defaults to `False`):
             With step rewards, add each completion's outcome reward as one more step ending at its last token.
 
@@ -99,13 +120,37 @@ class GRPOExtConfig(GRPOConfig):
     )
     process_reward_model: str | None = field(
         default=None,
-        metadata={"help": "Path of an AutoModelForTokenClassification PRM (TRL's PRM format) scored at step ends."},
+        metadata={"help": "Path of a process reward model folder (see process_reward_model_format), scored per step."},
+    )
+    process_reward_model_format: str | None = field(
+        default=None,
+        metadata={
+            "help": "Format of process_reward_model: `token_classification` (TRL's PRM format), `step_tag` "
+            "(Math-Shepherd), `qwen_prm` (Qwen2.5-Math-PRM); unset: detected from the folder's config.json."
+        },
+    )
+    process_reward_model_step_tag: str | None = field(
+        default=None, metadata={"help": "`step_tag` format: the tag after each step (unset: `ки`, Math-Shepherd's)."}
+    )
+    process_reward_model_good_token: str | None = field(
+        default=None, metadata={"help": "`step_tag` format: the good token scored at each tag (unset: `+`)."}
+    )
+    process_reward_model_bad_token: str | None = field(
+        default=None, metadata={"help": "`step_tag` format: the bad token scored at each tag (unset: `-`)."}
+    )
+    process_reward_model_load_in_4bit: bool = field(
+        default=False,
+        metadata={"help": "Load the process reward model in 4-bit (nf4); else bf16 on a GPU, float32 on the CPU."},
+    )
+    process_reward_model_batch_size: int = field(
+        default=16, metadata={"help": "Completions per forward pass of the process reward model."}
     )
     step_separator: str | None = field(
         default=None,
         metadata={
-            "help": "Separator between reasoning steps; unset: the task's separator when the trainer is built by "
-            "grpo_ext.assembly.build_grpo_trainer, else a newline."
+            "help": "How completions split into reasoning steps: `newline`, `blank_line`, `step_k` (lines starting "
+            "`Step <k>:`) or a literal separator; unset: the task's rule when the trainer is built by "
+            "grpo_ext.assembly.build_grpo_trainer, else a literal newline."
         },
     )
     process_include_outcome: bool = field(
@@ -149,6 +194,7 @@ class GRPOExtConfig(GRPOConfig):
         _choice("kl_controller", self.kl_controller, KL_CONTROLLERS)
         if self.step_separator == "":
             raise ValueError("step_separator: must be a non-empty string")
+        self._check_process_reward_model()
         if self.max_refill_rounds < 0:
             raise ValueError(f"max_refill_rounds: must be >= 0, got {self.max_refill_rounds}")
         if self.kl_controller == "adaptive":
@@ -172,3 +218,28 @@ class GRPOExtConfig(GRPOConfig):
                     "zero_std_groups: `refill` replaces whole groups on each process, so per_device_train_batch_size "
                     f"x steps_per_generation ({local}) must be a multiple of num_generations ({self.num_generations})"
                 )
+
+    def _check_process_reward_model(self) -> None:
+        step_tag_fields = [f"process_reward_model_{n}" for n in ("step_tag", "good_token", "bad_token")]
+        if self.process_reward_model is None:
+            unused = [n for n in ("process_reward_model_format", *step_tag_fields) if getattr(self, n) is not None]
+            unused += ["process_reward_model_load_in_4bit"] if self.process_reward_model_load_in_4bit else []
+            if unused:
+                raise ValueError(f"{unused[0]}: set without process_reward_model")
+        if self.process_reward_model_format is not None:
+            _choice("process_reward_model_format", self.process_reward_model_format, PRM_FORMATS)
+        for name in step_tag_fields:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"{name}: must be a non-empty string, got {value!r}")
+            if self.process_reward_model_format not in (None, "step_tag"):
+                raise ValueError(
+                    f"{name}: only the `step_tag` format reads it (process_reward_model_format is "
+                    f"`{self.process_reward_model_format}`)"
+                )
+        if self.process_reward_model_batch_size < 1:
+            raise ValueError(
+                f"process_reward_model_batch_size: must be >= 1, got {self.process_reward_model_batch_size}"
+            )

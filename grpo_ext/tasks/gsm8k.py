@@ -6,9 +6,11 @@ inline) ending in a line ``#### 72``. The reference answer is the text after ``#
 Data comes from the hub (``load_dataset("openai/gsm8k", "main", split=...)``) or, offline, from local files in the
 same format (``data_files=``: a JSON/JSONL/parquet/CSV path, a list of paths, or a ``{split: path(s)}`` dict).
 
-The prompt asks for step-by-step reasoning, one step per line (``step_separator = "\\n"``), and a final answer as
-``\\boxed{...}`` or after ``####``. A completion's answer is the last ``\\boxed{}`` if there is one, else the number
-after the last ``####``, else the last number in the text, normalised (``grpo_ext.tasks.answers.normalize_number``).
+The prompt asks for step-by-step reasoning written the way ``step_separator`` splits steps (``"newline"`` by
+default: one step per line; ``"blank_line"``, ``"step_k"`` or a literal separator, see :mod:`grpo_ext.steps`; worked
+examples are written the same way), and a final answer as ``\\boxed{...}`` or after ``####``. A completion's answer
+is the last ``\\boxed{}`` if there is one, else the number after the last ``####``, else the last number in the text,
+normalised (``grpo_ext.tasks.answers.normalize_number``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Sequence
 
 from datasets import Dataset
 
+from grpo_ext.steps import join_steps, step_instruction, step_rule
 from grpo_ext.tasks.answers import last_boxed, last_number, normalize_boxed, normalize_number, numbers_in
 from grpo_ext.tasks.base import Task
 from grpo_ext.tasks.data import DataFiles, as_prompt, data_source, load_split
@@ -27,8 +30,8 @@ HUB_DATASET = "openai/gsm8k"
 HUB_CONFIG = "main"
 
 INSTRUCTION = (
-    "Solve the following math problem. Think step by step and write each step on its own line. "
-    "Give the final answer as \\boxed{ANSWER} or on a last line of the form '#### ANSWER'."
+    "Solve the following math problem. Think step by step and {steps}. "
+    "Give the final answer as \\boxed{{ANSWER}} or on a last line of the form '#### ANSWER'."
 )
 
 _CALCULATOR_RE = re.compile(r"<<[^<>]*>>")
@@ -73,12 +76,13 @@ class GSM8KTask(Task):
     Knobs: ``data_files`` (local copy in the openai/gsm8k format; default: the hub), ``dataset_name`` /
     ``dataset_config`` (hub source), ``num_fewshot`` worked examples from ``fewshot_split`` (picked with
     ``fewshot_seed``, the same ones in every prompt, calculator annotations removed), ``conversational`` (prompt as
-    a one-message chat). When the few-shot examples come from the very data being loaded (one local file for
-    every split), those rows are left out of the loaded split.
+    a one-message chat), ``step_separator`` (the step rule the prompt asks for and the trainer splits on). When the
+    few-shot examples come from the very data being loaded (one local file for every split), those rows are left out
+    of the loaded split.
     """
 
     name = "gsm8k"
-    step_separator = "\n"
+    step_separator = "newline"
 
     def __init__(
         self,
@@ -89,23 +93,34 @@ class GSM8KTask(Task):
         dataset_name: str = HUB_DATASET,
         dataset_config: str | None = HUB_CONFIG,
         conversational: bool = False,
+        step_separator: str = "newline",
     ):
+        step_rule(step_separator)
         if num_fewshot < 0:
             raise ValueError(f"gsm8k: num_fewshot must be >= 0, got {num_fewshot}")
         self.data_files, self.num_fewshot = data_files, num_fewshot
         self.fewshot_split, self.fewshot_seed = fewshot_split, fewshot_seed
         self.dataset_name, self.dataset_config = dataset_name, dataset_config
-        self.conversational = conversational
+        self.conversational, self.step_separator = conversational, step_separator
 
     # ---- prompts ---------------------------------------------------------------------------------------------
-    @staticmethod
-    def format_example(question: str, solution: str | None = None) -> str:
+    def format_example(self, question: str, solution: str | None = None) -> str:
+        """``Question: ...\\nAnswer:``, then the worked solution with its steps written as the step rule splits them
+        (the final ``#### ANSWER`` line stays a line of its own)."""
         text = f"Question: {question.strip()}\nAnswer:"
-        return text if solution is None else f"{text} {strip_calculator_annotations(solution).strip()}"
+        if solution is None:
+            return text
+        worked = strip_calculator_annotations(solution).strip()  # GSM8K's own layout: one step per line
+        if self.step_separator not in ("newline", "\n"):
+            lines = [line.strip() for line in worked.split("\n") if line.strip()]
+            answer = [lines.pop()] if lines and lines[-1].startswith("####") else []
+            worked = "\n".join([join_steps(lines, self.step_separator), *answer])
+        return f"{text} {worked}"
 
     def build_prompt(self, question: str, exemplars: Sequence[tuple[str, str]] = ()) -> str:
         """Instruction, the worked examples, then the question (the model continues after ``Answer:``)."""
-        parts = [INSTRUCTION, *(self.format_example(q, s) for q, s in exemplars), self.format_example(question)]
+        instruction = INSTRUCTION.format(steps=step_instruction(self.step_separator))
+        parts = [instruction, *(self.format_example(q, s) for q, s in exemplars), self.format_example(question)]
         return "\n\n".join(parts)
 
     def _hub(self) -> tuple[str, str | None]:

@@ -28,6 +28,7 @@ from functools import lru_cache
 
 from datasets import Dataset
 
+from grpo_ext.steps import step_instruction, step_rule
 from grpo_ext.tasks.answers import last_boxed
 from grpo_ext.tasks.base import Task
 from grpo_ext.tasks.data import DataFiles, as_prompt, load_split
@@ -35,10 +36,7 @@ from grpo_ext.tasks.data import DataFiles, as_prompt, load_split
 HUB_DATASET = "DigitalLearningGmbH/MATH-lighteval"
 HUB_CONFIG = "default"
 
-INSTRUCTION = (
-    "Solve the following math problem. Think step by step and write each step on its own line. "
-    "Put the final answer in \\boxed{}."
-)
+INSTRUCTION = "Solve the following math problem. Think step by step and {steps}. Put the final answer in \\boxed{{}}."
 
 # Answers SymPy could spend unbounded time on when no timeout can interrupt it.
 _RISKY_RE = re.compile(
@@ -143,11 +141,12 @@ class MathTask(Task):
     The ``answer`` column holds the reference answer as LaTeX (the last ``\\boxed{}`` of the solution), which is
     what math-verify reads; :meth:`normalize_answer` turns it into the voting key. Knobs: ``data_files`` (local copy
     in the MATH format), ``dataset_name``/``dataset_config`` (hub source), ``levels``/``types`` (keep only these
-    ``level``/``type`` values, e.g. ``["Level 1"]``), ``conversational``, and math-verify timeouts (main thread only).
+    ``level``/``type`` values, e.g. ``["Level 1"]``), ``conversational``, math-verify timeouts (main thread only), and
+    ``step_separator`` (the step rule the prompt asks for and the trainer splits on, see :mod:`grpo_ext.steps`).
     """
 
     name = "math"
-    step_separator = "\n"
+    step_separator = "newline"
 
     def __init__(
         self,
@@ -159,13 +158,17 @@ class MathTask(Task):
         conversational: bool = False,
         parse_timeout: int | None = 5,
         verify_timeout: int | None = 5,
+        step_separator: str = "newline",
     ):
+        step_rule(step_separator)
+        self.step_separator = step_separator
         self.data_files, self.dataset_name, self.dataset_config = data_files, dataset_name, dataset_config
         self.levels, self.types, self.conversational = levels, types, conversational
         self.parse_timeout, self.verify_timeout = parse_timeout, verify_timeout
 
     def build_prompt(self, problem: str) -> str:
-        return f"{INSTRUCTION}\n\nProblem: {problem.strip()}\nSolution:"
+        instruction = INSTRUCTION.format(steps=step_instruction(self.step_separator))
+        return f"{instruction}\n\nProblem: {problem.strip()}\nSolution:"
 
     def load(self, split: str, n: int | None = None) -> Dataset:
         """Rows with ``prompt``, ``answer`` (LaTeX reference answer), ``problem``, ``solution``; the first `n`."""
