@@ -1,0 +1,303 @@
+"""The report of a study: report.md, report.json, and two plots, from the picked runs' test results.
+
+Every number comes with its interval (see :mod:`grpo_ext.methods.study_stats`); the search grid, every validation
+score and the picks are printed first, so a reader sees that settings were chosen on validation before any test
+number appears.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from grpo_ext.io import atomic_write_bytes, atomic_write_json, atomic_write_text, figure_png
+from grpo_ext.methods.cost import CURVE_FILE, read_json_file
+from grpo_ext.methods.study import Setting, Study
+from grpo_ext.methods.study_stats import (
+    BOOTSTRAP,
+    arm_summary,
+    finding_beats,
+    finding_majk,
+    paired_difference,
+    samples_to_reach,
+)
+
+__all__ = ["collect", "write_study_report"]
+
+FINDINGS = (
+    ("Online RFT beats RFT", "online_rft", "rft"),
+    ("GRPO beats online RFT", "grpo_outcome", "online_rft"),
+    ("Process supervision beats outcome supervision", "grpo_process", "grpo_outcome"),
+)
+MAJK_KS = (4, 16, 64)
+
+
+def collect(study: Study, out: Path, picks: dict[str, Setting]) -> dict:
+    """Test results and learning curves of every picked run, and the base's test result."""
+    arms = {}
+    for arm in study.arms:
+        folders = [study.run_dir(out, arm, picks[arm.name], seed) for seed in study.seeds]
+        arms[arm.name] = {
+            "results": [json.loads((f / f"{study.test.split}.json").read_text()) for f in folders],
+            "curves": [read_json_file(f, CURVE_FILE) for f in folders],
+        }
+    base = json.loads((Path(out) / "base" / f"{study.test.split}.json").read_text())
+    return {"arms": arms, "base": base}
+
+
+def _fmt(entry: dict, digits: int = 3) -> str:
+    return f"{entry['mean']:.{digits}f} [{entry['low']:.{digits}f}, {entry['high']:.{digits}f}]"
+
+
+def _fmt_diff(entry: dict) -> str:
+    seeds = ", ".join(f"{d:+.3f}" for d in entry["per_seed"])
+    return f"{entry['difference']:+.3f} [{entry['low']:+.3f}, {entry['high']:+.3f}] (seeds: {seeds})"
+
+
+def _budget(result: dict) -> tuple[int, int]:
+    cost = result.get("training_cost") or {}
+    return int(cost.get("samples_generated", 0)), int(cost.get("trained_sequences", 0))
+
+
+def compute(study: Study, data: dict) -> dict:
+    """Everything the report shows, JSON-ready."""
+    k_max = min(r["n"] for a in data["arms"].values() for r in a["results"])
+    metrics = ["pass@1", f"maj@{k_max}", f"pass@{k_max}"]
+    base = {m: v for m, v in arm_summary([data["base"]], metrics).items()}
+    arms = {}
+    for name, entry in data["arms"].items():
+        budgets = [_budget(r) for r in entry["results"]]
+        arms[name] = {
+            "metrics": arm_summary(entry["results"], metrics),
+            "samples_generated": [b[0] for b in budgets],
+            "trained_sequences": [b[1] for b in budgets],
+            "below_base": None,
+        }
+        arms[name]["below_base"] = arms[name]["metrics"]["pass@1"]["high"] < base["pass@1"]["mean"]
+    extensions = {}
+    for label, spec in study.extensions.items():
+        a, b = data["arms"][spec["arm"]], data["arms"][spec["against"]]
+        reach = _reach(a["curves"], b["curves"])
+        extensions[label] = {
+            **spec,
+            "differences": {m: paired_difference(a["results"], b["results"], m) for m in metrics},
+            **reach,
+        }
+    findings = [
+        finding_beats(claim, data["arms"][x]["results"], data["arms"][y]["results"])
+        for claim, x, y in FINDINGS
+        if x in data["arms"] and y in data["arms"]
+    ]
+    if "grpo_outcome" in data["arms"]:
+        ks = [k for k in MAJK_KS if k <= k_max] or [k_max]
+        findings.append(
+            finding_majk(
+                "RL (GRPO) raises Maj@K more than Pass@K", data["arms"]["grpo_outcome"]["results"], data["base"], ks
+            )
+        )
+    return {
+        "k_max": k_max,
+        "metrics": metrics,
+        "base": base,
+        "arms": arms,
+        "extensions": extensions,
+        "findings": findings,
+        "bootstrap": BOOTSTRAP,
+    }
+
+
+def _reach(curves_a: list, curves_b: list) -> dict:
+    """Samples arm A needs to reach arm B's final curve pass@1 (mean over B's seeds), per A seed, and the ratio to
+    the samples B generated."""
+    curves_a, curves_b = [c for c in curves_a if c], [c for c in curves_b if c]
+    if not curves_a or not curves_b or "samples_generated" not in curves_b[0]["points"][-1]:
+        return {"reach": None}
+    target = float(np.mean([c["points"][-1]["eval/pass@1"] for c in curves_b]))
+    spent = float(np.mean([c["points"][-1]["samples_generated"] for c in curves_b]))
+    per_seed = [samples_to_reach(c["points"], target) for c in curves_a]
+    reached = [s for s in per_seed if s is not None]
+    ratio = float(np.mean(reached)) / spent if reached and len(reached) == len(per_seed) and spent else None
+    return {"reach": {"target_pass@1": target, "reference_samples": spent, "per_seed": per_seed, "ratio": ratio}}
+
+
+def render(study: Study, search: dict, stats: dict, command: str | None) -> str:
+    k = stats["k_max"]
+    lines = [
+        "# The fair stage: every arm tuned on validation, tested on held-out problems",
+        "",
+        f"Base: `{study.base}`. Every arm starts from it with the same budget of generated and gradient samples "
+        f"(below), the same learning-rate search ({', '.join(f'{x:g}' for x in study.learning_rates)}; DPO also "
+        f"searches beta), trained with seed {study.search_seed} and scored on {study.validation.limit} "
+        f"`{study.validation.split}` problems (n = {study.validation.n}, T = {study.validation.temperature}, "
+        f"{study.validation.metric}). Each arm's best setting on validation is trained with seeds "
+        f"{', '.join(map(str, study.seeds))} and evaluated on {study.test.limit} `{study.test.split}` problems "
+        f"(n = {study.test.n}, T = {study.test.temperature}); test numbers exist only for picked settings.",
+        "",
+        f"Intervals: 95% percentile bootstrap over the test problems ({BOOTSTRAP['n_resamples']:,} resamples, seed "
+        f"{BOOTSTRAP['seed']}) of the per-problem value averaged over seeds; differences are paired by problem. "
+        "Seed values are listed beside them.",
+        "",
+    ]
+    if command:
+        lines += [f"Command: `{command}`", ""]
+    lines += [
+        "## Search (validation)",
+        "",
+        "| arm | " + " | ".join(["setting", study.validation.metric]) + " |",
+        "|---|---|---:|",
+    ]
+    for arm, scores in search["scores"].items():
+        for slug, score in scores.items():
+            mark = " **(pick)**" if search["picks"][arm]["slug"] == slug else ""
+            lines.append(f"| {arm} | {slug}{mark} | {score:.3f} |")
+    lines += [
+        "",
+        "## Test results of the picks",
+        "",
+        f"| arm | pick | pass@1 | maj@{k} | pass@{k} | generated samples | gradient samples |",
+        "|---|---|---:|---:|---:|---:|---:|",
+        f"| base | - | {_fmt(stats['base']['pass@1'])} | {_fmt(stats['base'][f'maj@{k}'])} | "
+        f"{_fmt(stats['base'][f'pass@{k}'])} | - | - |",
+    ]
+    for name, arm in stats["arms"].items():
+        m = arm["metrics"]
+        flag = " (below base)" if arm["below_base"] else ""
+        lines.append(
+            f"| {name}{flag} | {search['picks'][name]['slug']} | {_fmt(m['pass@1'])} | {_fmt(m[f'maj@{k}'])} | "
+            f"{_fmt(m[f'pass@{k}'])} | {'/'.join(map(str, sorted(set(arm['samples_generated']))))} | "
+            f"{'/'.join(map(str, sorted(set(arm['trained_sequences']))))} |"
+        )
+    lines += [
+        "",
+        "## Each extension against its vanilla arm (equal generated samples)",
+        "",
+        f"| extension | arm - reference | pass@1 | maj@{k} | pass@{k} | samples to reach the reference's final "
+        "pass@1 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, ext in stats["extensions"].items():
+        d = ext["differences"]
+        reach = ext.get("reach")
+        if reach is None:
+            reach_text = "no curves"
+        else:
+            seeds = ", ".join("not reached" if s is None else f"{s:,.0f}" for s in reach["per_seed"])
+            ratio = f"{reach['ratio']:.2f}x" if reach["ratio"] is not None else "not reached in every seed"
+            reach_text = f"{ratio} of {reach['reference_samples']:,.0f} (seeds: {seeds})"
+        lines.append(
+            f"| {label} | {ext['arm']} - {ext['against']} | {_fmt_diff(d['pass@1'])} | {_fmt_diff(d[f'maj@{k}'])} | "
+            f"{_fmt_diff(d[f'pass@{k}'])} | {reach_text} |"
+        )
+    lines += [
+        "",
+        "## DeepSeekMath's findings on this stage",
+        "",
+        "Verdict rule (`grpo_ext.methods.study_stats`): *agrees* when the 95% interval of the paired difference "
+        "is above 0 and every seed's difference is positive; *disagrees* when the interval is below 0 and every "
+        "seed negative; *inconclusive* otherwise.",
+        "",
+        "| finding | verdict | numbers |",
+        "|---|---|---|",
+    ]
+    for f in stats["findings"]:
+        if "pass@1" in f:
+            numbers = f"pass@1 difference {_fmt_diff(f['pass@1'])}"
+        else:
+            numbers = "; ".join(
+                f"K={r['k']}: maj gain {r['maj_gain']:+.3f}, pass gain {r['pass_gain']:+.3f}, gap {_fmt_diff(r)}"
+                for r in f["by_k"]
+            )
+        lines.append(f"| {f['claim']} | **{f['verdict']}** | {numbers} |")
+    lines += [
+        "",
+        "## Plots",
+        "",
+        "![test pass@1 against generated samples](curves.png)",
+        "",
+        "![pass@k and maj@k of the picks](passk_majk.png)",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plot_curves(study: Study, data: dict) -> bytes:
+    """Learning curves (pass@1 on the curve's test prompts) against generated samples: seed mean, min-max band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for name, entry in data["arms"].items():
+        curves = [c for c in entry["curves"] if c and "samples_generated" in c["points"][-1]]
+        if not curves or all(c["points"][-1]["samples_generated"] == 0 for c in curves):
+            continue  # offline arms: their samples were drawn before training
+        grid = np.linspace(0, max(c["points"][-1]["samples_generated"] for c in curves), 50)
+        ys = np.stack(
+            [
+                np.interp(grid, [p["samples_generated"] for p in c["points"]], [p["eval/pass@1"] for p in c["points"]])
+                for c in curves
+            ]
+        )
+        (line,) = ax.plot(grid, ys.mean(axis=0), label=name)
+        ax.fill_between(grid, ys.min(axis=0), ys.max(axis=0), color=line.get_color(), alpha=0.15)
+    ax.set(
+        xlabel="generated samples",
+        ylabel="pass@1 (curve prompts, test split)",
+        title="Online arms: mean over seeds, band min-max over seeds",
+    )
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return figure_png(fig)
+
+
+def plot_passk_majk(stats_by_k: dict) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
+    for name, rows in stats_by_k.items():
+        for ax, metric in zip(axes, ("pass", "maj"), strict=True):
+            ks = sorted(rows[metric])
+            mean = [rows[metric][k]["mean"] for k in ks]
+            (line,) = ax.plot(ks, mean, marker="o", label=name, linestyle="--" if name == "base" else "-")
+            ax.fill_between(
+                ks,
+                [rows[metric][k]["low"] for k in ks],
+                [rows[metric][k]["high"] for k in ks],
+                color=line.get_color(),
+                alpha=0.12,
+            )
+    for ax, title in zip(axes, ("Pass@K", "Maj@K"), strict=True):
+        ax.set_xscale("log", base=2)
+        ax.set(xlabel="K", title=f"{title} (band: 95% bootstrap over problems)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("accuracy")
+    axes[1].legend(fontsize=7, loc="lower right")
+    return figure_png(fig)
+
+
+def _by_k(results: list[dict], ks: list[int]) -> dict:
+    summary = arm_summary(results, [f"{m}@{k}" for m in ("pass", "maj") for k in ks])
+    return {m: {k: summary[f"{m}@{k}"] for k in ks} for m in ("pass", "maj")}
+
+
+def write_study_report(study: Study, out: str | Path, picks: dict[str, Setting], options: dict | None = None) -> dict:
+    out = Path(out)
+    search = json.loads((out / "search.json").read_text())
+    data = collect(study, out, picks)
+    stats = compute(study, data)
+    command = (options or {}).get("command")
+    ks = [k for k in data["base"]["ks"] if k <= stats["k_max"]]
+    by_k = {"base": _by_k([data["base"]], ks), **{n: _by_k(e["results"], ks) for n, e in data["arms"].items()}}
+    paths = {
+        "md": atomic_write_text(out / "report.md", render(study, search, stats, command)),
+        "json": atomic_write_json(out / "report.json", {"search": search, **stats, "by_k": by_k}),
+        "curves": atomic_write_bytes(out / "curves.png", plot_curves(study, data)),
+        "passk_majk": atomic_write_bytes(out / "passk_majk.png", plot_passk_majk(by_k)),
+    }
+    return paths

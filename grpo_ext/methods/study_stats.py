@@ -1,0 +1,124 @@
+"""The numbers of a study, as pure functions of its test results: per-arm means with intervals, paired
+differences, the paper's findings with a verdict rule fixed here, and samples-to-reach from learning curves.
+
+Intervals: 95% percentile bootstrap over the test problems (:mod:`grpo_ext.evaluation.bootstrap`) of the per-problem
+value averaged over an arm's seeds; a difference between two arms is paired by problem (both arms' seed means on
+the same problems, the same resamples). Seed-to-seed spread is reported beside it, per seed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from grpo_ext.evaluation.bootstrap import bootstrap_mean_ci, bootstrap_paired_difference_ci
+from grpo_ext.evaluation.metrics import pass_at_k_many
+
+__all__ = [
+    "BOOTSTRAP",
+    "arm_summary",
+    "finding_beats",
+    "finding_majk",
+    "paired_difference",
+    "per_problem",
+    "samples_to_reach",
+]
+
+#: Every interval of a study report: 95% percentile bootstrap over problems, this many resamples, this seed.
+BOOTSTRAP = {"n_resamples": 10_000, "seed": 0, "confidence": 0.95}
+
+
+def per_problem(result: dict, metric: str) -> np.ndarray:
+    """One value per problem of ``metric`` (``pass@k`` or ``maj@k``) from a harness result, in problem-id order."""
+    name, _, k = metric.partition("@")
+    rows = sorted(result["per_problem"], key=lambda p: p["problem_id"])
+    if name == "pass":
+        n = np.full(len(rows), result["n"])
+        return np.asarray(pass_at_k_many(n, np.array([p["n_correct"] for p in rows]), int(k)), dtype=float)
+    if name == "maj":
+        return np.array([p["maj@k"][k] for p in rows], dtype=float)
+    raise ValueError(f"metric {metric!r}: expected pass@k or maj@k")
+
+
+def _seed_matrix(results: Sequence[dict], metric: str) -> np.ndarray:
+    """(seeds, problems) for one arm; every seed must be scored on the same problems."""
+    ids = [sorted(p["problem_id"] for p in r["per_problem"]) for r in results]
+    if any(i != ids[0] for i in ids):
+        raise ValueError("the runs of an arm were evaluated on different problems")
+    return np.stack([per_problem(r, metric) for r in results])
+
+
+def arm_summary(results: Sequence[dict], metrics: Sequence[str]) -> dict:
+    """Per metric: the mean over seeds and problems with its interval, and each seed's mean."""
+    out = {}
+    for metric in metrics:
+        matrix = _seed_matrix(results, metric)
+        ci = bootstrap_mean_ci(matrix.mean(axis=0), **BOOTSTRAP)
+        out[metric] = {"mean": ci.estimate, "low": ci.low, "high": ci.high, "per_seed": matrix.mean(axis=1).tolist()}
+    return out
+
+
+def paired_difference(a: Sequence[dict], b: Sequence[dict], metric: str) -> dict:
+    """Arm A minus arm B on ``metric``: the seed-mean difference with its problem-paired interval, and the
+    difference per seed (seeds paired by position: A's i-th seed against B's i-th)."""
+    ma, mb = _seed_matrix(a, metric), _seed_matrix(b, metric)
+    ci = bootstrap_paired_difference_ci(ma.mean(axis=0), mb.mean(axis=0), **BOOTSTRAP)
+    seeds = min(len(ma), len(mb))
+    per_seed = (ma[:seeds].mean(axis=1) - mb[:seeds].mean(axis=1)).tolist()
+    return {"metric": metric, "difference": ci.estimate, "low": ci.low, "high": ci.high, "per_seed": per_seed}
+
+
+def _verdict(diff: dict) -> str:
+    """The rule every finding uses: the interval excludes 0 and every seed agrees in sign."""
+    if diff["low"] > 0 and all(d > 0 for d in diff["per_seed"]):
+        return "agrees"
+    if diff["high"] < 0 and all(d < 0 for d in diff["per_seed"]):
+        return "disagrees"
+    return "inconclusive"
+
+
+def finding_beats(claim: str, a: Sequence[dict], b: Sequence[dict]) -> dict:
+    """ "A beats B" on test pass@1: agrees when A - B has a 95% interval above 0 and is positive in every seed,
+    disagrees when the interval is below 0 and every seed negative, inconclusive otherwise."""
+    diff = paired_difference(a, b, "pass@1")
+    return {"claim": claim, "verdict": _verdict(diff), "pass@1": diff}
+
+
+def finding_majk(claim: str, rl: Sequence[dict], base: dict, ks: Sequence[int]) -> dict:
+    """ "RL raises Maj@K more than Pass@K": at every K, (maj@K gain) - (pass@K gain) over the base has an interval
+    above 0 and is positive in every seed. The base is one run, the same for every seed."""
+    rows = []
+    for k in ks:
+        maj = _seed_matrix(rl, f"maj@{k}") - per_problem(base, f"maj@{k}")
+        pas = _seed_matrix(rl, f"pass@{k}") - per_problem(base, f"pass@{k}")
+        gap = maj - pas  # (seeds, problems)
+        ci = bootstrap_mean_ci(gap.mean(axis=0), **BOOTSTRAP)
+        rows.append(
+            {
+                "k": k,
+                "maj_gain": float(maj.mean()),
+                "pass_gain": float(pas.mean()),
+                "difference": ci.estimate,
+                "low": ci.low,
+                "high": ci.high,
+                "per_seed": gap.mean(axis=1).tolist(),
+            }
+        )
+    verdicts = {_verdict(r) for r in rows}
+    verdict = verdicts.pop() if len(verdicts) == 1 else "inconclusive"
+    return {"claim": claim, "verdict": verdict, "by_k": rows}
+
+
+def samples_to_reach(curve_points: Sequence[dict], target: float) -> float | None:
+    """Generated samples at which a learning curve first reaches ``target`` pass@1, interpolated linearly
+    between evaluations; None when it never does."""
+    points = [(p["samples_generated"], p["eval/pass@1"]) for p in curve_points if "samples_generated" in p]
+    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+        if y0 >= target:
+            return float(x0)
+        if y1 >= target:
+            return float(x0 + (x1 - x0) * (target - y0) / (y1 - y0))
+    if points and points[-1][1] >= target:
+        return float(points[-1][0])
+    return None

@@ -1,0 +1,119 @@
+"""The fair stage: the study config, picks on validation only, the verdict rule, samples-to-reach, and a quick run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from grpo_ext.methods.study import Setting, load_study, pick_settings
+from grpo_ext.methods.study_stats import finding_beats, paired_difference, samples_to_reach
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STUDY = os.path.join(ROOT, "configs", "compare.yaml")
+
+
+def test_shipped_study_gives_every_arm_the_same_search():
+    study = load_study(STUDY)
+    assert len(study.learning_rates) >= 3
+    assert {a.name for a in study.arms} >= {
+        "sft", "rft", "online_rft", "dpo", "grpo_outcome", "grpo_process",
+        "outcome_skip", "outcome_refill", "outcome_fixed_beta", "outcome_adaptive_beta", "process_refill",
+    }  # fmt: skip
+    dpo = study.arm("dpo")
+    assert len(dpo.settings(study.learning_rates)) == len(study.learning_rates) * len(dpo.grid["beta"]) >= 9
+    assert study.validation.split != study.test.split and study.search_seed in study.seeds and len(study.seeds) >= 3
+    # the adaptive arm starts where its fixed-beta reference stays
+    assert study.arm("outcome_adaptive_beta").overrides["beta"] == study.arm("outcome_fixed_beta").overrides["beta"]
+    # every search run, then every other seed of each pick: nothing trained twice
+    runs = study.search() + study.repeats({a.name: a.settings(study.learning_rates)[0] for a in study.arms})
+    folders = [study.run_dir("out", arm, setting, seed) for arm, setting, seed in runs]
+    assert len(folders) == len(set(folders))
+
+
+def test_bad_study_names_the_field(tmp_path):
+    path = tmp_path / "study.yaml"
+    path.write_text(open(STUDY).read().replace("split: validation", "split: test"))
+    with pytest.raises(ValueError, match="validation.split and test.split must differ"):
+        load_study(path)
+    path.write_text(open(STUDY).read().replace("grid: {beta:", "grid: {gamma:"))
+    with pytest.raises(ValueError, match=r"arms.dpo.grid: unknown axis \['gamma'\]"):
+        load_study(path)
+    path.write_text(open(STUDY).read().replace("method: rft}", "method: rtf}"))
+    with pytest.raises(ValueError, match="rtf"):
+        load_study(path)
+    with pytest.raises(FileNotFoundError, match="--study"):
+        load_study(tmp_path / "missing.yaml")
+
+
+def _setting(lr: float) -> Setting:
+    return Setting((("lr", lr),))
+
+
+def test_pick_is_the_best_validation_score_and_ties_go_to_the_first_setting():
+    grid = {"a": [_setting(1e-5), _setting(5e-5), _setting(1e-4)], "b": [_setting(1e-5), _setting(5e-5)]}
+    scores = {"a": {"lr1e-05": 0.40, "lr5e-05": 0.52, "lr0.0001": 0.47}, "b": {"lr1e-05": 0.3, "lr5e-05": 0.3}}
+    picks = pick_settings(scores, grid)
+    assert picks["a"].slug == "lr5e-05" and picks["b"].slug == "lr1e-05"
+    with pytest.raises(ValueError, match="arm b: no validation score for lr5e-05"):
+        pick_settings({"a": scores["a"], "b": {"lr1e-05": 0.3}}, grid)
+
+
+def _result(correct: list[int], n: int = 4) -> dict:
+    return {"n": n, "per_problem": [{"problem_id": i, "n_correct": c} for i, c in enumerate(correct)]}
+
+
+def test_verdict_rule_needs_the_interval_and_every_seed():
+    better = [_result([4, 4, 3, 4, 2, 4, 4, 3] * 5), _result([4, 3, 4, 4, 3, 4, 4, 3] * 5)]
+    worse = [_result([2, 1, 2, 2, 1, 2, 1, 2] * 5), _result([2, 2, 1, 2, 2, 1, 2, 1] * 5)]
+    assert finding_beats("x", better, worse)["verdict"] == "agrees"
+    assert finding_beats("x", worse, better)["verdict"] == "disagrees"
+    # one seed the other way round: never "agrees", whatever the interval
+    mixed = [better[0], _result([1, 1, 1, 1, 1, 1, 1, 1] * 5)]
+    assert finding_beats("x", mixed, worse)["verdict"] == "inconclusive"
+    # pass@1 difference by hand: per problem (c_a - c_b) / 4, averaged
+    diff = paired_difference(better[:1], worse[:1], "pass@1")
+    assert diff["difference"] == pytest.approx((28 - 13) / 4 / 8)
+    assert diff["low"] <= diff["difference"] <= diff["high"]
+
+
+def test_samples_to_reach_interpolates_between_evaluations():
+    points = [
+        {"samples_generated": 0, "eval/pass@1": 0.40},
+        {"samples_generated": 1000, "eval/pass@1": 0.50},
+        {"samples_generated": 2000, "eval/pass@1": 0.60},
+    ]
+    assert samples_to_reach(points, 0.55) == pytest.approx(1500)
+    assert samples_to_reach(points, 0.40) == 0
+    assert samples_to_reach(points, 0.61) is None
+
+
+@pytest.mark.slow
+def test_quick_run_picks_on_validation_before_any_test_number(tmp_path):
+    """The driver end to end on two arms: the picks are the best validation scores, and test results exist only
+    for the picked settings, each written after the picks."""
+    out = tmp_path / "study"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "scripts/run_methods.py", "--quick", "--arms", "sft,grpo_outcome", "--jobs", "1"]
+    proc = subprocess.run([*cmd, "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    search = json.loads((out / "search.json").read_text())
+    picked_at = (out / "search.json").stat().st_mtime
+    for arm, scores in search["scores"].items():
+        for slug, score in scores.items():
+            validation = json.loads((out / "runs" / arm / slug / "seed0" / "validation.json").read_text())
+            assert validation["split"] == "validation" and validation["pass@k"]["1"] == score
+        best = max(scores, key=lambda s: (scores[s], -list(scores).index(s)))
+        assert search["picks"][arm]["slug"] == best
+        for slug in scores:
+            tests = list((out / "runs" / arm / slug).glob("seed*/test.json"))
+            if slug == best:
+                assert len(tests) == 2 and all(t.stat().st_mtime >= picked_at for t in tests)
+            else:
+                assert tests == []  # a setting that was not picked is never scored on test
+    report = (out / "report.md").read_text()
+    assert "## Search (validation)" in report and "(pick)" in report and "95% percentile bootstrap" in report
+    assert (out / "curves.png").stat().st_size > 0 and (out / "passk_majk.png").stat().st_size > 0
