@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -35,14 +36,14 @@ def test_shipped_study_gives_every_arm_the_same_search():
 
 
 def test_bad_study_names_the_field(tmp_path):
-    path = tmp_path / "study.yaml"
-    path.write_text(open(STUDY).read().replace("split: validation", "split: test"))
+    path, shipped = tmp_path / "study.yaml", Path(STUDY).read_text()
+    path.write_text(shipped.replace("split: validation", "split: test"))
     with pytest.raises(ValueError, match="validation.split and test.split must differ"):
         load_study(path)
-    path.write_text(open(STUDY).read().replace("grid: {beta:", "grid: {gamma:"))
+    path.write_text(shipped.replace("grid: {beta:", "grid: {gamma:"))
     with pytest.raises(ValueError, match=r"arms.dpo.grid: unknown axis \['gamma'\]"):
         load_study(path)
-    path.write_text(open(STUDY).read().replace("method: rft}", "method: rtf}"))
+    path.write_text(shipped.replace("method: rft}", "method: rtf}"))
     with pytest.raises(ValueError, match="rtf"):
         load_study(path)
     with pytest.raises(FileNotFoundError, match="--study"):
