@@ -1,9 +1,14 @@
-"""Batch-dict surgery for refill: put rows of one generation batch into another, padding widths to match."""
+"""Refill's two pieces of plumbing: where fresh prompts come from, and batch-dict surgery (put rows of one generation
+batch into another, padding widths to match)."""
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 import torch.nn.functional as F
+
+from grpo_ext.errors import UserError
 
 # Left-padded (prompt side) keys and their padding; every other 2-D tensor is completion-aligned, right-padded.
 _LEFT_PADDED = ("prompt_ids", "prompt_mask")
@@ -41,3 +46,41 @@ def replace_rows(batch: dict, fresh: dict, dst: list[int], src: list[int], pad_t
         value[dst] = other[src].to(value.dtype)
         merged[key] = value
     return merged
+
+
+class RefillPrompts:
+    """The prompts of refill rounds, a function of the draw count alone (which checkpoints keep), so a resumed run
+    draws what the first run would have, and every process draws the same.
+
+    A map-style dataset is drawn from at random (seeded by `seed` and the draw count); an `IterableDataset` (no random
+    access) is read on from where the previous draw stopped, from its start again when it runs out.
+    """
+
+    def __init__(self, dataset, seed: int):
+        self.dataset, self.seed, self.draws = dataset, seed, 0
+        self._stream = None
+
+    def next_prompts(self, n_prompts: int) -> list[dict]:
+        dataset = self.dataset
+        if hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__"):
+            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.draws)
+            prompts = [dataset[i] for i in torch.randperm(len(dataset), generator=generator)[:n_prompts].tolist()]
+        else:
+            if self._stream is None:  # the first draw of this process: skip what earlier draws (before a resume) read
+                self._stream = self._examples(skip=self.draws * n_prompts)
+            prompts = list(itertools.islice(self._stream, n_prompts))
+        self.draws += 1
+        return prompts
+
+    def _examples(self, skip: int):
+        """The dataset's examples, endlessly (an epoch after another), after the first `skip`."""
+        read = 0
+        while True:
+            empty = True
+            for example in self.dataset:
+                empty = False
+                if read >= skip:
+                    yield example
+                read += 1
+            if empty:
+                raise UserError("zero_std_groups: `refill` found no examples in the training dataset")

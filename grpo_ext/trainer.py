@@ -6,38 +6,54 @@ each calling `super()` first:
 - `_calculate_rewards` keeps the gathered outcome rewards and scores each local completion's steps;
 - `_generate_and_score_completions` replaces the advantages (process / online RFT), decides which groups have
   no signal, refills or masks them;
-- `_compute_loss` corrects the per-sequence normaliser for masked rows and feeds the KL to the β controller.
+- `_compute_loss` replaces TRL's micro-batch normaliser by the generation batch's kept rows (skipped groups) and
+  feeds the KL to the β controller.
+
+Checkpoints are saved whole, with grpo-ext's state, by `grpo_ext.checkpoints.StagedCheckpointsMixin`.
 """
 
 from __future__ import annotations
 
-import json
-import math
+import logging
 import os
 from collections.abc import Callable
 from typing import Any
 
 import torch
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 from trl.trainer.utils import is_async_callable
 
 from grpo_ext.advantages import get_gradient_coefficient, zero_std_mask
-from grpo_ext.batching import replace_rows
-from grpo_ext.config import PER_SEQUENCE_LOSS_TYPES, GRPOExtConfig
+from grpo_ext.batching import RefillPrompts, replace_rows
+from grpo_ext.checkpoints import (
+    CHECKPOINT_STATE_FILE,
+    StagedCheckpointsMixin,
+    new_kl_controller,
+    restore_kl_controller,
+)
+from grpo_ext.config import GRPOExtConfig
+from grpo_ext.errors import UserError, check_weights
 from grpo_ext.hub import trainer_model_card
-from grpo_ext.io import atomic_write_json
-from grpo_ext.kl_control import AdaptiveKLController, FixedKLController
+from grpo_ext.kl_control import AdaptiveKLController
 from grpo_ext.modeling import prepare_quantized_policy
 from grpo_ext.rewards import load_callable
 from grpo_ext.rewards.checked import checked_reward_func
 from grpo_ext.rewards.process import build_step_rewards, score_steps
+from grpo_ext.validation import check_training_ranges
 
-#: grpo-ext's own trainer state, written into every checkpoint folder next to TRL's files (β controller, refill draws).
-CHECKPOINT_STATE_FILE = "grpo_ext_state.json"
+__all__ = ["CHECKPOINT_STATE_FILE", "KEPT_NORMALISER", "GRPOExtTrainer"]
+
+logger = logging.getLogger(__name__)
+
+#: Loss types whose TRL reduction is normalised by the micro-batch itself, and by what: its rows (`grpo`/`sapo` mean
+#: per sequence then over rows, `luspo` sums per sequence then averages rows, `dr_grpo` divides by rows x
+#: max_completion_length) or its tokens (`bnpo`). With rows of skipped groups in the micro-batch, that normaliser is
+#: wrong: `_compute_loss` replaces it by the generation batch's kept rows (tokens). `dapo`, `cispo` and `vespo` divide
+#: by `num_items_in_batch`, already the generation batch's kept tokens.
+KEPT_NORMALISER = {"grpo": "rows", "sapo": "rows", "luspo": "rows", "dr_grpo": "rows", "bnpo": "tokens"}
 
 
-class GRPOExtTrainer(GRPOTrainer):
+class GRPOExtTrainer(StagedCheckpointsMixin, GRPOTrainer):
     """GRPOTrainer plus `GRPOExtConfig`'s extensions; with them off it trains exactly as GRPOTrainer.
 
     `process_reward_funcs`: callables with TRL's reward signature returning one score per step for each
@@ -45,6 +61,12 @@ class GRPOExtTrainer(GRPOTrainer):
     """
 
     def __init__(self, *args, process_reward_funcs: list[Callable | str] | None = None, **kwargs):
+        config = kwargs.get("args", args[2] if len(args) > 2 else None)
+        if config is not None:  # bad numbers fail here, before any model is loaded
+            check_training_ranges(config)
+        model = kwargs.get("model", args[0] if args else None)
+        if isinstance(model, str) and os.path.isdir(model):
+            check_weights(model, "model_name_or_path")  # a torn or missing weights file, named
         if kwargs.get("reward_funcs") is not None:  # plain sync callables get their output checked by name
             funcs = kwargs["reward_funcs"]
             funcs = funcs if isinstance(funcs, list) else [funcs]
@@ -59,39 +81,51 @@ class GRPOExtTrainer(GRPOTrainer):
         self.gradient_coefficient = get_gradient_coefficient(config.advantage_mode)
         self.step_separator = config.step_separator or "\n"
         self.process_reward_funcs = self._resolve_process_rewards(process_reward_funcs)
-        if self.gradient_coefficient.needs_step_rewards and not self.process_reward_funcs:
-            raise ValueError(
-                f"advantage_mode: `{config.advantage_mode}` needs step rewards: set process_reward_funcs or "
-                "process_reward_model"
-            )
-        if (
-            config.zero_std_groups != "keep"
-            and self.loss_type in PER_SEQUENCE_LOSS_TYPES
-            and (self._entropy_bonus_enabled or self.aux_loss_enabled)
-        ):
-            raise ValueError(
-                f"zero_std_groups: `{config.zero_std_groups}` with loss_type `{self.loss_type}` cannot be combined "
-                "with an entropy bonus or router aux loss (their token-mean terms would be rescaled)"
-            )
-        if config.zero_std_groups == "refill" and self._is_vlm:
-            raise ValueError("zero_std_groups: `refill` does not support vision-language models")
-        if config.kl_controller == "adaptive":
-            self.kl_control = AdaptiveKLController(
-                config.beta,
-                config.target_kl,
-                config.kl_horizon,
-                beta_min=config.beta_min,
-                beta_max=config.beta_max if config.beta_max is not None else math.inf,
-            )
-        else:
-            self.kl_control = FixedKLController(config.beta)
+        self._check_combinations()
+        self.kl_control = new_kl_controller(config)
         self._kl_window: list[tuple[float, float]] = []  # (KL x tokens, tokens) per micro-batch
-        self._refill_draws = 0  # refill prompt draws so far: saved in checkpoints so a resumed run draws the same
+        self._refill = RefillPrompts(self.train_dataset, config.seed)  # its draw count is checkpointed
+        # Completions of this process with a reward (or a step score, in process mode) the gradient can use: a run
+        # that scores none learns nothing from rewards and must not end like one that did. None: unknown (resumed
+        # from a checkpoint that did not count).
+        self._scored_completions: int | None = 0
         # What `_calculate_rewards` scored for the batch being built, read back in `_score_batch`: the gathered
         # `rewards_per_func` and, with process rewards, this process's `steps` (one ScoredSteps per completion).
         self._batch_rewards: dict[str, Any] = {}
         # CPU 4-bit: keep LoRA gradients right after eval-mode passes (bitsandbytes repacks), LoRA in fp32.
         prepare_quantized_policy(self.model)
+
+    def _check_combinations(self) -> None:
+        """Settings that TRL and grpo-ext each accept but that do not work together: one line naming the field."""
+        config, coefficient = self.args, self.gradient_coefficient
+        if coefficient.needs_step_rewards and not self.process_reward_funcs:
+            raise UserError(
+                f"advantage_mode: `{config.advantage_mode}` needs step rewards: set process_reward_funcs or "
+                "process_reward_model"
+            )
+        if not coefficient.keeps_trl_advantages:  # our coefficients normalise per group (or not at all)
+            if self.scale_rewards == "batch":
+                raise UserError(
+                    f"scale_rewards: `batch` is not supported with advantage_mode `{config.advantage_mode}` (its "
+                    "rewards are normalised per group, or not at all); use `group` or `none`"
+                )
+            if self.multi_objective_aggregation != "sum_then_normalize":
+                raise UserError(
+                    f"multi_objective_aggregation: `{self.multi_objective_aggregation}` is not supported with "
+                    f"advantage_mode `{config.advantage_mode}` (it reads the weighted sum of the rewards); use "
+                    "`sum_then_normalize`"
+                )
+        if (
+            config.zero_std_groups != "keep"
+            and self.loss_type in KEPT_NORMALISER
+            and (self._entropy_bonus_enabled or self.aux_loss_enabled)
+        ):
+            raise UserError(
+                f"zero_std_groups: `{config.zero_std_groups}` with loss_type `{self.loss_type}` cannot be combined "
+                "with an entropy bonus or router aux loss (their token-mean terms would be rescaled)"
+            )
+        if config.zero_std_groups == "refill" and self._is_vlm:
+            raise UserError("zero_std_groups: `refill` does not support vision-language models")
 
     def _resolve_process_rewards(self, funcs: list[Callable | str] | None) -> list[Callable]:
         config = self.args
@@ -170,6 +204,8 @@ class GRPOExtTrainer(GRPOTrainer):
         loss_mask = output["completion_mask"] * output.get("tool_mask", 1)
         output["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
         output["zero_std_keep"] = keep_rows.float()
+        # Kept rows of the whole generation batch (every process): the normaliser every micro-batch's loss uses.
+        output["zero_std_kept_rows"] = self.accelerator.gather(keep_rows.sum().reshape(1)).sum().float()
         skipped_rows = self.accelerator.gather(no_signal_rows.sum().reshape(1).to(self.accelerator.device)).sum()
         metrics["zero_std/groups_skipped"].append(skipped_rows.item() / group)
         return output
@@ -179,13 +215,16 @@ class GRPOExtTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         filtering = mode == "train" and self.args.zero_std_groups != "keep"
         keeps_trl = self.gradient_coefficient.keeps_trl_advantages
-        if keeps_trl and "steps" not in self._batch_rewards and not filtering:
-            return output  # TRL's own batch, untouched: nothing to add on this path
-        group = self.num_generations if mode == "train" else self.num_generations_eval
-        rewards = self._outcome_rewards(self._batch_rewards["rewards_per_func"])  # gathered, (N,)
+        rewards_per_func = self._batch_rewards["rewards_per_func"]  # gathered, (N, reward functions)
         n_local = output["completion_ids"].shape[0]
         rank = self.accelerator.process_index
         local = slice(rank * n_local, (rank + 1) * n_local)
+        if mode == "train" and "steps" not in self._batch_rewards:
+            self._count_scored(~torch.isnan(rewards_per_func[local]).all(dim=1))
+        if keeps_trl and "steps" not in self._batch_rewards and not filtering:
+            return output  # TRL's own batch, untouched: nothing to add on this path
+        group = self.num_generations if mode == "train" else self.num_generations_eval
+        rewards = self._outcome_rewards(rewards_per_func)  # gathered, (N,)
 
         step_rewards, width = None, output["completion_ids"].shape[1]
         if "steps" in self._batch_rewards:
@@ -194,22 +233,45 @@ class GRPOExtTrainer(GRPOTrainer):
                 output["completion_mask"],
                 outcome=rewards[local] if self.args.process_include_outcome else None,
             )
+            if mode == "train":
+                self._count_scored(~torch.isnan(local_steps).all(dim=1))
             padded = self.accelerator.pad_across_processes(local_steps, dim=1, pad_index=float("nan"))
             step_rewards = self.accelerator.gather(padded)  # (N, T_max): group statistics over all processes
             self._log_step_metrics(local_steps, mode)
 
+        advantages = None
         if not keeps_trl:  # outcome: keep TRL's own advantages, bit for bit
             advantages = self.gradient_coefficient(
                 rewards=rewards, step_rewards=step_rewards, group_size=group, scale=self.scale_rewards != "none"
             )
-            advantages = advantages[local]
-            output["advantages"] = advantages[:, :width] if advantages.dim() == 2 else advantages
+            local_advantages = advantages[local]
+            output["advantages"] = local_advantages[:, :width] if local_advantages.dim() == 2 else local_advantages
 
         if filtering:
-            signal_source = step_rewards if self.gradient_coefficient.needs_step_rewards else rewards
-            no_signal = zero_std_mask(signal_source, group)  # (N // group,), over all processes
-            output["_no_signal_rows"] = no_signal.repeat_interleave(group)[local].cpu()
+            output["_no_signal_rows"] = (
+                self._no_signal_groups(rewards, advantages, group).repeat_interleave(group)[local].cpu()
+            )
         return output
+
+    def _no_signal_groups(self, rewards: torch.Tensor, advantages: torch.Tensor | None, group: int) -> torch.Tensor:
+        """`(N // group,)` True where every gradient coefficient of the group is 0: nothing to learn from it.
+
+        For TRL's own advantages (outcome), the groups whose rewards are all equal (`zero_std_mask`: exactly the
+        groups TRL gives 0, without its rounding noise); with `normalize_then_sum`, the groups where every reward
+        function is constant. For a gradient coefficient of ours, read off the coefficients themselves: for process
+        supervision that is again "all step rewards equal", but online RFT gives a group whose samples are all correct
+        a coefficient of 1 each, so only an all-wrong group has no signal there.
+        """
+        if advantages is not None:
+            return (advantages == 0).reshape(advantages.shape[0] // group, -1).all(dim=1)
+        if self.multi_objective_aggregation == "normalize_then_sum":
+            per_func = self._batch_rewards["rewards_per_func"]
+            return torch.stack([zero_std_mask(per_func[:, i], group) for i in range(per_func.shape[1])]).all(dim=0)
+        return zero_std_mask(rewards, group)
+
+    def _count_scored(self, scored_rows: torch.Tensor) -> None:
+        if self._scored_completions is not None:
+            self._scored_completions += int(scored_rows.sum().item())
 
     def _log_step_metrics(self, local_steps: torch.Tensor, mode: str) -> None:
         present = ~torch.isnan(local_steps)
@@ -222,11 +284,8 @@ class GRPOExtTrainer(GRPOTrainer):
 
     def _draw_refill_inputs(self) -> list[dict]:
         """A fresh generation batch laid out like TRL's RepeatSampler: same draw on every process, own slice."""
-        generator = torch.Generator().manual_seed(self.args.seed * 1_000_003 + self._refill_draws)
-        self._refill_draws += 1
-        n_prompts = self.args.generation_batch_size // self.num_generations
-        indices = torch.randperm(len(self.train_dataset), generator=generator)[:n_prompts].tolist()
-        rows = [self.train_dataset[i] for i in indices for _ in range(self.num_generations)]
+        prompts = self._refill.next_prompts(self.args.generation_batch_size // self.num_generations)
+        rows = [prompt for prompt in prompts for _ in range(self.num_generations)]
         n_local = len(rows) // self.accelerator.num_processes
         rank = self.accelerator.process_index
         return rows[rank * n_local : (rank + 1) * n_local]
@@ -244,15 +303,34 @@ class GRPOExtTrainer(GRPOTrainer):
     # ---- loss and β --------------------------------------------------------------------------------------
     def _compute_loss(self, model, inputs):
         loss = super()._compute_loss(model, inputs)
-        keep = inputs.get("zero_std_keep")
-        if keep is not None and self.loss_type in PER_SEQUENCE_LOSS_TYPES:
-            # grpo/sapo/luspo average over the B rows and dr_grpo divides by B * L: masked rows still count in
-            # B, so rescale to the mean over the kept rows (a micro-batch with none kept contributes 0).
-            kept = keep.sum()
-            loss = loss * (keep.numel() / kept) if kept > 0 else loss * 0.0
+        if "zero_std_keep" in inputs:
+            loss = loss * self._kept_rescale(inputs)
         if self.model.training:
             self._update_beta(inputs)
         return loss
+
+    def _kept_rescale(self, inputs) -> torch.Tensor | float:
+        """The factor that turns TRL's micro-batch normaliser into the generation batch's kept rows (tokens).
+
+        TRL divides a micro-batch's summed row losses by its B rows and by the gradient-accumulation steps GA (bnpo:
+        by its tokens and GA). With skipped rows the step's gradient must be TRL's on the batch without them: every
+        kept row weighs 1 / (the kept rows of a window, over every micro-batch and process). A window holds
+        GA / steps_per_generation of the generation batch's K kept rows, split over P processes whose gradients DDP
+        averages, so each micro-batch divides by K * GA / (steps_per_generation * P): the factor is
+        B * P * steps_per_generation / K. Without skipped rows K = B * P * steps_per_generation and it is 1.
+        """
+        unit = KEPT_NORMALISER.get(self.loss_type)
+        if unit is None:
+            return 1.0
+        if unit == "rows":
+            local, kept = float(inputs["zero_std_keep"].numel()), inputs["zero_std_kept_rows"]
+        else:
+            mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
+            local, kept = mask.sum().clamp(min=1.0), inputs["num_items_in_batch"]
+        slots = self.accelerator.num_processes * self.args.steps_per_generation
+        if kept <= 0:
+            return 0.0  # nothing kept anywhere: every row is masked, the loss is 0 times TRL's (finite) value
+        return local * slots / kept.to(torch.float32)
 
     def _update_beta(self, inputs) -> None:
         """Once per optimizer step: the window's token-weighted mean KL (as TRL logs it) updates β."""
@@ -276,27 +354,64 @@ class GRPOExtTrainer(GRPOTrainer):
         self._kl_window = []
         self._metrics["train"]["beta"].append(self.beta)
 
-    # ---- checkpoints -------------------------------------------------------------------------------------
-    def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
-        if not self.args.should_save:
-            return
-        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-        state = {"kl_controller": self.kl_control.state_dict(), "refill_draws": self._refill_draws}
-        # Atomic: never a torn state file next to a checkpoint.
-        atomic_write_json(os.path.join(folder, CHECKPOINT_STATE_FILE), state)
+    # ---- the run as a whole ---------------------------------------------------------------------------------
+    def train(self, *args, **kwargs):
+        output = super().train(*args, **kwargs)
+        self._check_rewards_were_scored()
+        return output
 
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is None:
+    def _check_rewards_were_scored(self) -> None:
+        """A run in which no completion got a usable reward learned nothing from its rewards: an error, not a model."""
+        if self._scored_completions is None or self.state.global_step == 0:
             return
-        path = os.path.join(checkpoint, CHECKPOINT_STATE_FILE)
-        if not os.path.exists(path):
-            raise FileNotFoundError(
-                f"resume_from_checkpoint: {checkpoint} has no {CHECKPOINT_STATE_FILE} (not a grpo-ext checkpoint?)"
-            )
-        with open(path) as f:
-            state = json.load(f)
-        self.kl_control.load_state_dict(state["kl_controller"])
+        local = torch.tensor(float(self._scored_completions), device=self.accelerator.device)
+        if self.accelerator.reduce(local, reduction="sum").item() > 0:
+            return
+        if self.gradient_coefficient.needs_step_rewards:
+            what = "process_reward_funcs: no step of any completion was scored"
+        else:
+            what = "reward_funcs: no completion was scored (every reward function returned None or NaN)"
+        raise UserError(
+            f"{what} in {self.state.global_step} steps, so the run learned nothing from rewards; check that the "
+            "reward functions read the dataset's columns and the task's completion format"
+        )
+
+    # ---- checkpoints (saved whole by StagedCheckpointsMixin) -------------------------------------------------
+    def extension_state(self) -> dict:
+        """What a checkpoint keeps of grpo-ext, as JSON: the β controller, the refill draws, the scored count."""
+        return {
+            "kl_controller": self.kl_control.state_dict(),
+            "refill_draws": self._refill.draws,
+            "scored_completions": self._scored_completions,
+        }
+
+    def restore_extension_state(self, state: dict | None, checkpoint: str) -> None:
+        """Resume from `extension_state()`'s record (None: a checkpoint without one, saved by TRL's GRPOTrainer)."""
+        if state is None:
+            self._resume_without_state(checkpoint)
+            return
+        if not isinstance(state.get("kl_controller"), dict):
+            raise UserError(f"resume_from_checkpoint: {checkpoint}/{CHECKPOINT_STATE_FILE} has no kl_controller")
+        self.kl_control, notes = restore_kl_controller(self.args, state["kl_controller"])
+        for note in notes:
+            logger.warning("resuming from %s: %s", checkpoint, note)
         self.beta = self.kl_control.beta
-        self._refill_draws = int(state["refill_draws"])
+        self._refill.draws = int(state.get("refill_draws", 0))
+        self._scored_completions = state.get("scored_completions")
+
+    def _resume_without_state(self, checkpoint: str) -> None:
+        """Everything TRL needs is in a TRL checkpoint; what only grpo-ext keeps starts from the config, said out loud
+        when it matters."""
+        self._scored_completions = None  # what the first part of the run scored is unknown
+        lost = []
+        if self.args.kl_controller == "adaptive":
+            lost.append(f"the adaptive beta starts again at the config's beta={self.kl_control.beta}")
+        if self.args.zero_std_groups == "refill":
+            lost.append("refill draws start again from the first")
+        if lost:
+            logger.warning(
+                "resuming from %s, which has no %s (a TRL checkpoint?): %s",
+                checkpoint,
+                CHECKPOINT_STATE_FILE,
+                "; ".join(lost),
+            )

@@ -1,4 +1,5 @@
-"""Two gloo processes compute the same process advantages, zero-std decisions and loss as one process."""
+"""Two gloo processes compute the same process advantages, zero-std decisions, loss and gradient as one process, and
+with skipped groups spread unevenly over processes and micro-batches both equal TRL's loss on the kept rows."""
 
 import json
 import os
@@ -26,8 +27,18 @@ def test_two_processes_equal_one(python, root, tmp_path):
         assert a == pytest.approx(b, abs=1e-6), f"row {row}"
     assert any(abs(x) > 0.1 for row in single["advantages"][4:8] for x in row)  # group 1, split across ranks
     assert ranks[0]["num_items_in_batch"] == ranks[1]["num_items_in_batch"] == single["num_items_in_batch"]
-    # DDP averages the ranks' gradients, so the mean of the ranks' losses is the one-process loss.
-    assert (ranks[0]["loss"] + ranks[1]["loss"]) / 2 == pytest.approx(single["loss"], rel=1e-5, abs=1e-7)
+    # DDP averages the ranks' gradients, so the mean of the ranks' losses (and gradients) is the step's.
+    assert sorted(single["reference"]) == sorted(single["losses"]) and len(single["reference"]) == 8
+    for loss_type, reference in single["reference"].items():
+        one = single["losses"][loss_type]
+        two = [r["losses"][loss_type] for r in ranks]
+        two_loss = (two[0]["loss"] + two[1]["loss"]) / 2
+        two_grad = [(a + b) / 2 for a, b in zip(two[0]["grad"], two[1]["grad"], strict=True)]
+        scale = max(abs(g) for g in reference["grad"])  # float32 sums over ~1 M weights: tolerance on this scale
+        for name, loss, grad in (("1 process", one["loss"], one["grad"]), ("2 processes", two_loss, two_grad)):
+            assert loss == pytest.approx(reference["loss"], rel=1e-4, abs=1e-6), f"{loss_type}, {name}"
+            assert grad == pytest.approx(reference["grad"], abs=1e-4 * scale), f"{loss_type}, {name}"
+        assert any(abs(g) > 1e-3 for g in reference["grad"]), loss_type  # a real gradient, not 0 == 0
 
 
 @pytest.mark.slow

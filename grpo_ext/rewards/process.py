@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
+from grpo_ext.errors import UserError
+from grpo_ext.rewards.checked import as_number, as_values, call_users_function, func_name
 from grpo_ext.steps import step_end_token_indices
 
 
@@ -20,18 +22,16 @@ class ScoredSteps:
     length: int
 
 
-def _func_name(func: Callable) -> str:
-    return getattr(func, "__name__", type(func).__name__)
-
-
 def _as_score(value, name: str, row: int) -> float:
+    """A step score as a float: the number types outcome rewards accept (NumPy scalars included); None is NaN."""
     if value is None:
         return math.nan  # the function could not score this step: it is missing, not zero
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"process reward function {name!r}: completion {row} has a non-number step score {value!r}")
-    if math.isinf(value):
-        raise ValueError(f"process reward function {name!r}: completion {row} has an infinite step score")
-    return float(value)
+    number = as_number(value)
+    if number is None:
+        raise UserError(f"process reward function {name!r}: completion {row} has a non-number step score {value!r}")
+    if math.isinf(number):
+        raise UserError(f"process reward function {name!r}: completion {row} has an infinite step score")
+    return number
 
 
 def score_steps(
@@ -50,18 +50,27 @@ def score_steps(
     ends = [step_end_token_indices(tokenizer, ids, separator) for ids in completion_ids_list]
     totals = [[0.0] * len(e) for e in ends]
     for func in funcs:
-        name = _func_name(func)
-        returned = func(prompts=prompts, completions=completions, completion_ids=completion_ids_list, **reward_kwargs)
-        if not isinstance(returned, (list, tuple)) or len(returned) != len(prompts):
-            got = len(returned) if isinstance(returned, (list, tuple)) else type(returned).__name__
-            raise ValueError(
+        name = func_name(func)
+        returned = call_users_function(
+            func,
+            "process reward function",
+            prompts=prompts,
+            completions=completions,
+            completion_ids=completion_ids_list,
+            **reward_kwargs,
+        )
+        rows = as_values(returned)
+        if rows is None or len(rows) != len(prompts):
+            got = len(rows) if rows is not None else type(returned).__name__
+            raise UserError(
                 f"process reward function {name!r} returned {got} results for {len(prompts)} completions "
                 "(expected a list with one list of step scores per completion)"
             )
-        for row, (scores, row_ends) in enumerate(zip(returned, ends, strict=True)):
-            if not isinstance(scores, (list, tuple)) or len(scores) != len(row_ends):
-                got = len(scores) if isinstance(scores, (list, tuple)) else type(scores).__name__
-                raise ValueError(
+        for row, (returned_scores, row_ends) in enumerate(zip(rows, ends, strict=True)):
+            scores = as_values(returned_scores)
+            if scores is None or len(scores) != len(row_ends):
+                got = len(scores) if scores is not None else type(returned_scores).__name__
+                raise UserError(
                     f"process reward function {name!r} returned {got} step scores for completion {row}, which has "
                     f"{len(row_ends)} steps (step_separator {separator!r}); expected one score per step"
                 )
@@ -75,6 +84,8 @@ def build_step_rewards(steps: list[ScoredSteps], completion_mask: torch.Tensor, 
 
     Steps that end on the same token (a token holding a separator and the next step's start) add up. With
     `outcome`, each completion's outcome reward is one more step at its last token (added to a step ending there).
+    A missing (NaN) score adds nothing: it never erases a real score on the same token (a truncated completion's
+    unscored outcome lands on its last step's end).
     """
     rewards = torch.full(completion_mask.shape, math.nan, dtype=torch.float32)
     for row, item in enumerate(steps):
@@ -82,6 +93,8 @@ def build_step_rewards(steps: list[ScoredSteps], completion_mask: torch.Tensor, 
         if outcome is not None and item.length > 0:
             entries.append((item.length - 1, float(outcome[row])))
         for index, score in entries:
+            if math.isnan(score):
+                continue
             current = rewards[row, index]
             rewards[row, index] = score if torch.isnan(current) else current + score
     return rewards.to(completion_mask.device)

@@ -1,0 +1,232 @@
+"""What grpo-ext keeps next to TRL's checkpoints, and how a checkpoint is saved whole or not at all.
+
+- `CHECKPOINT_STATE_FILE` (`grpo_ext_state.json`): the KL controller, the refill draw counter, the number of
+  completions scored so far.
+- A checkpoint is written under a hidden staging name (`.checkpoint-N.partial/checkpoint-N`) and renamed into place
+  once every file is written, so a save stopped by a full disk (or a kill) never leaves a `checkpoint-N` that
+  `--resume_from_checkpoint` (or `get_last_checkpoint`) would pick: the previous checkpoint stays the last one.
+- On resume the config decides the KL setup (`restore_kl_controller`): TRL decided from the config's β at start
+  whether a reference model exists, so a β taken from the checkpoint could ask for log-probs no one computes.
+- `RUN_STATUS_FILE` (`grpo_ext_run.json`) in the output folder says whether the run finished: `running` while it
+  trains, `complete` after the final save, `failed` (with the error) when it stopped. A run killed outright, or
+  stopped by a full disk that could not even record the failure, stays `running`: never mistaken for complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+
+from grpo_ext.errors import UserError, user_file
+from grpo_ext.io import atomic_write_json
+from grpo_ext.kl_control import AdaptiveKLController, FixedKLController
+
+__all__ = [
+    "CHECKPOINT_STATE_FILE",
+    "StagedCheckpointsMixin",
+    "RUN_STATUS_FILE",
+    "promote_staged_checkpoint",
+    "read_run_status",
+    "restore_kl_controller",
+    "staging_root",
+    "write_run_status",
+]
+
+CHECKPOINT_STATE_FILE = "grpo_ext_state.json"
+RUN_STATUS_FILE = "grpo_ext_run.json"
+RUN_STATUSES = ("running", "complete", "failed")
+
+
+# ---- the KL controller on resume ------------------------------------------------------------------------------
+
+
+def new_kl_controller(config) -> FixedKLController | AdaptiveKLController:
+    """The controller `config` asks for, at its initial β."""
+    if config.kl_controller == "adaptive":
+        return AdaptiveKLController(
+            config.beta,
+            config.target_kl,
+            config.kl_horizon,
+            beta_min=config.beta_min,
+            beta_max=config.beta_max if config.beta_max is not None else math.inf,
+        )
+    return FixedKLController(config.beta)
+
+
+def restore_kl_controller(config, saved: dict) -> tuple[FixedKLController | AdaptiveKLController, list[str]]:
+    """The controller to resume with, and one note per way it differs from the checkpoint's (to be logged).
+
+    The config wins, because TRL built (or did not build) the reference model from the config's β:
+    - fixed β in the config: that β, whatever the checkpoint ran (a run trained at 0 and resumed with `--beta 0.04`
+      gets its KL term; one trained at 0.04 and resumed with `--beta 0` drops it);
+    - adaptive in the config and in the checkpoint: the checkpoint's β (the controller's state) clamped to the
+      config's `[beta_min, beta_max]`; `target_kl`, `kl_horizon` and the bounds are the config's;
+    - adaptive in the config, fixed in the checkpoint: the controller starts at the config's β.
+    Either way β > 0 whenever the config's β is, so the reference log-probs TRL computes are there.
+    """
+    controller = new_kl_controller(config)
+    kind, notes = saved.get("type"), []
+    if kind not in ("fixed", "adaptive"):
+        raise UserError(f"{CHECKPOINT_STATE_FILE}: unknown KL controller type {kind!r} (expected fixed or adaptive)")
+    if isinstance(controller, FixedKLController):
+        if kind != "fixed" or saved.get("beta") != controller.beta:
+            notes.append(
+                f"beta: the checkpoint ran a {kind} beta (last {saved.get('beta')}); this run uses the config's fixed "
+                f"beta={controller.beta}"
+            )
+        return controller, notes
+    if kind == "fixed":
+        notes.append(
+            f"kl_controller: the checkpoint ran a fixed beta={saved.get('beta')}; the adaptive controller starts at "
+            f"the config's beta={controller.beta}"
+        )
+        return controller, notes
+    checked = AdaptiveKLController(1.0, 1.0, 1.0)
+    try:
+        checked.load_state_dict(saved)  # validates the saved state
+    except ValueError as err:
+        raise UserError(f"{CHECKPOINT_STATE_FILE}: {err}") from err
+    for field, ours, theirs in (
+        ("target_kl", controller.target_kl, checked.target_kl),
+        ("kl_horizon", controller.horizon, checked.horizon),
+        ("beta_min", controller.beta_min, checked.beta_min),
+        ("beta_max", controller.beta_max, checked.beta_max),
+    ):
+        if ours != theirs:
+            notes.append(f"{field}: the checkpoint used {theirs}; this run uses the config's {ours}")
+    beta = min(max(checked.beta, controller.beta_min), controller.beta_max)
+    if beta != checked.beta:
+        notes.append(f"beta: the checkpoint's adaptive beta {checked.beta} is clamped to {beta} (the config's bounds)")
+    controller.beta = beta
+    return controller, notes
+
+
+# ---- saving a checkpoint whole ----------------------------------------------------------------------------------
+
+
+def staging_root(run_dir: str | os.PathLike, name: str) -> Path:
+    """The hidden folder a checkpoint `name` is written under (its name matches neither `checkpoint-*` nor TRL's and
+    transformers' checkpoint patterns, so nothing resumes from it)."""
+    return Path(run_dir) / f".{name}.partial"
+
+
+def promote_staged_checkpoint(run_dir: str | os.PathLike, name: str) -> Path:
+    """Move the finished `staging_root(run_dir, name)/name` to `run_dir/name` (replacing an older folder of the same
+    name, as transformers does) and remove the staging folder."""
+    root = staging_root(run_dir, name)
+    final = Path(run_dir) / name
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(root / name, final)
+    shutil.rmtree(root, ignore_errors=True)
+    with contextlib.suppress(OSError):  # make the rename durable where the platform allows it
+        fd = os.open(run_dir, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return final
+
+
+def last_checkpoint(run_dir: str | os.PathLike) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(run_dir)) if os.path.isdir(run_dir) else None
+
+
+# ---- whether a run finished ---------------------------------------------------------------------------------------
+
+
+def write_run_status(output_dir: str | os.PathLike, status: str, **info) -> None:
+    """Record `status` (`running`, `complete`, `failed`) with `info` in `output_dir/RUN_STATUS_FILE`."""
+    if status not in RUN_STATUSES:
+        raise ValueError(f"run status must be one of {RUN_STATUSES}, got {status!r}")
+    record = {"status": status, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **info}
+    atomic_write_json(Path(output_dir) / RUN_STATUS_FILE, record)
+
+
+def read_run_status(folder: str | os.PathLike) -> dict | None:
+    """The run status recorded in `folder` (a training output folder), or None when there is none (an older run,
+    a checkpoint folder, a model not trained here)."""
+    path = Path(folder) / RUN_STATUS_FILE
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserError(f"{path}: cannot read the run status ({err})") from err
+    if not isinstance(record, dict) or record.get("status") not in RUN_STATUSES:
+        raise UserError(f"{path}: not a run status record (expected status: one of {', '.join(RUN_STATUSES)})")
+    return record
+
+
+# ---- the trainer side ---------------------------------------------------------------------------------------------
+
+
+class StagedCheckpointsMixin:
+    """`transformers.Trainer` methods (put before the trainer class): checkpoints saved whole, with the trainer's own
+    state (`extension_state()` -> JSON, `restore_extension_state(state or None, checkpoint)`) in
+    `CHECKPOINT_STATE_FILE`."""
+
+    _checkpoint_staging: Path | None = None
+
+    def _get_output_dir(self, trial):
+        staging = self._checkpoint_staging
+        return str(staging) if staging is not None else super()._get_output_dir(trial)
+
+    def _save_checkpoint(self, model, trial):
+        """Everything transformers and TRL save, plus `extension_state()`, under `staging_root`, then renamed into
+        place whole: a save that fails (a full disk) leaves the previous checkpoint the last one, intact and
+        resumable, and the partial folder is removed."""
+        run_dir = self._get_output_dir(trial=trial)
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        staging = staging_root(run_dir, name)
+        if self.args.should_save and staging.exists():
+            shutil.rmtree(staging)  # left by a save that was killed
+        self.accelerator.wait_for_everyone()
+        self._checkpoint_staging = staging  # transformers and TRL write into staging/name (see `_get_output_dir`)
+        try:
+            super()._save_checkpoint(model, trial)
+            if self.args.should_save:
+                atomic_write_json(staging / name / CHECKPOINT_STATE_FILE, self.extension_state())
+        except OSError as err:
+            if self.args.should_save:
+                shutil.rmtree(staging, ignore_errors=True)
+            previous = last_checkpoint(run_dir)
+            resume = f"resume with --resume_from_checkpoint {previous}" if previous else "no earlier checkpoint exists"
+            raise UserError(
+                f"saving {name} in {run_dir} failed ({err.strerror or err}); the partial save was removed and the "
+                f"previous checkpoint is intact: {resume}"
+            ) from err
+        finally:
+            self._checkpoint_staging = None
+        self.accelerator.wait_for_everyone()
+        if self.args.should_save:
+            promote_staged_checkpoint(run_dir, name)
+            rotate_checkpoints(  # what transformers did inside the staging folder, where there was nothing to rotate
+                output_dir=run_dir,
+                save_total_limit=self.args.save_total_limit,
+                best_model_checkpoint=self.state.best_model_checkpoint,
+                use_mtime=True,
+            )
+        self.accelerator.wait_for_everyone()
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        path = os.path.join(checkpoint, CHECKPOINT_STATE_FILE)
+        state = None
+        if os.path.exists(path):
+            with user_file(path, "resume_from_checkpoint"), open(path) as f:
+                state = json.load(f)
+            if not isinstance(state, dict):
+                raise UserError(f"resume_from_checkpoint: {path} is not a grpo-ext state file")
+        self.restore_extension_state(state, checkpoint)

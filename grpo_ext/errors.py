@@ -1,0 +1,80 @@
+"""The user-error type, and the places where the user's own files become errors that name them.
+
+`UserError` is raised where input is validated: a config field, a flag, a file the user gave, a reward function the
+user wrote. `grpo_ext.cli.run_cli` prints it as one line and exits 2. Anything else that escapes (a plain
+`ValueError`, `KeyError`, `TypeError`, `RuntimeError`) is a bug of ours and keeps its traceback. Errors of the
+machine or of the user's files (`OSError`: a missing file, a read-only or full disk; `SafetensorError`: a torn
+weights file) are one line too, and the helpers here turn them into a `UserError` that names the file where the
+caller knows which file it was.
+
+`UserError` subclasses `ValueError`, so code and tests that catch `ValueError` keep working.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+__all__ = ["UserError", "check_weights", "user_file", "user_input"]
+
+
+class UserError(ValueError):
+    """Bad input from the user: one line naming the culprit and what was expected (`run_cli`: exit code 2)."""
+
+
+@contextlib.contextmanager
+def user_input(what: str) -> Iterator[None]:
+    """Inside, a `ValueError` comes from validating the user's input (TRL's and our configs' `__post_init__`, a task's
+    knobs): re-raised as a `UserError`. Keep the block to the validation itself (parsing, building the task), so a
+    `ValueError` of a real bug elsewhere keeps its traceback."""
+    try:
+        yield
+    except UserError:
+        raise
+    except ValueError as err:
+        message = str(err).strip() or type(err).__name__
+        raise UserError(message if what in message else f"{what}: {message}") from err
+
+
+@contextlib.contextmanager
+def user_file(path: str | Path, what: str) -> Iterator[None]:
+    """Inside, reading or parsing `path` (`what`: the flag or field that named it) fails with a `UserError` naming the
+    file: unreadable (`OSError`), not JSON/YAML/UTF-8, or a torn safetensors file."""
+    try:
+        yield
+    except UserError:
+        raise
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise UserError(f"{what}: cannot read {path}: {reason}") from err
+    except Exception as err:
+        if _is_file_format_error(err):
+            raise UserError(f"{what}: {path} is not a valid file ({type(err).__name__}: {err})") from err
+        raise
+
+
+def _is_file_format_error(err: BaseException) -> bool:
+    """A safetensors or YAML parse error (checked by name: neither library is imported here)."""
+    return type(err).__name__ in ("SafetensorError", "HeaderTooLarge") or type(err).__module__.startswith("yaml")
+
+
+def check_weights(folder: str | Path, what: str) -> None:
+    """Every safetensors file of a local model folder opens (its header is whole and covers the file), else a
+    `UserError` naming the file: a torn or truncated download, a disk that filled during a save. Reads only the
+    headers. A folder with no weights at all is named too (with what was expected)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return  # a hub id: the hub client checks its own downloads
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:  # weights load as safetensors only (no pickle)
+        raise UserError(
+            f"{what}: {folder} has no weights (expected model.safetensors, model-*-of-*.safetensors or "
+            "adapter_model.safetensors)"
+        )
+    from safetensors import safe_open
+
+    for path in files:
+        with user_file(path, what), safe_open(str(path), framework="pt"):
+            pass

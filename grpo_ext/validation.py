@@ -1,0 +1,107 @@
+"""Range checks for the numbers of a training config: TRL's and transformers' fields that they accept unchecked
+(a negative learning rate trains uphill, a temperature of 0 divides by zero, a negative seed fails deep in NumPy)
+and grpo-ext's own. Each failure is a `UserError` naming the field, the expected range and the value.
+
+`check_training_ranges(config)` runs in `GRPOExtConfig.__post_init__` and again when `GRPOExtTrainer` starts (a
+config object can be changed after it was built); a plain `GRPOConfig` passes through the second check too.
+"""
+
+from __future__ import annotations
+
+import math
+
+from grpo_ext.errors import UserError
+
+__all__ = ["check_number", "check_training_ranges"]
+
+SCALE_REWARDS = ("group", "batch", "none")
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
+
+
+def check_number(
+    name: str,
+    value,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    integer: bool = False,
+    allowed: tuple = (),
+) -> None:
+    """`value` is a finite number in the interval (closed unless `*_open`), or one of `allowed`, else a `UserError`."""
+    if value in allowed and not isinstance(value, bool):
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not isinstance(value, int)):
+        raise UserError(f"{name}: expected {'an integer' if integer else 'a number'}, got {value!r}")
+    if not math.isfinite(value):
+        raise UserError(f"{name}: must be a finite number, got {value}")
+    too_low = low is not None and (value <= low if low_open else value < low)
+    too_high = high is not None and (value >= high if high_open else value > high)
+    if too_low or too_high:
+        left = "(-inf" if low is None else f"{'(' if low_open else '['}{low:g}"
+        right = "inf)" if high is None else f"{high}{')' if high_open else ']'}"
+        interval = f"{left}, {right}"
+        also = f" or {', '.join(repr(a) for a in allowed)}" if allowed else ""
+        raise UserError(f"{name}: must be in {interval}{also}, got {value}")
+
+
+def _rules(config) -> dict[str, dict]:
+    """Field name -> `check_number` keywords, for the fields `config` has."""
+    rules = {
+        # transformers.TrainingArguments
+        "learning_rate": dict(low=0),
+        "per_device_train_batch_size": dict(low=1, integer=True),
+        "gradient_accumulation_steps": dict(low=1, integer=True),
+        "max_steps": dict(low=1, integer=True, allowed=(-1,)),
+        "num_train_epochs": dict(low=0, low_open=True),
+        "max_grad_norm": dict(low=0),
+        "weight_decay": dict(low=0),
+        "warmup_steps": dict(low=0),
+        "seed": dict(low=0, high=2**32 - 1, integer=True),
+        # trl.GRPOConfig
+        "beta": dict(low=0),
+        "temperature": dict(low=0, low_open=True),
+        "top_p": dict(low=0, high=1, low_open=True),
+        "top_k": dict(low=0, integer=True),
+        "min_p": dict(low=0, high=1, allowed=(None,)),
+        "repetition_penalty": dict(low=0, low_open=True),
+        "num_generations": dict(low=2, integer=True),
+        "num_iterations": dict(low=1, integer=True),
+        "steps_per_generation": dict(low=1, integer=True, allowed=(None,)),
+        "max_completion_length": dict(low=1, integer=True, allowed=(None,)),
+        "epsilon": dict(low=0),
+        "epsilon_high": dict(low=0, allowed=(None,)),
+        "delta": dict(low=0, low_open=True, allowed=(None,)),
+        "top_entropy_quantile": dict(low=0, high=1, low_open=True),
+        # grpo-ext
+        "max_refill_rounds": dict(low=0, integer=True),
+    }
+    if config.logging_strategy == "steps":
+        rules["logging_steps"] = dict(low=0, low_open=True)
+    if config.save_strategy == "steps":
+        rules["save_steps"] = dict(low=0, low_open=True)
+    if getattr(config, "kl_controller", "fixed") == "adaptive":
+        rules |= {
+            "target_kl": dict(low=0, low_open=True),
+            "kl_horizon": dict(low=0, low_open=True),
+            "beta_min": dict(low=0, low_open=True),
+        }
+        if getattr(config, "beta_max", None) is not None:
+            rules["beta_max"] = dict(low=config.beta_min)
+    return {name: kwargs for name, kwargs in rules.items() if hasattr(config, name)}
+
+
+def check_training_ranges(config) -> None:
+    """Every numeric field of a `GRPOConfig` / `GRPOExtConfig` in its range; the reward weights finite; the
+    string choices TRL only checks when it first uses them (`scale_rewards`, `loss_type`)."""
+    for name, kwargs in _rules(config).items():
+        check_number(name, getattr(config, name), **kwargs)
+    for i, weight in enumerate(getattr(config, "reward_weights", None) or []):
+        check_number(f"reward_weights[{i}]", weight)
+    scale = getattr(config, "scale_rewards", "group")
+    if scale not in SCALE_REWARDS:
+        raise UserError(f"scale_rewards: unknown value {scale!r}; expected one of {', '.join(SCALE_REWARDS)}")
+    loss_type = getattr(config, "loss_type", "dapo")
+    if loss_type not in LOSS_TYPES:
+        raise UserError(f"loss_type: unknown value {loss_type!r}; expected one of {', '.join(LOSS_TYPES)}")
