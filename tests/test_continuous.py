@@ -6,8 +6,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from grpo_ext.evaluation.continuous import choose_tokens, continuous_sample, counter_uniforms
+from grpo_ext.evaluation.continuous import continuous_sample
 from grpo_ext.evaluation.sampling import SamplingParams, derive_seed, encode_prompt_ids, sample
+from grpo_ext.evaluation.token_draws import choose_tokens, counter_uniforms
 from grpo_ext.models import resolve_model_path
 from grpo_ext.tasks import get_task
 

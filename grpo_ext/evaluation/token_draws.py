@@ -1,0 +1,97 @@
+"""Token draws of the continuous sampler (:mod:`grpo_ext.evaluation.continuous`), as pure functions.
+
+Sample ``i`` of a prompt draws its ``t``-th token by inverse CDF with the uniform :func:`counter_uniforms`
+``(seed_i, t)``: a counter-based RNG (as in JAX or Philox), so the number depends on the sample's own seed and
+position only, never on a generator's state. That is what lets a sample be the same whatever the batch size, the
+other prompts, the row it shares with other samples, or a resume of the sample cache.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+__all__ = ["choose_tokens", "counter_uniforms", "draw_from_cdf", "draw_tokens", "token_cdf"]
+
+_GAMMA = np.uint64(0x9E3779B97F4A7C15)  # 2**64 / golden ratio: splitmix64's increment between counters
+
+
+def counter_uniforms(seeds: np.ndarray, counters: np.ndarray) -> np.ndarray:
+    """Uniforms in [0, 1), one per ``(seed, counter)`` pair: the splitmix64 finaliser of ``seed + counter * gamma``.
+
+    ``seeds`` and ``counters`` are ``uint64`` arrays (broadcast together). A pure function: the same pair always
+    gives the same number, so a sample's random stream does not depend on which batch or slot it runs in.
+    """
+    seeds = np.asarray(seeds, dtype=np.uint64)
+    counters = np.asarray(counters, dtype=np.uint64)
+    with np.errstate(over="ignore"):  # modular uint64 arithmetic is the point
+        z = seeds + (counters + np.uint64(1)) * _GAMMA
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53  # top 53 bits: exact in a float64, so < 1
+
+
+def token_cdf(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """Cumulative next-token probabilities ``[R, V]`` (float64: no drift over a 150k vocabulary) of
+    softmax(logits / temperature) restricted to the top-p nucleus (transformers' own ``TopPLogitsWarper``, so the
+    nucleus is the one ``generate`` keeps)."""
+    scores = logits.float() / temperature
+    if top_p < 1.0:
+        # imported here: importing the sampler must not import transformers (sampling.py stays light)
+        from transformers.generation.logits_process import TopPLogitsWarper
+
+        scores = TopPLogitsWarper(top_p)(None, scores)
+    return torch.softmax(scores, dim=-1).double().cumsum(-1)
+
+
+def draw_from_cdf(cdf: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF draws: for each row of ``cdf [R, V]``, the first index whose cumulative probability exceeds
+    ``u * total`` (never a token of probability 0), for ``uniforms [R]`` (one draw a row) or ``[R, K]`` (K a row)."""
+    u = uniforms.to(cdf.dtype)
+    one = u.ndim == 1
+    target = (u.unsqueeze(1) if one else u) * cdf[:, -1:]
+    tokens = torch.searchsorted(cdf, target, right=True).clamp_(max=cdf.shape[-1] - 1)
+    return tokens.squeeze(1) if one else tokens
+
+
+def choose_tokens(logits: torch.Tensor, uniforms: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """One token per row of ``logits [R, V]``: argmax when ``temperature == 0``, else a draw with ``uniforms [R]``.
+
+    The rule for one sample decoded alone (the reference tests/test_continuous.py checks the sampler against);
+    :func:`draw_tokens` applies it to all the samples that share a row at once."""
+    if temperature == 0:
+        return logits.argmax(-1)
+    return draw_from_cdf(token_cdf(logits, temperature, top_p), uniforms)
+
+
+def draw_tokens(
+    logits: torch.Tensor,
+    seeds: np.ndarray,
+    groups: list[list[int]],
+    counters: list[int],
+    temperature: float,
+    top_p: float,
+) -> list[list[int]]:
+    """For each row of ``logits [R, V]``, one token per sample of ``groups[row]`` (sample ids, indices into the
+    ``uint64`` array ``seeds``), each drawn with the sample's own uniform at its ``counters[row]``-th token.
+
+    The samples of a row share its distribution, so the row's CDF is built once and searched with all their
+    uniforms; greedy decoding gives every sample of a row its argmax."""
+    if temperature == 0:
+        best = logits.argmax(-1).tolist()
+        return [[best[r]] * len(g) for r, g in enumerate(groups)]
+    cdf = token_cdf(logits, temperature, top_p)
+    sizes = [len(g) for g in groups]
+    ids = np.fromiter((q for g in groups for q in g), dtype=np.int64)
+    counts = np.repeat(np.array(counters, dtype=np.uint64), sizes)
+    # a row's samples side by side ([rows, largest group], padded): the row's CDF is searched, never copied
+    used = torch.arange(max(sizes)) < torch.tensor(sizes).unsqueeze(1)
+    uniforms = torch.zeros(used.shape, dtype=torch.float64)
+    uniforms[used] = torch.from_numpy(counter_uniforms(seeds[ids], counts))
+    flat = draw_from_cdf(cdf, uniforms.to(cdf.device))[used.to(cdf.device)].tolist()
+    out, k = [], 0
+    for g in groups:
+        out.append(flat[k : k + len(g)])
+        k += len(g)
+    return out
