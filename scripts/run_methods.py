@@ -53,8 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> dict:
     args = build_parser().parse_args(argv)
     from grpo_ext.io import atomic_write_json
-    from grpo_ext.methods.study import load_study, pick_settings
-    from grpo_ext.methods.study_runs import Job, read_score, run_jobs
+    from grpo_ext.methods.study.config import load_study, pick_settings
+    from grpo_ext.methods.study.runs import Job, read_score, run_jobs
     from grpo_ext.models import resolve_model_path
 
     study = load_study(args.study)
@@ -104,7 +104,7 @@ def main(argv: list[str]) -> dict:
     run_jobs([Job(None, None, None, study.test), *final], out, study, options, args.jobs)
     trained = time.perf_counter()
 
-    from grpo_ext.methods.study_report import write_study_report
+    from grpo_ext.methods.study.report import write_study_report
 
     paths = write_study_report(study, out, picks, options)
     end = time.perf_counter()

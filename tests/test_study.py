@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_ext.methods.study import Setting, load_study, pick_settings
-from grpo_ext.methods.study_stats import finding_beats, paired_difference, samples_to_reach
+from grpo_ext.methods.study.config import Setting, load_study, pick_settings
+from grpo_ext.methods.study.stats import finding_beats, paired_difference, samples_to_reach
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STUDY = os.path.join(ROOT, "configs", "compare.yaml")

@@ -13,7 +13,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpo_ext.methods.study import Arm, Evaluation, Setting, Study
+from grpo_ext.methods.study.config import Arm, Evaluation, Setting, Study
 
 __all__ = ["Job", "evaluation_file", "read_score", "run_jobs"]
 

@@ -1,6 +1,6 @@
 """The report of a study: report.md, report.json, and two plots, from the picked runs' test results.
 
-Every number comes with its interval (see :mod:`grpo_ext.methods.study_stats`); the search grid, every validation
+Every number comes with its interval (see :mod:`grpo_ext.methods.study.stats`); the search grid, every validation
 score and the picks are printed first, so a reader sees that settings were chosen on validation before any test
 number appears.
 """
@@ -14,8 +14,8 @@ import numpy as np
 
 from grpo_ext.io import atomic_write_bytes, atomic_write_json, atomic_write_text, figure_png
 from grpo_ext.methods.cost import CURVE_FILE, read_json_file
-from grpo_ext.methods.study import Setting, Study
-from grpo_ext.methods.study_stats import (
+from grpo_ext.methods.study.config import Setting, Study
+from grpo_ext.methods.study.stats import (
     BOOTSTRAP,
     arm_summary,
     finding_beats,
@@ -194,7 +194,7 @@ def render(study: Study, search: dict, stats: dict, command: str | None) -> str:
         "",
         "## DeepSeekMath's findings on this stage",
         "",
-        "Verdict rule (`grpo_ext.methods.study_stats`): *agrees* when the 95% interval of the paired difference "
+        "Verdict rule (`grpo_ext.methods.study.stats`): *agrees* when the 95% interval of the paired difference "
         "is above 0 and every seed's difference is positive; *disagrees* when the interval is below 0 and every "
         "seed negative; *inconclusive* otherwise.",
         "",

@@ -1,0 +1,3 @@
+"""A fair comparison of training methods (``make compare``): the study config (:mod:`.config`: arms, the search
+every arm gets, seeds, which run goes where), running its jobs (:mod:`.runs`), its numbers (:mod:`.stats`: intervals,
+paired differences, the findings' verdict rule) and its report (:mod:`.report`)."""
