@@ -25,17 +25,18 @@ class UserError(ValueError):
 
 
 @contextlib.contextmanager
-def user_input(what: str) -> Iterator[None]:
+def user_input(what: str | None) -> Iterator[None]:
     """Inside, a `ValueError` comes from validating the user's input (TRL's and our configs' `__post_init__`, a task's
-    knobs): re-raised as a `UserError`. Keep the block to the validation itself (parsing, building the task), so a
-    `ValueError` of a real bug elsewhere keeps its traceback."""
+    knobs): re-raised as a `UserError` (its message prefixed with `what` unless it names it already). Keep the block
+    to the validation itself (parsing, building the task), so a `ValueError` of a real bug elsewhere keeps its
+    traceback."""
     try:
         yield
     except UserError:
         raise
     except ValueError as err:
         message = str(err).strip() or type(err).__name__
-        raise UserError(message if what in message else f"{what}: {message}") from err
+        raise UserError(message if what is None or what in message else f"{what}: {message}") from err
 
 
 @contextlib.contextmanager

@@ -1,5 +1,5 @@
 """File output shared by every report and checkpoint: atomic writes (a reader, or a crash, never sees a
-half-written file) and matplotlib figures as PNG bytes."""
+half-written file), paths as results files record them, and matplotlib figures as PNG bytes."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["atomic_write_bytes", "atomic_write_json", "atomic_write_text", "figure_png"]
+__all__ = ["REPO_ROOT", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "figure_png", "portable_path"]
+
+#: The repository (the folder holding the `grpo_ext` package): results files name paths inside it relative to it.
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
@@ -44,6 +47,25 @@ def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8
 def atomic_write_json(path: str | os.PathLike, data, indent: int | None = 2) -> Path:
     """`atomic_write_bytes` for a JSON document (keys kept in insertion order, trailing newline)."""
     return atomic_write_text(path, json.dumps(data, indent=indent) + "\n")
+
+
+def portable_path(path: str | os.PathLike, base: str | os.PathLike | None = None) -> str:
+    """`path` as a results file records it: relative to `base` (the folder the results describe, e.g. a run's output
+    folder) or else to the repository when it lies inside one of them, as a POSIX path; otherwise as given. A results
+    file then reads the same on every machine, and names no user's home or temporary folder that is ours to choose.
+    Strings that are not paths of this machine (a hub id such as `Qwen/Qwen2.5-1.5B`) are returned unchanged."""
+    text = os.fspath(path)
+    candidate = Path(text).expanduser()
+    if not candidate.is_absolute():
+        if not candidate.exists():
+            return text  # a hub id, or a relative path that already reads the same everywhere
+        candidate = candidate.resolve()
+    for root in ([Path(base).expanduser().resolve()] if base is not None else []) + [REPO_ROOT]:
+        try:
+            return candidate.resolve().relative_to(root).as_posix() or "."
+        except ValueError:
+            continue
+    return text
 
 
 def figure_png(fig, dpi: int | None = None) -> bytes:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from grpo_ext.errors import UserError
+from grpo_ext.validation import check_number
+
 
 def parse_task_kwargs(value: dict | str | None) -> dict:
     """`task_kwargs` from YAML (a mapping) or the command line (a JSON string), as a dict."""
@@ -12,9 +15,9 @@ def parse_task_kwargs(value: dict | str | None) -> dict:
         try:
             value = json.loads(value)
         except json.JSONDecodeError as err:
-            raise ValueError(f"task_kwargs: expected a JSON object, got {value!r}") from err
+            raise UserError(f"task_kwargs: expected a JSON object, got {value!r}") from err
     if value is not None and not isinstance(value, dict):
-        raise ValueError(f"task_kwargs: expected a mapping, got {type(value).__name__}")
+        raise UserError(f"task_kwargs: expected a mapping, got {type(value).__name__}")
     return dict(value or {})
 
 
@@ -43,11 +46,17 @@ class TaskArguments:
 
     def __post_init__(self):
         self.task_kwargs = parse_task_kwargs(self.task_kwargs)
-        if self.passk_eval_steps < 0:
-            raise ValueError(f"passk_eval_steps: must be >= 0 (0 turns it off), got {self.passk_eval_steps}")
+        check_number("train_size", self.train_size, low=1, integer=True, allowed=(None,))
+        check_number("passk_eval_steps", self.passk_eval_steps, low=0, integer=True)
+        check_number("passk_eval_prompts", self.passk_eval_prompts, low=1, integer=True)
+        check_number("passk_eval_n", self.passk_eval_n, low=1, integer=True)
+        if not self.passk_eval_k:
+            raise UserError("passk_eval_k: at least one k is needed")
+        for k in self.passk_eval_k:
+            check_number("passk_eval_k", k, low=1, integer=True)
         if self.passk_eval_steps and any(k > self.passk_eval_n for k in self.passk_eval_k):
-            raise ValueError(
+            raise UserError(
                 f"passk_eval_k: every k must be <= passk_eval_n ({self.passk_eval_n}), got {self.passk_eval_k}"
             )
         if not self.reward_funcs:
-            raise ValueError("reward_funcs: at least one reward function is needed")
+            raise UserError("reward_funcs: at least one reward function is needed")

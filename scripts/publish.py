@@ -5,7 +5,9 @@ adapter folded into the full-precision base, plus a model card with the eval har
 
 --dry-run writes exactly the folder that would be uploaded (default: CHECKPOINT-hub next to the checkpoint) and
 prints its path. The folder is assembled under a temporary name and renamed at the end, so a failure never leaves a
-folder that looks complete.
+folder that looks complete. Before anything is uploaded the checkpoint and the assembled folder are checked (a run
+that did not finish, torn weights, an adapter naming a base folder of this machine, unexpected files) and the list
+of files is printed.
 """
 
 from __future__ import annotations
@@ -52,13 +54,20 @@ def main(argv: list[str]) -> Path | str:
     except ValueError as err:
         raise PublishError(f"--repo-id: {err}") from err
     checkpoint = Path(args.checkpoint).expanduser()
+    if not checkpoint.is_dir():  # a hub id or a typo is not a checkpoint to publish
+        raise PublishError(f"CHECKPOINT: no such folder: {args.checkpoint} (publish.py uploads a local folder)")
     if args.eval_report and not Path(args.eval_report).exists():
         raise PublishError(f"--eval-report: no such file or folder: {args.eval_report}")
+    if args.base_model and not args.merge and Path(args.base_model).expanduser().exists():
+        raise PublishError(
+            f"--base-model: {args.base_model} is a local folder; without --merge the adapter names its base for "
+            "everyone: give its hub id (ORG/NAME)"
+        )
     output_dir = None
     if args.dry_run:
         output_dir = Path(args.output_dir) if args.output_dir else checkpoint.with_name(checkpoint.name + "-hub")
 
-    where, checkpoint_type = publish(
+    where, checkpoint_type, files = publish(
         checkpoint,
         args.repo_id,
         output_dir=output_dir,
@@ -72,6 +81,8 @@ def main(argv: list[str]) -> Path | str:
         license=args.license,
         dtype=args.dtype,
     )
+    listing = ", ".join(f"{name} ({size / 1e6:.2f} MB)" for name, size in files)
+    print(f"{len(files)} files, {sum(size for _, size in files) / 1e6:.2f} MB: {listing}", file=sys.stderr)
     if args.dry_run:
         print(f"dry run: the {checkpoint_type} upload for {args.repo_id} is in:", file=sys.stderr)
         print(where)

@@ -295,3 +295,44 @@ def test_atomic_write_replaces_whole_or_not_at_all(tmp_path, monkeypatch):
         atomic_write_text(target, "new")
     assert target.read_text() == "old"
     assert sorted(p.name for p in target.parent.iterdir()) == ["report.md"]  # no temporary file left behind
+
+
+def test_written_files_are_as_readable_as_any_file(tmp_path):
+    """Bug 6: mkstemp creates 0600; reports and caches get the umask's usual 0644 (0666 & ~umask)."""
+    previous = os.umask(0o022)
+    try:
+        path = atomic_write_text(tmp_path / "report.json", "{}")
+    finally:
+        os.umask(previous)
+    assert path.stat().st_mode & 0o777 == 0o644
+
+
+def test_fingerprint_sees_every_byte_of_a_large_weights_file(tmp_path):
+    """Bug 4: a 40 MiB weights file retrained in place (same size, same first and last 4 MiB, a middle layer changed)
+    gets a new fingerprint, also when its modification time is set back and the file was hashed before in this
+    process; the embedded model keeps the fingerprint earlier versions gave it (its cached samples stay valid)."""
+    from grpo_ext.evaluation.cache import model_fingerprint
+
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(bytes(40 << 20))
+    before = model_fingerprint(tmp_path)
+    assert model_fingerprint(tmp_path) == before  # deterministic
+    stat = weights.stat()
+    with weights.open("r+b") as handle:  # in place: one byte of a middle layer
+        handle.seek(20 << 20)
+        handle.write(b"\x01")
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert weights.stat().st_size == stat.st_size
+    assert model_fingerprint(tmp_path) != before
+    assert model_fingerprint(tmp_path / "missing") is None
+
+    import hashlib
+
+    from grpo_ext.models import EMBEDDED_MODEL_DIR
+
+    by_hand = hashlib.sha256()  # the earlier format: name, size and bytes of each config and weights file
+    for name in ("config.json", "model.safetensors"):
+        data = (EMBEDDED_MODEL_DIR / name).read_bytes()
+        by_hand.update(f"{name}:{len(data)}:".encode() + data)
+    assert model_fingerprint(EMBEDDED_MODEL_DIR) == by_hand.hexdigest()[:16]

@@ -136,7 +136,14 @@ def _training_section(summary: dict | None, checkpoint_type: str) -> str:
     none = "none (plain GRPO)" if summary.get("keeps_trl_advantages") else "none besides the gradient coefficient"
     lines.append("- grpo-ext extensions: " + ("; ".join(summary["extensions"]) if summary["extensions"] else none))
     lines += [f"- {label}: {value}" for label, value in summary["hyperparameters"].items()]
-    lines.append(f"- training steps: {summary['steps'] if summary.get('steps') is not None else 'unknown'}")
+    steps, planned = summary.get("steps"), summary.get("planned_steps")
+    if steps is not None and planned is not None and steps < planned:
+        lines.append(
+            f"- training steps: {steps} of {planned} planned: **an intermediate checkpoint or an unfinished run** "
+            "(training had not reached its last step when this was saved)"
+        )
+    else:
+        lines.append(f"- training steps: {steps if steps is not None else 'unknown'}")
     lines.append(f"- precision: {summary['precision']}; hardware: {summary['hardware']}")
     if checkpoint_type == "merged" and summary.get("quantization"):
         lines.append(

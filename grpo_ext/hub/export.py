@@ -4,21 +4,27 @@ full-precision base, plus the tokenizer, the training record and the model card;
 `publish(...)` (what scripts/publish.py calls) assembles the folder under a temporary name and renames it at the
 end, so a failure never leaves a folder that looks complete; with `dry_run` the folder is kept, else uploaded and
 removed.
+
+What is uploaded is checked first, on both sides: the checkpoint (a training run that did not finish, a torn weights
+file, an adapter whose base is a folder of this machine) and the assembled folder (`check_upload_folder`: every
+weights file opens, every JSON parses, nothing but the model's files), whose file list `publish` returns.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
 
+from grpo_ext.errors import UserError, check_weights, user_file
 from grpo_ext.evaluation.report import read_report
 from grpo_ext.hub.card import build_model_card
-from grpo_ext.hub.training import CONFIG_FILE, trained_with
+from grpo_ext.hub.training import CONFIG_FILE, is_embedded, trained_with
 
-__all__ = ["PublishError", "checkpoint_type_of", "publish", "write_upload_folder"]
+__all__ = ["PublishError", "check_upload_folder", "checkpoint_type_of", "publish", "write_upload_folder"]
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
@@ -42,7 +48,7 @@ TOKENIZER_FILES = (
 )
 
 
-class PublishError(ValueError):
+class PublishError(UserError):
     """Bad input or a failed upload: reported as one line by `run_cli`."""
 
 
@@ -69,6 +75,24 @@ def checkpoint_type_of(folder: Path) -> str:
     )
 
 
+def check_checkpoint(folder: Path) -> None:
+    """The checkpoint is whole: its run finished (when scripts/train.py recorded a run status) and every weights file
+    opens."""
+    from grpo_ext.checkpoints import RUN_STATUS_FILE, read_run_status
+
+    status = read_run_status(folder)
+    if status is not None and status["status"] != "complete":
+        why = f": {status['error']}" if status.get("error") else ""
+        raise PublishError(
+            f"CHECKPOINT: the training run in {folder} did not finish ({RUN_STATUS_FILE}: {status['status']}{why}); "
+            "publish one of its checkpoint-N folders, or finish the run"
+        )
+    try:
+        check_weights(folder, "CHECKPOINT")
+    except UserError as err:
+        raise PublishError(str(err)) from err
+
+
 def _model_weight_files(folder: Path) -> list[Path]:
     files = [folder / name for name in MODEL_WEIGHTS if (folder / name).is_file()]
     files += sorted(folder.glob("model-*-of-*.safetensors")) + sorted(folder.glob("pytorch_model-*-of-*.bin"))
@@ -80,6 +104,16 @@ def adapter_base(folder: Path) -> str | None:
         return json.loads((folder / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
     except (OSError, json.JSONDecodeError) as err:
         raise PublishError(f"CHECKPOINT: cannot read {folder / ADAPTER_CONFIG} ({err})") from err
+
+
+def _check_base_is_downloadable(base: str | None, folder: Path) -> None:
+    """An uploaded adapter names its base for everyone: a folder of this machine would be a path no one else has (and
+    would publish its name). The shipped embedded model is the exception: it comes with grpo-ext."""
+    if base and not is_embedded(base) and (os.path.isabs(os.path.expanduser(base)) or os.path.exists(base)):
+        raise PublishError(
+            f"CHECKPOINT: {folder / ADAPTER_CONFIG} names the local base model {base!r}, which others cannot "
+            "download; pass --base-model ORG/NAME (the hub id of the same base)"
+        )
 
 
 def _resolve_base(name: str | None, folder: Path) -> str:
@@ -118,6 +152,7 @@ def _copy_config_record(checkpoint: Path, dest: Path) -> None:
 
 
 def write_adapter(checkpoint: Path, dest: Path, base_override: str | None) -> None:
+    _check_base_is_downloadable(base_override or adapter_base(checkpoint), checkpoint)
     shutil.copy2(checkpoint / ADAPTER_CONFIG, dest / ADAPTER_CONFIG)
     for name in ADAPTER_WEIGHTS:
         if (checkpoint / name).is_file():
@@ -174,6 +209,7 @@ def write_upload_folder(
     """Write the upload of `checkpoint` into the empty folder `dest`; returns its checkpoint type as uploaded
     (`adapter`, `merged` or `model`). The arguments are scripts/publish.py's flags."""
     checkpoint_type = checkpoint_type_of(checkpoint)
+    check_checkpoint(checkpoint)
     if merge and checkpoint_type == "model":
         raise PublishError(
             f"--merge: {checkpoint} holds full model weights, not a LoRA adapter; publish it without --merge"
@@ -203,6 +239,33 @@ def write_upload_folder(
     )
     card.save(dest / "README.md")
     return checkpoint_type
+
+
+def check_upload_folder(folder: Path) -> list[tuple[str, int]]:
+    """`(name, bytes)` of every file `folder` would upload, after checking it: only a model's files (weights, configs,
+    tokenizer, card, training record; no subfolders), every safetensors file opens, every JSON file parses, and the
+    card is there. A `PublishError` names the first file that fails."""
+    allowed = set(ADAPTER_WEIGHTS) | set(MODEL_WEIGHTS) | set(MODEL_FILES) | set(TOKENIZER_FILES)
+    allowed |= {ADAPTER_CONFIG, CONFIG_FILE, "README.md"}
+    manifest = []
+    for path in sorted(folder.iterdir()):
+        sharded = path.name.startswith("model-") and path.suffix == ".safetensors"
+        if not path.is_file() or not (path.name in allowed or sharded):
+            raise PublishError(f"upload folder: {path.name} is not a file a model repository needs; not uploaded")
+        try:
+            with user_file(path, "upload folder"):
+                if path.suffix == ".json":
+                    json.loads(path.read_text())
+        except UserError as err:
+            raise PublishError(str(err)) from err
+        manifest.append((path.name, path.stat().st_size))
+    if "README.md" not in dict(manifest):
+        raise PublishError(f"upload folder: {folder} has no model card (README.md)")
+    try:
+        check_weights(folder, "upload folder")
+    except UserError as err:
+        raise PublishError(str(err)) from err
+    return manifest
 
 
 # ---- the whole step ---------------------------------------------------------------------------------------------
@@ -243,10 +306,10 @@ def publish(
     private: bool = False,
     commit_message: str = "Upload with grpo-ext scripts/publish.py",
     **folder_kwargs,
-) -> tuple[str, str]:
-    """`(where, checkpoint type)`: with `output_dir` (a dry run) the upload folder is written there and `where` is
-    its path; without, it is uploaded to `repo_id` and `where` is the URL. `folder_kwargs` go to
-    `write_upload_folder`."""
+) -> tuple[str, str, list[tuple[str, int]]]:
+    """`(where, checkpoint type, files)`: with `output_dir` (a dry run) the upload folder is written there and `where`
+    is its path; without, it is uploaded to `repo_id` and `where` is the URL. `files` is `check_upload_folder`'s list
+    of what was (or would be) uploaded. `folder_kwargs` go to `write_upload_folder`."""
     if output_dir is not None:
         if output_dir.exists() and not overwrite:
             raise PublishError(f"--output-dir: {output_dir} exists; remove it or pass --overwrite")
@@ -257,10 +320,12 @@ def publish(
         staging = Path(tempfile.mkdtemp(prefix="grpo-ext-publish-"))
     try:
         checkpoint_type = write_upload_folder(checkpoint, staging, repo_id, **folder_kwargs)
+        files = check_upload_folder(staging)
         if output_dir is not None:
             _replace_dir(staging, output_dir, overwrite)
-            return str(output_dir), checkpoint_type
-        return upload(staging, repo_id, private=private, commit_message=commit_message), checkpoint_type
+            return str(output_dir), checkpoint_type, files
+        url = upload(staging, repo_id, private=private, commit_message=commit_message)
+        return url, checkpoint_type, files
     finally:
         with contextlib.suppress(OSError):
             shutil.rmtree(staging)

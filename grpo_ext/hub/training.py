@@ -171,8 +171,10 @@ def summarize_training(resolved: dict, steps: int | None = None, hardware: str |
 
     if hardware is None:
         hardware = "CPU" if training.get("use_cpu") else "GPU"
-    if steps is None and isinstance(training.get("max_steps"), int) and training["max_steps"] > 0:
-        steps = training["max_steps"]
+    planned = training.get("max_steps") if isinstance(training.get("max_steps"), int) else None
+    planned = planned if planned is not None and planned > 0 else None
+    if steps is None:
+        steps = planned
     return {
         "advantage_mode": mode,
         "gradient_coefficient": _gradient_coefficient(mode, record, training),
@@ -190,6 +192,7 @@ def summarize_training(resolved: dict, steps: int | None = None, hardware: str |
         "extensions": extensions,
         "hyperparameters": {label: training[key] for label, key in _GRPO_FIELDS if training.get(key) is not None},
         "steps": steps,
+        "planned_steps": planned,
         "hardware": hardware,
         "tags": tags,
     }
@@ -249,4 +252,7 @@ def trainer_summary(trainer, dataset_name: str | None = None) -> dict:
         )
     resolved = {"task": {"task": dataset_name}, "training": trainer.args.to_dict(), "model": model_info}
     hardware = hardware_summary(getattr(trainer.accelerator, "num_processes", 1))
-    return summarize_training(resolved, steps=trainer.state.global_step or None, hardware=hardware)
+    summary = summarize_training(resolved, steps=trainer.state.global_step or None, hardware=hardware)
+    if trainer.state.max_steps and trainer.state.max_steps > 0:  # epochs resolved to steps by the Trainer
+        summary["planned_steps"] = trainer.state.max_steps
+    return summary
