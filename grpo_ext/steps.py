@@ -144,15 +144,26 @@ def char_ends_by_prefix_decoding(tokenizer, token_ids: Sequence[int]) -> list[in
 
 
 def char_ends_by_incremental_decoding(tokenizer, token_ids: Sequence[int], context: int = DECODE_CONTEXT) -> list[int]:
-    """:func:`char_ends_by_prefix_decoding` in linear time: each token's length is what decoding it after its
-    `context` previous tokens adds to decoding those tokens alone (two batched decodes of short windows)."""
+    """:func:`char_ends_by_prefix_decoding` in linear time, for tokenizers whose decoding is local.
+
+    Tokens are taken in blocks of `context`. A token's prefix length is the length at the end of the previous block
+    plus what decoding the block up to that token adds after the `context` tokens before the block: one short decode
+    per token and one per block (a single batched call), each at most ``2 * context + 1`` tokens long.
+    """
     ids, n = list(token_ids), len(token_ids)
-    windows = tokenizer.batch_decode([ids[max(0, i - context) : i + 1] for i in range(n)], skip_special_tokens=True)
-    contexts = tokenizer.batch_decode([ids[i - context : i] for i in range(context + 1, n)], skip_special_tokens=True)
+    starts = [max(0, (i // context - 1) * context) for i in range(n)]  # the left context of i's block
+    windows = tokenizer.batch_decode([ids[starts[i] : i + 1] for i in range(n)], skip_special_tokens=True)
+    blocks = range(context, n, context)  # block b starts at token b; its left context is ids[b - context : b]
+    # (batch_decode of an empty batch returns [""]: decode only when there is a second block)
+    decoded = tokenizer.batch_decode([ids[b - context : b] for b in blocks], skip_special_tokens=True) if blocks else []
+    before = dict(zip(blocks, decoded, strict=True))
     ends: list[int] = []
     for i in range(n):
-        # up to `context`, the window starts at the first token: it is the whole prefix
-        ends.append(len(windows[i]) if i <= context else ends[-1] + len(windows[i]) - len(contexts[i - context - 1]))
+        block = i - i % context
+        if block == 0:
+            ends.append(len(windows[i]))  # the first block's windows start at token 0: whole prefixes
+        else:
+            ends.append(ends[block - 1] + len(windows[i]) - len(before[block]))
     return ends
 
 

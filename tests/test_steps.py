@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
@@ -25,7 +26,7 @@ from grpo_ext.steps import (
     step_texts,
 )
 
-FIXTURES = __import__("pathlib").Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 # ---- rules on hand-worked texts ----------------------------------------------------------------------------------
@@ -223,13 +224,13 @@ def test_linear_mapping_equals_the_prefix_decoding_reference(name):
 
 
 class _NonLocalDecoder:
-    """A tokenizer whose decoding is not local (a suffix depends on the whole length): the incremental sum cannot
-    add up, so the mapping must fall back to decoding every prefix."""
+    """A tokenizer whose decoding is not local (the text of n tokens is n * n characters): the incremental sum
+    cannot add up, so the mapping must fall back to decoding every prefix."""
 
     all_special_ids: list[int] = []
 
     def decode(self, ids, skip_special_tokens=True):
-        return "x" * len(ids) + ("!" * (len(ids) // 10))
+        return "x" * len(ids) ** 2
 
     def batch_decode(self, sequences, skip_special_tokens=True):
         return [self.decode(s) for s in sequences]

@@ -28,6 +28,7 @@ import torch
 
 from grpo_ext.rewards.classifier import right_pad, token_ids
 from grpo_ext.rewards.prm_formats import STEP_TAG_DEFAULTS, load_qwen_prm, load_step_tag_prm, model_load_kwargs
+from grpo_ext.rewards.weights import require_safetensors, reward_model_folder
 from grpo_ext.steps import step_end_token_indices
 from grpo_ext.tasks.base import completion_text
 
@@ -165,16 +166,16 @@ def load_process_reward_model(path: str | os.PathLike, format: str | None = None
     [0, 1] per step of each completion, the steps as ``step_separator`` (the policy's step rule) splits them.
 
     Args:
-        path: a local model folder (config.json, tokenizer, safetensors weights).
+        path: a local model folder (config.json, tokenizer, safetensors weights) or a hub id (its configs, tokenizer
+            and safetensors fetched into the hub cache; pickled weights and code never are).
         format: one of :data:`PRM_FORMATS`; None detects it (:func:`detect_prm_format`).
         format_kwargs: ``step_separator`` (default ``"\\n"``), ``batch_size`` (16), ``device`` (CPU), ``dtype``
             (bf16 on a GPU, else float32), ``load_in_4bit`` (nf4, False); for ``step_tag`` also ``step_tag``,
             ``good_token``, ``bad_token`` (Math-Shepherd's ``ки``, ``+``, ``-``); for ``qwen_prm`` also
             ``system_prompt`` (the model card's).
     """
-    folder = Path(path)
-    if not (folder / "config.json").is_file():
-        raise FileNotFoundError(f"process_reward_model: no model folder (config.json) at {path}")
+    folder = reward_model_folder(path)
+    require_safetensors(folder)
     if format is None:
         format = detect_prm_format(folder)
     if format not in PRM_FORMATS:

@@ -128,7 +128,9 @@ def _single_token_id(tokenizer, text: str, field: str, folder: Path) -> int:
     if not ids or (tokenizer.unk_token_id is not None and tokenizer.unk_token_id in ids):
         raise ValueError(f"{field} {text!r} is not in the vocabulary of the PRM's tokenizer ({folder})")
     if len(ids) != 1:
-        raise ValueError(f"{field} {text!r} is {len(ids)} tokens for the PRM's tokenizer ({folder}); it must be one")
+        raise ValueError(
+            f"{field} {text!r} is not one token of the PRM's tokenizer ({folder}): it encodes to {len(ids)} tokens"
+        )
     return ids[0]
 
 

@@ -10,7 +10,6 @@ checked in the safetensors files first: a missing one would otherwise be left at
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -18,12 +17,12 @@ from torch import nn
 from transformers import Qwen2Config, Qwen2Model
 from transformers.models.qwen2.modeling_qwen2 import Qwen2PreTrainedModel
 
-__all__ = ["HEAD_TENSORS", "Qwen2ProcessRewardModel", "check_head_tensors", "safetensors_shapes"]
+from grpo_ext.rewards.weights import safetensors_shapes
+
+__all__ = ["HEAD_TENSORS", "Qwen2ProcessRewardModel", "check_head_tensors"]
 
 #: The head's tensors in the hub checkpoint (``score.1`` is the ReLU).
 HEAD_TENSORS = ("score.0.weight", "score.0.bias", "score.2.weight", "score.2.bias")
-SAFETENSORS_FILE = "model.safetensors"
-SAFETENSORS_INDEX = "model.safetensors.index.json"
 
 
 class Qwen2ProcessRewardModel(Qwen2PreTrainedModel):
@@ -42,28 +41,6 @@ class Qwen2ProcessRewardModel(Qwen2PreTrainedModel):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         return self.score(hidden)
-
-
-def safetensors_shapes(folder: str | Path) -> dict[str, tuple[tuple[int, ...], str]]:
-    """Every tensor name in a model folder's safetensors weights -> (shape, file name), read from the headers."""
-    from safetensors import safe_open
-
-    folder = Path(folder)
-    if (folder / SAFETENSORS_INDEX).is_file():
-        files = sorted(set(json.loads((folder / SAFETENSORS_INDEX).read_text())["weight_map"].values()))
-    elif (folder / SAFETENSORS_FILE).is_file():
-        files = [SAFETENSORS_FILE]
-    else:
-        raise FileNotFoundError(
-            f"process_reward_model: no safetensors weights in {folder} ({SAFETENSORS_FILE} or {SAFETENSORS_INDEX}); "
-            "weights are only loaded from safetensors"
-        )
-    shapes = {}
-    for name in files:
-        with safe_open(str(folder / name), framework="pt") as f:
-            for key in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
-                shapes[key] = (tuple(f.get_slice(key).get_shape()), name)
-    return shapes
 
 
 def check_head_tensors(folder: str | Path, hidden_size: int) -> None:
