@@ -1,28 +1,54 @@
-"""Table-driven: each bad input gets an error naming the culprit and what was expected, or a logged fallback."""
+"""Table-driven: each bad input ends a CLI with one line naming the culprit and exit code 2 (`run_cli`), through the
+code path the CLI takes (scripts/train.py's parser, the trainer, the reward wrappers, scripts/publish.py, ...).
+Internal bugs are not dressed up as bad input: they keep their traceback."""
 
+import json
 import math
+import re
+import shutil
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from datasets import Dataset
+from safetensors.torch import save_file
 
 from grpo_ext.char_tokenizer import build_char_tokenizer
-from grpo_ext.config import GRPOExtConfig
+from grpo_ext.cli import run_cli
+from grpo_ext.errors import UserError
+from grpo_ext.evaluation.cache import SampleCache
 from grpo_ext.evaluation.metrics import maj_at_k, pass_at_k
-from grpo_ext.models import resolve_model_path
+from grpo_ext.models import EMBEDDED_MODEL_DIR
 from grpo_ext.rewards.checked import checked_reward_func
-from grpo_ext.rewards.prm import ProcessRewardModel
 from grpo_ext.rewards.process import score_steps
 from grpo_ext.script_args import TaskArguments
-from grpo_ext.tasks import get_task
 from grpo_ext.tasks.base import require_prompt_column
+from scripts import publish, train
+from tests.trainer_utils import TASK, tiny_args, tiny_trainer
 
 TOKENIZER = build_char_tokenizer()
+CONFIG = ["--config", "configs/default.yaml"]
 
 
-def config(**overrides):
-    base = dict(output_dir="/tmp/bad", use_cpu=True, per_device_train_batch_size=8, num_generations=4, report_to="none")
-    return GRPOExtConfig(**{**base, **overrides})
+def parse(*flags):
+    return lambda tmp: train.parse_args([*CONFIG, "--output_dir", str(tmp), *flags])
+
+
+def run_train(*flags):
+    """scripts/train.py's main up to the point where it fails (bad input fails before any training)."""
+    return lambda tmp: train.main([*CONFIG, "--output_dir", str(tmp / "out"), *flags])
+
+
+def yaml_config(text):
+    """configs/default.yaml with `text` appended (a repeated key: the last one wins)."""
+
+    def trigger(tmp):
+        path = tmp / "config.yaml"
+        path.write_text(Path(CONFIG[1]).read_text() + text)
+        return train.parse_args(["--config", str(path), "--output_dir", str(tmp)])
+
+    return trigger
 
 
 def reward(values):
@@ -31,148 +57,295 @@ def reward(values):
             raise values
         return values
 
-    return checked_reward_func(bad_reward)
+    return lambda tmp: checked_reward_func(bad_reward)(["a"] * 2, ["b"] * 2)
 
 
 def steps(returned, completions=("1+2=3;#3",)):
     ids = [TOKENIZER(c, add_special_tokens=False).input_ids for c in completions]
 
     def bad_steps(prompts, completions, **kwargs):
+        if isinstance(returned, Exception):
+            raise returned
         return returned
 
-    return lambda: score_steps([bad_steps], TOKENIZER, ";", ["1+2="] * len(ids), list(completions), ids, {})
+    return lambda tmp: score_steps([bad_steps], TOKENIZER, ";", ["1+2="] * len(ids), list(completions), ids, {})
+
+
+def trainer(**overrides):
+    process = [TASK.step_reward] if overrides.get("advantage_mode") == "process" else None
+    return lambda tmp: tiny_trainer(args=tiny_args(tmp_path=tmp, **overrides), process_reward_funcs=process)
+
+
+def model_folder(damage):
+    def trigger(tmp):
+        folder = tmp / "model"
+        shutil.copytree(EMBEDDED_MODEL_DIR, folder)
+        damage(folder)
+        return tiny_trainer(args=tiny_args(tmp_path=tmp / "out"), model=str(folder))
+
+    return trigger
+
+
+def truncate(path, size=1000):
+    with open(path, "r+b") as handle:
+        handle.truncate(size)
+
+
+def publish_folder(prepare, *flags):
+    def trigger(tmp):
+        folder = tmp / "ckpt"
+        shutil.copytree(EMBEDDED_MODEL_DIR, folder)
+        prepare(folder)
+        return publish.main([str(folder), "--repo-id", "me/x", "--dry-run", "--output-dir", str(tmp / "up"), *flags])
+
+    return trigger
+
+
+def adapter_with_local_base(folder):
+    (folder / "model.safetensors").unlink()
+    (folder / "config.json").unlink()
+    save_file({"lora": torch.zeros(1)}, folder / "adapter_model.safetensors")
+    (folder / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(folder.parent)}))
+
+
+def resume_with_state(text):
+    def trigger(tmp):
+        checkpoint = tmp / "checkpoint-1"
+        checkpoint.mkdir()
+        (checkpoint / "grpo_ext_state.json").write_text(text)
+        t = tiny_trainer(args=tiny_args(tmp_path=tmp))
+        t.create_optimizer_and_scheduler(num_training_steps=1)
+        t._load_optimizer_and_scheduler(str(checkpoint))
+
+    return trigger
+
+
+def cache_written_by_another_run(tmp):
+    record = dict(model="m", model_fingerprint=None, task="t", problem_id=0, sample_index=0, params="p")
+    record.update(prompt="1+1=", completion="2")
+    cache = SampleCache(tmp / "samples.jsonl")
+    cache.append([record])
+    with open(tmp / "samples.jsonl", "a") as handle:  # a second writer
+        handle.write(json.dumps({**record, "sample_index": 1}) + "\n")
+    cache.append([{**record, "sample_index": 2}])
+
+
+def never_scored(tmp):
+    args = tiny_args(tmp_path=tmp, max_steps=1)
+    tiny_trainer(args=args, reward_funcs=[lambda completions, **kw: [None] * len(completions)]).train()
 
 
 CASES = {
-    # configs
-    "unknown advantage_mode": (
-        lambda: config(advantage_mode="processs"),
-        ValueError,
-        "advantage_mode: unknown value 'processs'; expected one of outcome, process, online_rft",
-    ),
-    "unknown zero_std_groups": (
-        lambda: config(zero_std_groups="drop"),
-        ValueError,
-        "zero_std_groups: unknown value 'drop'",
-    ),
-    "unknown kl_controller": (lambda: config(kl_controller="pid"), ValueError, "kl_controller: unknown value 'pid'"),
-    "adaptive with beta 0": (lambda: config(kl_controller="adaptive"), ValueError, "needs beta > 0"),
+    # scripts/train.py: the parser and the configs' checks
+    "unknown advantage_mode": (parse("--advantage_mode", "processs"), "advantage_mode: unknown value 'processs'"),
+    "unknown zero_std_groups": (parse("--zero_std_groups", "drop"), "zero_std_groups.*invalid choice: 'drop'"),
+    "unknown zero_std_groups in YAML": (yaml_config("zero_std_groups: drop\n"), "zero_std_groups: unknown value"),
+    "unknown kl_controller": (parse("--kl_controller", "pid"), "kl_controller.*'pid'"),
+    "adaptive with beta 0": (parse("--kl_controller", "adaptive", "--beta", "0"), "needs beta > 0"),
     "target_kl <= 0": (
-        lambda: config(kl_controller="adaptive", beta=0.1, target_kl=-1.0),
-        ValueError,
-        "target_kl: must be a positive number, got -1.0",
+        parse("--kl_controller", "adaptive", "--beta", "0.1", "--target_kl", "-1"),
+        "target_kl: must be a positive number",
     ),
     "kl_horizon <= 0": (
-        lambda: config(kl_controller="adaptive", beta=0.1, kl_horizon=0),
-        ValueError,
+        parse("--kl_controller", "adaptive", "--beta", "0.1", "--kl_horizon", "0"),
         "kl_horizon: must be a positive number",
     ),
     "beta_max < beta_min": (
-        lambda: config(kl_controller="adaptive", beta=0.1, beta_max=1e-9),
-        ValueError,
+        parse("--kl_controller", "adaptive", "--beta", "0.1", "--beta_max", "1e-9"),
         "beta_max: must be >= beta_min",
     ),
-    "negative max_refill_rounds": (lambda: config(max_refill_rounds=-1), ValueError, "max_refill_rounds: must be >= 0"),
-    "empty step_separator": (
-        lambda: config(step_separator=""),
-        ValueError,
-        "step_separator: must be a non-empty string",
+    "beta_max NaN": (parse("--kl_controller", "adaptive", "--beta", "0.1", "--beta_max", "nan"), "beta_max"),
+    "negative max_refill_rounds": (parse("--max_refill_rounds", "-1"), "max_refill_rounds: must be"),
+    "empty step_separator": (yaml_config("step_separator: ''\n"), "step_separator: must be a non-empty string"),
+    "batch not made of whole groups": (
+        parse("--per_device_train_batch_size", "6", "--num_generations", "4"),
+        r"generation_batch_size \(6\) must be divisible by num_generations \(4\)",
     ),
-    "task_kwargs not JSON": (
-        lambda: TaskArguments(task_kwargs="{digits: 3"),
-        ValueError,
-        "task_kwargs: expected a JSON object",
+    "negative beta": (parse("--beta", "-0.1"), r"beta: must be in \[0, inf\), got -0.1"),
+    "temperature 0": (parse("--temperature", "0"), r"temperature: must be in \(0, inf\)"),
+    "top_p above 1": (parse("--top_p", "1.5"), r"top_p: must be in \(0, 1\]"),
+    "min_p above 1": (parse("--min_p", "2"), "min_p: must be in"),
+    "negative top_k": (parse("--top_k", "-3"), "top_k: must be in"),
+    "negative learning_rate": (parse("--learning_rate=-1e-3"), "learning_rate: must be in"),
+    "zero batch size": (parse("--per_device_train_batch_size", "0"), "per_device_train_batch_size: must be in"),
+    "zero num_iterations": (parse("--num_iterations", "0"), "num_iterations: must be in"),
+    "zero max_completion_length": (parse("--max_completion_length", "0"), "max_completion_length: must be in"),
+    "negative epsilon": (parse("--epsilon", "-0.2"), "epsilon: must be in"),
+    "negative seed": (parse("--seed", "-1"), "seed: must be in"),
+    "max_steps 0": (parse("--max_steps", "0"), r"max_steps: must be in \[1, inf\) or -1"),
+    "one generation per prompt": (parse("--num_generations", "1"), "at least 2 generations per prompt"),
+    "unknown scale_rewards": (parse("--scale_rewards", "xyz"), "scale_rewards: unknown value 'xyz'"),
+    "unknown loss_type": (parse("--loss_type", "foo"), "loss_type: unknown value 'foo'"),
+    "not a number": (parse("--max_steps", "abc"), "--max_steps.*invalid int value: 'abc'"),
+    "unknown flag": (parse("--lerning_rate", "1e-4"), "lerning_rate"),
+    "unknown YAML key": (yaml_config("lerning_rate: 0.0001\n"), "lerning_rate"),
+    "YAML that does not parse": (yaml_config("beta: [0.1\n"), r"--config: .*config\.yaml is not a valid file"),
+    "missing --config file": (
+        lambda tmp: train.parse_args(["--config", str(tmp / "nope.yaml")]),
+        r"nope\.yaml: No such file or directory",
     ),
-    "no reward function": (lambda: TaskArguments(reward_funcs=[]), ValueError, "reward_funcs: at least one"),
-    # tasks and datasets
-    "unknown task": (lambda: get_task("gsm9k"), ValueError, "unknown task 'gsm9k'; known tasks: .*arithmetic"),
-    "unknown task knob": (lambda: get_task("arithmetic", digitz=3), ValueError, "task 'arithmetic': bad task_kwargs"),
-    "dataset without prompt": (
-        lambda: require_prompt_column(Dataset.from_dict({"question": ["q"]}), "data.jsonl"),
-        ValueError,
-        "data.jsonl: dataset has no 'prompt' column",
+    "task_kwargs not JSON": (parse("--task_kwargs", "{digits: 3"), "task_kwargs: expected a JSON object"),
+    "train_size 0": (parse("--train_size", "0"), "train_size: must be in"),
+    "passk_eval_n 0": (parse("--passk_eval_n", "0"), "passk_eval_n: must be in"),
+    "passk_eval_k above n": (
+        parse("--passk_eval_steps", "5", "--passk_eval_n", "4", "--passk_eval_k", "1", "8"),
+        "passk_eval_k: every k must be <= passk_eval_n",
     ),
-    "empty dataset": (
-        lambda: require_prompt_column(Dataset.from_dict({"prompt": []}), "data.jsonl"),
-        ValueError,
-        "data.jsonl: dataset is empty",
-    ),
-    # reward functions
-    "reward not a number": (
-        lambda: reward([1.0, "yes"])(["a", "b"], ["c", "d"]),
-        ValueError,
-        "reward function 'bad_reward': completion 1 got 'yes'; expected a float or None",
-    ),
-    "reward infinite": (
-        lambda: reward([math.inf])(["a"], ["b"]),
-        ValueError,
-        "'bad_reward': completion 0 got an infinite reward",
-    ),
-    "reward raises": (
-        lambda: reward(KeyError("answer"))(["a"], ["b"]),
-        RuntimeError,
-        "reward function 'bad_reward' raised KeyError",
-    ),
-    "reward not a list": (lambda: reward(0.5)(["a"], ["b"]), ValueError, "returned float; expected a list of floats"),
-    # process reward functions
-    "process: wrong number of completions": (
-        steps([[1.0, 1.0], [1.0]]),
-        ValueError,
-        "returned 2 results for 1 completions",
-    ),
-    "process: wrong number of step scores": (
-        steps([[1.0]]),
-        ValueError,
-        "returned 1 step scores for completion 0, which has 2 steps",
-    ),
-    "process: non-number step score": (steps([[1.0, "ok"]]), ValueError, "non-number step score 'ok'"),
-    "process: infinite step score": (steps([[1.0, -math.inf]]), ValueError, "infinite step score"),
-    # models and checkpoints
+    "no reward function": (lambda tmp: TaskArguments(reward_funcs=[]), "reward_funcs: at least one"),
+    "unknown task": (run_train("--task", "gsm9k"), "unknown task 'gsm9k'"),
+    "unknown task knob": (run_train("--task_kwargs", '{"digitz": 3}'), "task 'arithmetic': bad task_kwargs"),
     "missing model folder": (
-        lambda: resolve_model_path("./no/such/model"),
-        FileNotFoundError,
+        run_train("--model_name_or_path", "./no/such/model"),
         "model_name_or_path: no such model folder",
     ),
-    "missing PRM folder": (
-        lambda: ProcessRewardModel("/no/such/prm", ";"),
-        FileNotFoundError,
-        "process_reward_model: no model folder",
+    # the trainer: combinations, model folders, a run that scored nothing
+    "process mode without a source": (
+        lambda tmp: tiny_trainer(args=tiny_args(tmp_path=tmp, advantage_mode="process")),
+        "process_reward_funcs or",
     ),
-    # evaluation arguments
-    "k > n": (lambda: pass_at_k(4, 1, 8), ValueError, "k"),
-    "maj answers/correct lengths": (lambda: maj_at_k(["1", "2"], [True], 1), ValueError, "len"),
+    "process mode with batch scaling": (
+        trainer(advantage_mode="process", scale_rewards="batch"),
+        "scale_rewards: `batch` is not supported with advantage_mode `process`",
+    ),
+    "online RFT with batch scaling": (
+        trainer(advantage_mode="online_rft", scale_rewards="batch"),
+        "scale_rewards: `batch` is not supported with advantage_mode `online_rft`",
+    ),
+    "process mode with normalize_then_sum": (
+        trainer(
+            advantage_mode="process",
+            multi_objective_aggregation="normalize_then_sum",
+        ),
+        "multi_objective_aggregation: `normalize_then_sum` is not supported",
+    ),
+    "skip with an entropy bonus": (
+        trainer(zero_std_groups="skip", loss_type="bnpo", entropy_coef=0.01),
+        "cannot be combined with an entropy bonus",
+    ),
+    "truncated weights": (
+        model_folder(lambda d: truncate(d / "model.safetensors")),
+        r"model_name_or_path: .*model\.safetensors is not a valid file",
+    ),
+    "folder without weights": (
+        model_folder(lambda d: (d / "model.safetensors").unlink()),
+        r"model_name_or_path: .*model has no weights",
+    ),
+    "no reward ever scored": (never_scored, "reward_funcs: no completion was scored .* in 1 steps"),
+    "resume: state file not JSON": (resume_with_state("{kl"), r"resume_from_checkpoint: cannot read .*grpo_ext_state"),
+    "resume: unknown controller": (
+        resume_with_state('{"kl_controller": {"type": "pid", "beta": 0.1}, "refill_draws": 0}'),
+        "unknown KL controller type 'pid'",
+    ),
+    # reward functions (the user's code)
+    "reward not a number": (reward([1.0, "yes"]), "reward function 'bad_reward': completion 1 got 'yes'"),
+    "reward infinite": (reward([math.inf, 0.0]), "'bad_reward': completion 0 got an infinite reward"),
+    "reward raises": (reward(KeyError("answer")), "reward function 'bad_reward' raised KeyError: 'answer'"),
+    "reward not a list": (reward(0.5), "'bad_reward' returned float; expected a list"),
+    "reward a dict": (reward({"a": 1.0}), "'bad_reward' returned dict; expected a list"),
+    "reward a 2-D array": (
+        reward(np.ones((2, 1))),
+        r"'bad_reward': completion 0 got array\(\[1\.\]\); expected a float",
+    ),
+    "process: wrong number of completions": (steps([[1.0, 1.0], [1.0]]), "returned 2 results for 1 completions"),
+    "process: wrong number of step scores": (steps([[1.0]]), "returned 1 step scores for completion 0, which has 2"),
+    "process: non-number step score": (steps([[1.0, "ok"]]), "non-number step score 'ok'"),
+    "process: infinite step score": (steps([[1.0, -math.inf]]), "infinite step score"),
+    "process: function raises": (steps(ZeroDivisionError("x")), "process reward function 'bad_steps' raised"),
+    # scripts/publish.py
+    "publish a run that did not finish": (
+        publish_folder(lambda d: (d / "grpo_ext_run.json").write_text('{"status": "failed", "error": "disk full"}')),
+        r"did not finish \(grpo_ext_run\.json: failed: disk full\)",
+    ),
+    "publish torn weights": (
+        publish_folder(lambda d: truncate(d / "model.safetensors")),
+        r"CHECKPOINT: .*model\.safetensors is not a valid file",
+    ),
+    "publish an adapter whose base is a local folder": (
+        publish_folder(adapter_with_local_base),
+        "names the local base model .*pass --base-model",
+    ),
+    "publish --base-model a local folder": (
+        publish_folder(lambda d: None, "--base-model", str(EMBEDDED_MODEL_DIR)),
+        "--base-model: .* is a local folder",
+    ),
+    "publish a folder that does not exist": (
+        lambda tmp: publish.main(["org/model", "--repo-id", "me/x", "--dry-run"]),
+        "CHECKPOINT: no such folder: org/model",
+    ),
+    # the evaluation cache
+    "cache written by two runs": (cache_written_by_another_run, "samples.jsonl changed while this run was using it"),
 }
 
 
 @pytest.mark.parametrize("case", CASES, ids=list(CASES))
-def test_bad_input_is_named(case):
-    trigger, error, message = CASES[case]
-    with pytest.raises(error, match=message):
-        trigger()
+def test_bad_input_is_one_line_exit_2_naming_the_culprit(case, tmp_path, capsys):
+    trigger, message = CASES[case]
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(lambda argv: trigger(tmp_path), [])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in err, err[-2000:]
+    assert re.search(message, errors[0]), errors[0]
 
 
 def test_table_is_big_enough():
-    assert len(CASES) >= 20
+    assert len(CASES) >= 45
+
+
+def test_internal_bugs_keep_their_traceback():
+    """A KeyError, TypeError or plain ValueError from our own code is a bug, not bad input: run_cli re-raises it."""
+    for bug in (KeyError("x"), TypeError("x"), ValueError("x"), RuntimeError("x")):
+
+        def main(argv, bug=bug):
+            raise bug
+
+        with pytest.raises(type(bug)):
+            run_cli(main, [])
+
+
+def test_disk_errors_name_the_file(tmp_path, capsys):
+    def main(argv):
+        raise OSError(28, "No space left on device", str(tmp_path / "report.json"))
+
+    with pytest.raises(SystemExit):
+        run_cli(main, [])
+    assert capsys.readouterr().err.startswith(f"error: {tmp_path / 'report.json'}: No space left on device")
+
+
+def test_user_error_is_a_value_error():
+    """Code and tests that catch ValueError keep working."""
+    assert issubclass(UserError, ValueError)
+
+
+def test_library_misuse_is_a_value_error_naming_the_argument():
+    """Pure functions called with bad arguments (a caller's bug, not a CLI's input) raise ValueError by name."""
+    with pytest.raises(ValueError, match="k"):
+        pass_at_k(4, 1, 8)
+    with pytest.raises(ValueError, match="len"):
+        maj_at_k(["1", "2"], [True], 1)
+    with pytest.raises(ValueError, match="data.jsonl: dataset has no 'prompt' column"):
+        require_prompt_column(Dataset.from_dict({"question": ["q"]}), "data.jsonl")
+    with pytest.raises(ValueError, match="data.jsonl: dataset is empty"):
+        require_prompt_column(Dataset.from_dict({"prompt": []}), "data.jsonl")
 
 
 def test_documented_fallbacks_none_and_nan_mean_missing():
     """None or NaN from a reward function is not an error: the completion (or step) is treated as unscored."""
-    assert reward([None, math.nan, 1.0])(["a"] * 3, ["b"] * 3)[:1] == [None]
-    scored = steps([[1.0, None]])()
+    wrapped = checked_reward_func(lambda prompts, completions, **kw: [None, math.nan, 1.0])
+    assert wrapped(["a"] * 3, ["b"] * 3)[:1] == [None]
+    scored = steps([[1.0, None]])(None)
     assert scored[0].scores[0] == 1.0 and math.isnan(scored[0].scores[1])
 
 
-def test_model_folder_without_config(tmp_path):
-    with pytest.raises(FileNotFoundError, match="has neither config.json nor adapter_config.json"):
-        resolve_model_path(str(tmp_path))
-
-
-def test_checkpoint_without_grpo_ext_state(tmp_path):
-    from tests.trainer_utils import tiny_args, tiny_trainer
-
-    trainer = tiny_trainer(args=tiny_args(tmp_path=tmp_path))
-    trainer.create_optimizer_and_scheduler(num_training_steps=1)
-    (tmp_path / "checkpoint-1").mkdir()
-    with pytest.raises(FileNotFoundError, match="checkpoint-1 has no grpo_ext_state.json"):
-        trainer._load_optimizer_and_scheduler(str(tmp_path / "checkpoint-1"))
-    assert torch.isfinite(torch.tensor(trainer.beta))
+def test_numpy_rewards_are_what_trl_accepts():
+    """Bug 3: TRL accepts NumPy arrays, NumPy scalars, bools and tensors; so does the check, unchanged."""
+    values = [np.float32(0.5), np.int64(1), True, None, torch.tensor(0.25), np.array(2.0)]
+    wrapped = checked_reward_func(lambda prompts, completions, **kw: values)
+    assert wrapped(["a"] * 6, ["b"] * 6) == values
+    as_array = checked_reward_func(lambda prompts, completions, **kw: np.array([0.0, 1.0]))
+    out = as_array(["a"] * 2, ["b"] * 2)
+    as_trl = torch.tensor([r if r is not None else torch.nan for r in out], dtype=torch.float32)
+    assert torch.equal(as_trl, torch.tensor([0.0, 1.0]))
+    scored = steps(np.array([[np.float32(0.5), np.int64(1)]]))(None)  # process scores: the same types
+    assert scored[0].scores == [0.5, 1.0]

@@ -38,11 +38,12 @@ def tiny_args(cls=GRPOExtConfig, tmp_path="/tmp/grpo_ext_test", **overrides):
     return cls(**kwargs)
 
 
-def tiny_trainer(trainer_cls=GRPOExtTrainer, args=None, reward_funcs=None, n_prompts=64, **kwargs):
-    """A trainer ready for `_generate_and_score_completions` / `_compute_loss` calls outside `train()`."""
+def tiny_trainer(trainer_cls=GRPOExtTrainer, args=None, reward_funcs=None, n_prompts=64, model=None, **kwargs):
+    """A trainer ready for `_generate_and_score_completions` / `_compute_loss` calls outside `train()` (the embedded
+    model unless `model` names another)."""
     args = args if args is not None else tiny_args()
     trainer = trainer_cls(
-        model=str(EMBEDDED_MODEL_DIR),
+        model=model or str(EMBEDDED_MODEL_DIR),
         reward_funcs=reward_funcs if reward_funcs is not None else [TASK.outcome_reward],
         args=args,
         train_dataset=TASK.load("train", n_prompts),

@@ -53,10 +53,10 @@ def as_number(value) -> float | None:
 
 def as_values(returned) -> list | None:
     """A function's per-completion output as a list (`returned` iterated once), or None if it is not a sequence of
-    values: a string, a mapping, a scalar, a multi-dimensional array."""
+    values: a string, a mapping, a scalar (a 0-d array too)."""
     if isinstance(returned, (str, bytes, Mapping)) or not isinstance(returned, Iterable):
         return None
-    if getattr(returned, "ndim", 1) != 1:
+    if getattr(returned, "ndim", 1) == 0:
         return None
     return list(returned)
 
