@@ -1,14 +1,18 @@
-"""Pass@K vs Maj@K of one or more models on a verifiable task (DeepSeekMath, Figure 7).
+"""Pass@K vs Maj@K of one or more models on a verifiable task (DeepSeekMath, Figure 7), with pass^k, Cover@tau,
+answer diversity, bootstrap intervals over problems and, with several models, base-against-RL comparisons.
 
     python evals/passk_majk.py                                   # the embedded model on the arithmetic task
     python evals/passk_majk.py --model embedded --model outputs/qlora --n 64 --k 1,2,4,8,16,32,64 --out runs/cmp
-    python evals/passk_majk.py --model Qwen/Qwen2.5-Math-1.5B-Instruct --task gsm8k --n 64 --backend vllm
+    python evals/passk_majk.py --model Qwen/Qwen2.5-Math-1.5B --model my/rl-model --task gsm8k --n 1024 --backend vllm
 
-Writes into --out: report.md (tables), report.json (every number, per problem too), passk_majk.png (Pass@K
-solid, Maj@K dashed, one colour per model) and samples.jsonl, the resumable sample cache: run the same command
-again after a crash and only the missing samples are drawn; change --k, or the task's answer checker, and the
-report is recomputed from the cached samples without sampling. Bad input ends with one line and exit code 2
-(--debug shows the traceback).
+Writes into --out: report.md (tables, every mean with its 95% interval), report.json (every number, per problem
+too, and the bootstrap seed and resamples), passk_majk.png (Pass@K solid, Maj@K dashed, one colour per model,
+interval bands), per_problem_accuracy.png (two or more models: each against the first, problem by problem) and
+samples.jsonl, the resumable sample cache: run the same command again after a crash and only the missing samples
+are drawn; change --k, --tau or the task's answer checker and the report is recomputed from the cached samples
+without sampling. With two or more models the first --model is A (e.g. the base) and each later one is a B (e.g.
+the RL model): differences B - A paired by problem, the solved-set overlap at each k and the k where the pass@k
+curves cross. Bad input ends with one line and exit code 2 (--debug shows the traceback).
 """
 
 from __future__ import annotations
@@ -20,7 +24,15 @@ import sys
 from pathlib import Path
 
 from grpo_ext.cli import run_cli
-from grpo_ext.evaluation.cli import CACHE_NAME, HarnessArgumentParser, add_harness_arguments, harness_settings
+from grpo_ext.errors import UserError, user_input
+from grpo_ext.evaluation.cli import (
+    CACHE_NAME,
+    HarnessArgumentParser,
+    add_harness_arguments,
+    add_report_arguments,
+    harness_settings,
+    report_settings,
+)
 
 
 def build_parser() -> HarnessArgumentParser:
@@ -34,9 +46,11 @@ def build_parser() -> HarnessArgumentParser:
         action="append",
         default=None,
         metavar="PATH",
-        help="model folder, PEFT adapter folder, 'embedded' or hub id; repeat to compare (default: embedded)",
+        help="model folder, PEFT adapter folder, 'embedded' or hub id; repeat to compare: the first is A (e.g. the "
+        "base), each later one a B (e.g. an RL model) compared with it (default: embedded)",
     )
     add_harness_arguments(parser)
+    add_report_arguments(parser)
     parser.add_argument("--trust-remote-code", action="store_true", help="allow model code from the model folder")
     parser.add_argument(
         "--out", default="outputs/passk_majk", metavar="DIR", help="output folder (default: outputs/passk_majk)"
@@ -50,18 +64,20 @@ def main(argv: list[str]) -> dict:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     # Everything the user typed is checked before any model is loaded or any sample drawn.
-    from grpo_ext.evaluation.backends import BackendUnavailableError, load_backend, vllm_available
+    from grpo_ext.evaluation.backends import load_backend, vllm_available
     from grpo_ext.evaluation.harness import evaluate_model, load_problems
-    from grpo_ext.evaluation.report import write_reports
+    from grpo_ext.evaluation.report import crossover_text, read_comparisons, write_reports
     from grpo_ext.models import resolve_model_path
 
     settings = harness_settings(args)
+    report = report_settings(args)
     if args.backend == "vllm" and not vllm_available():
-        raise BackendUnavailableError("--backend vllm: vllm is not installed here (use --backend transformers)")
-    problems = load_problems(settings.task, settings.split, settings.limit)
+        raise UserError("--backend vllm: vllm is not installed here (use --backend transformers)")
+    with user_input(None):  # the user's dataset: a missing or empty file, a bad row
+        problems = load_problems(settings.task, settings.split, settings.limit)
     models = args.model or ["embedded"]
     if len(set(models)) != len(models):
-        raise ValueError(f"--model given twice: {models}")
+        raise UserError(f"--model given twice: {models}")
     for model in models:
         resolve_model_path(model)  # a missing folder fails here, before the first model is loaded
 
@@ -80,16 +96,31 @@ def main(argv: list[str]) -> dict:
             task_id=settings.task_id,
             split=settings.split,
             progress=not args.no_progress,
+            taus=report.taus,
         )
         results.append(result)
         del backend  # one model in memory at a time
         gc.collect()
     command = "python evals/passk_majk.py " + shlex.join(argv)
-    paths = write_reports(results, out, command=command.strip(), extra={"cache": str(out / CACHE_NAME)})
+    paths = write_reports(
+        results,
+        out,
+        command=command.strip(),
+        extra={"cache": str(out / CACHE_NAME)},
+        bootstrap=report.bootstrap,
+        solved_threshold=report.solved_threshold,
+    )
 
     for r in results:
         cells = "  ".join(f"k={k}: pass {r['pass@k'][str(k)]:.3f} maj {r['maj@k'][str(k)]:.3f}" for k in r["ks"])
         print(f"{r['model']}: mean accuracy {r['mean_accuracy']:.3f}  {cells}")
+    for c in read_comparisons(paths["json"]):
+        k = str(c["ks"][-1])
+        o = c["solved_overlap"][k]
+        print(
+            f"{c['b']} (B) vs {c['a']} (A): at k={k} solved by both {o['both']}, only A {o['only_a']}, only B "
+            f"{o['only_b']}, neither {o['neither']}; crossover: {crossover_text(c['crossover'], c['n'])}"
+        )
     print("wrote " + ", ".join(str(p) for p in (*paths.values(), out / CACHE_NAME)))
     return {"results": results, "paths": paths}
 

@@ -6,7 +6,7 @@ their per-task defaults, and turning them into checked settings before any model
     args = parser.parse_args(argv)
     settings = harness_settings(args)   # task, task_id, sampling params, ks, problem limit: all validated
 
-Bad input is a ``ValueError`` with one readable line, which :func:`grpo_ext.cli.run_cli` turns into exit code 2.
+Bad input is a ``UserError`` with one readable line, which :func:`grpo_ext.cli.run_cli` turns into exit code 2.
 This module imports nothing heavy, so ``--help`` answers at once; the sampler and the tasks are imported when the
 settings are built.
 """
@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from grpo_ext.errors import UserError, user_input
 from grpo_ext.evaluation.cache import task_id_for
 from grpo_ext.script_args import parse_task_kwargs
 
@@ -27,10 +28,13 @@ __all__ = [
     "TASK_DEFAULTS",
     "HarnessArgumentParser",
     "HarnessSettings",
+    "ReportSettings",
     "add_harness_arguments",
-    "default_ks",
+    "add_report_arguments",
+    "float_list",
     "harness_settings",
     "int_list",
+    "report_settings",
     "task_kwargs_flag",
 ]
 
@@ -42,11 +46,11 @@ CACHE_NAME = "samples.jsonl"
 
 
 class HarnessArgumentParser(argparse.ArgumentParser):
-    """argparse that raises ``ValueError`` instead of printing the usage and exiting, so ``run_cli`` reports a bad
+    """argparse that raises ``UserError`` instead of printing the usage and exiting, so ``run_cli`` reports a bad
     flag in one line (exit code 2) like any other bad input."""
 
     def error(self, message: str):
-        raise ValueError(f"{message} (see --help)")
+        raise UserError(f"{message} (see --help)")
 
 
 def int_list(text: str) -> list[int]:
@@ -60,13 +64,15 @@ def int_list(text: str) -> list[int]:
     return values
 
 
-def default_ks(n: int) -> list[int]:
-    """The powers of two below ``n``, then ``n``: the ks of DeepSeekMath's Figure 7."""
-    ks, k = [], 1
-    while k < n:
-        ks.append(k)
-        k *= 2
-    return [*ks, n]
+def float_list(text: str) -> list[float]:
+    """argparse type of ``--tau``: comma-separated numbers (``0.1,0.5,0.9``)."""
+    try:
+        values = [float(part) for part in text.replace(" ", "").split(",") if part]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers like 0.1,0.5,0.9, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one number")
+    return values
 
 
 def task_kwargs_flag(text: str) -> dict:
@@ -77,8 +83,8 @@ def task_kwargs_flag(text: str) -> dict:
     except ValueError as err:
         cause = err.__cause__
         if isinstance(cause, json.JSONDecodeError):
-            raise ValueError(f"--task-kwargs is not valid JSON ({cause.msg}): {text!r}") from None
-        raise ValueError(f"--task-kwargs must be a JSON object like '{{\"max_operands\": 3}}', got {text!r}") from None
+            raise UserError(f"--task-kwargs is not valid JSON ({cause.msg}): {text!r}") from None
+        raise UserError(f"--task-kwargs must be a JSON object like '{{\"max_operands\": 3}}', got {text!r}") from None
 
 
 def add_harness_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -143,30 +149,34 @@ def harness_settings(args: argparse.Namespace) -> HarnessSettings:
     every k must be <= n (the command line refuses what the harness would drop with a warning)."""
     from grpo_ext.evaluation.harness import check_ks
     from grpo_ext.evaluation.sampling import SamplingParams
+    from grpo_ext.evaluation.scoring import default_ks
     from grpo_ext.tasks import get_task
 
     task_kwargs = task_kwargs_flag(args.task_kwargs)
-    task = get_task(args.task, **task_kwargs)
+    with user_input(None):  # an unknown task or a bad knob names itself
+        task = get_task(args.task, **task_kwargs)
     defaults = TASK_DEFAULTS.get(args.task, GENERIC_DEFAULTS)
     limit = args.limit if args.limit is not None else defaults["limit"]
     max_new_tokens = args.max_new_tokens if args.max_new_tokens is not None else defaults["max_new_tokens"]
     if args.n < 1:
-        raise ValueError(f"--n must be >= 1, got {args.n}")
+        raise UserError(f"--n must be >= 1, got {args.n}")
     ks = args.k if args.k is not None else default_ks(args.n)
-    _, too_big = check_ks(ks, args.n)
+    with user_input("--k"):
+        _, too_big = check_ks(ks, args.n)
     if too_big:
-        raise ValueError(
+        raise UserError(
             f"--k {','.join(map(str, too_big))} exceeds --n {args.n}: pass@k and maj@k need k <= n samples per "
             f"problem; raise --n or drop those k"
         )
-    params = SamplingParams(
-        n=args.n,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        max_new_tokens=max_new_tokens,
-        seed=args.seed,
-        batch_size=args.batch_size,
-    )
+    with user_input(None):  # SamplingParams names the field (temperature, top_p, ...)
+        params = SamplingParams(
+            n=args.n,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            max_new_tokens=max_new_tokens,
+            seed=args.seed,
+            batch_size=args.batch_size,
+        )
     return HarnessSettings(
         task=task,
         task_kwargs=task_kwargs,
@@ -176,3 +186,60 @@ def harness_settings(args: argparse.Namespace) -> HarnessSettings:
         params=params,
         ks=ks,
     )
+
+
+def add_report_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The flags of what a report computes from the samples (no resampling of samples: only of problems)."""
+    parser.add_argument(
+        "--tau",
+        type=float_list,
+        default=None,
+        metavar="T1,T2,...",
+        help="Cover@tau thresholds in [0, 1]: share of problems with at least a fraction tau of right samples "
+        "(default: 0.1,0.5,0.9)",
+    )
+    parser.add_argument(
+        "--bootstrap-resamples",
+        type=int,
+        default=10_000,
+        help="resamples of the problems behind every 95%% interval (default: 10000)",
+    )
+    parser.add_argument(
+        "--bootstrap-seed", type=int, default=0, help="seed of those resamples, recorded in the report (default: 0)"
+    )
+    parser.add_argument(
+        "--solved-threshold",
+        type=float,
+        default=None,
+        help="a model solves a problem at k when its pass@k is >= this, for the solved-set overlap (default: 0.5)",
+    )
+    return parser
+
+
+@dataclass
+class ReportSettings:
+    """What :func:`report_settings` made of the report flags."""
+
+    taus: list[float]
+    bootstrap: Any  # a grpo_ext.evaluation.analysis.BootstrapSettings
+    solved_threshold: float
+
+
+def report_settings(args: argparse.Namespace) -> ReportSettings:
+    """The flags of :func:`add_report_arguments`, checked (errors name the flag)."""
+    from grpo_ext.evaluation.analysis import SOLVED_THRESHOLD, BootstrapSettings
+    from grpo_ext.evaluation.scoring import DEFAULT_TAUS, check_taus
+
+    try:
+        taus = check_taus(args.tau if args.tau is not None else DEFAULT_TAUS)
+    except ValueError as err:
+        raise UserError(f"--tau: {err}") from None
+    if args.bootstrap_resamples < 1:
+        raise UserError(f"--bootstrap-resamples must be >= 1, got {args.bootstrap_resamples}")
+    if args.bootstrap_seed < 0:
+        raise UserError(f"--bootstrap-seed must be >= 0, got {args.bootstrap_seed}")
+    threshold = SOLVED_THRESHOLD if args.solved_threshold is None else args.solved_threshold
+    if not 0.0 < threshold <= 1.0:
+        raise UserError(f"--solved-threshold must be in (0, 1] (a pass@k), got {threshold}")
+    bootstrap = BootstrapSettings(n_resamples=args.bootstrap_resamples, seed=args.bootstrap_seed)
+    return ReportSettings(taus=taus, bootstrap=bootstrap, solved_threshold=threshold)

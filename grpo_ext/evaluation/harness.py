@@ -1,9 +1,12 @@
 """Pass@K vs Maj@K for one model on one task: sample (through the resumable cache), score, summarise.
 
 ``evaluate_model`` draws ``params.n`` completions per problem, or only the ``(problem, sample_index)`` pairs the
-cache does not hold yet, then scores every sample with the task's checker (``task.is_correct`` for the verdict,
-``task.extract_answer`` for the answer key that votes in maj@k) and computes, for each k, the mean over problems
-of the unbiased pass@k and the exact maj@k (:mod:`grpo_ext.evaluation.metrics`).
+cache does not hold yet. Each problem is scored as soon as its ``n`` samples are in, with the task's checker
+(``task.is_correct`` for the verdict, ``task.extract_answer`` for the answer key that votes in maj@k), into a
+record of counts (:mod:`grpo_ext.evaluation.scoring`); its completions are then let go. The result holds the means
+over problems of the unbiased pass@k and pass^k, the exact maj@k (:mod:`grpo_ext.evaluation.metrics`), Cover@tau
+and answer diversity, and every problem's record (intervals and model comparisons are computed from those:
+:mod:`grpo_ext.evaluation.analysis`).
 
 k larger than n: pass@k and maj@k need k of the n samples, so such a k cannot be estimated. The harness drops it
 with a warning that is also recorded in the result (``dropped_ks``, ``warnings``) rather than failing a long run
@@ -20,10 +23,11 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
+from grpo_ext.errors import UserError
 from grpo_ext.evaluation.backends import Backend
 from grpo_ext.evaluation.cache import SampleCache, prompt_key, task_id_for
-from grpo_ext.evaluation.metrics import maj_at_k_many, mean_accuracy, pass_at_k_many
 from grpo_ext.evaluation.sampling import SamplingParams, derive_seed
+from grpo_ext.evaluation.scoring import DEFAULT_TAUS, check_taus, score_problem, summarize
 from grpo_ext.tasks.base import Task
 
 logger = logging.getLogger(__name__)
@@ -35,10 +39,10 @@ def check_ks(ks: Iterable[int], n: int) -> tuple[list[int], list[int]]:
     """``(kept, dropped)``: the distinct ks sorted, split at ``n``. A k < 1 or a non-integer is an error."""
     ks = list(ks)
     if not ks:
-        raise ValueError("ks is empty: give at least one k (e.g. 1,2,4,8)")
+        raise UserError("ks is empty: give at least one k (e.g. 1,2,4,8)")
     for k in ks:
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise ValueError(f"every k must be an integer >= 1, got {k!r}")
+            raise UserError(f"every k must be an integer >= 1, got {k!r}")
     ks = sorted({int(k) for k in ks})
     return [k for k in ks if k <= n], [k for k in ks if k > n]
 
@@ -50,10 +54,10 @@ def load_problems(task: Task, split: str = "test", limit: int | None = None) -> 
     the split and the row.
     """
     if limit is not None and limit < 0:
-        raise ValueError(f"limit must be >= 0, got {limit}")
+        raise UserError(f"limit must be >= 0, got {limit}")
     source = f"task {task.name!r} split {split!r}"
     if limit == 0:
-        raise ValueError(f"{source}: limit=0 leaves no problems to evaluate")
+        raise UserError(f"{source}: limit=0 leaves no problems to evaluate")
     dataset = task.load(split, limit) if limit else task.load(split)
     rows = list(dataset)[:limit] if limit else list(dataset)
     return validate_problems(rows, task, source)
@@ -63,7 +67,7 @@ def validate_problems(rows: Sequence[dict], task: Task, source: str = "problems"
     """Rows with ``prompt`` and ``answer`` (and optionally ``problem_id``/``id``) as problem dicts; errors name
     ``source`` and the row."""
     if len(rows) == 0:
-        raise ValueError(f"{source}: the dataset is empty (no problems to evaluate)")
+        raise UserError(f"{source}: the dataset is empty (no problems to evaluate)")
     problems = []
     for i, row in enumerate(rows):
         prompt, answer = row.get("prompt"), row.get("answer")
@@ -73,59 +77,42 @@ def validate_problems(rows: Sequence[dict], task: Task, source: str = "problems"
             and all(isinstance(m, dict) and "role" in m and "content" in m for m in prompt)
         )
         if not (isinstance(prompt, str) and prompt) and not conversation:
-            raise ValueError(
+            raise UserError(
                 f"{source}: row {i} has no prompt (a non-empty 'prompt' string or list of chat messages is required)"
             )
         if answer is None or (isinstance(answer, str) and not answer.strip()):
-            raise ValueError(f"{source}: row {i} has no reference answer ('answer' is {answer!r})")
+            raise UserError(f"{source}: row {i} has no reference answer ('answer' is {answer!r})")
         try:
             task.normalize_answer(str(answer))
         except Exception as err:  # noqa: BLE001 - any checker failure: name the row
-            raise ValueError(f"{source}: row {i} has an answer the task cannot read ({answer!r}: {err})") from None
+            raise UserError(f"{source}: row {i} has an answer the task cannot read ({answer!r}: {err})") from None
         problem_id = row.get("problem_id", row.get("id", i))
         problems.append({"problem_id": str(problem_id), "prompt": prompt, "answer": str(answer)})
     ids = [p["problem_id"] for p in problems]
     if len(set(ids)) != len(ids):
-        raise ValueError(f"{source}: problem ids are not unique")
+        raise UserError(f"{source}: problem ids are not unique")
     return problems
 
 
-def score_samples(task: Task, problems: Sequence[dict], completions: Sequence[Sequence[str]], ks: Sequence[int]):
+def score_samples(
+    task: Task,
+    problems: Sequence[dict],
+    completions: Sequence[Sequence[str]],
+    ks: Sequence[int],
+    taus: Sequence[float] = DEFAULT_TAUS,
+):
     """Scores of a full sample matrix (``completions[i]`` holds the n samples of ``problems[i]``).
 
-    Returns ``(summary, per_problem)``: summary has ``pass@k`` / ``maj@k`` (``{k: mean over problems}``),
-    ``mean_accuracy`` and ``answers_extracted`` (fraction of samples with an extracted answer).
+    Returns ``(summary, per_problem)``: :func:`~grpo_ext.evaluation.scoring.summarize` of the records of
+    :func:`~grpo_ext.evaluation.scoring.score_problem`. ``evaluate_model`` scores problem by problem instead, as
+    samples arrive, and never holds a matrix.
     """
-    correct = [[task.is_correct(c, p["answer"]) for c in comps] for p, comps in zip(problems, completions, strict=True)]
-    answers = [[task.extract_answer(c) for c in comps] for comps in completions]
-    n = np.array([len(c) for c in completions])
-    n_correct = np.array([sum(flags) for flags in correct])
-    maj = maj_at_k_many(answers, correct, ks)  # (problems, len(ks))
-    summary = {
-        "pass@k": {k: float(np.mean(pass_at_k_many(n, n_correct, k))) for k in ks},
-        "maj@k": {k: float(maj[:, j].mean()) for j, k in enumerate(ks)},
-        "mean_accuracy": mean_accuracy(correct),
-        "answers_extracted": float(np.mean([a is not None for row in answers for a in row])),
-    }
-    per_problem = []
-    for i, (p, flags, keys) in enumerate(zip(problems, correct, answers, strict=True)):
-        votes: dict[str, int] = {}
-        for key in keys:
-            if key is not None:
-                votes[key] = votes.get(key, 0) + 1
-        per_problem.append(
-            {
-                "problem_id": p["problem_id"],
-                "prompt": p["prompt"],
-                "answer": p["answer"],
-                "n_correct": int(sum(flags)),
-                "n_extracted": int(sum(key is not None for key in keys)),
-                "top_answer": max(votes, key=votes.get) if votes else None,
-                # exact per-problem maj@k, so a report can put intervals over problems on maj@k as on pass@k
-                "maj@k": {str(k): float(maj[i, j]) for j, k in enumerate(ks)},
-            }
-        )
-    return summary, per_problem
+    ns = {len(c) for c in completions}
+    if len(ns) != 1:
+        raise ValueError(f"every problem needs the same number of samples; got {sorted(ns)}")
+    memo: dict = {}
+    per_problem = [score_problem(task, p, comps, ks, memo) for p, comps in zip(problems, completions, strict=True)]
+    return summarize(per_problem, ns.pop(), ks, taus), per_problem
 
 
 def evaluate_model(
@@ -140,15 +127,20 @@ def evaluate_model(
     problems: Sequence[dict] | None = None,
     task_id: str | None = None,
     progress: bool = True,
+    taus: Sequence[float] = DEFAULT_TAUS,
 ) -> dict:
-    """Pass@k and maj@k of ``backend``'s model on ``task`` (``limit`` problems of ``split``, or ``problems``).
+    """Pass@k, maj@k, pass^k, Cover@tau and answer diversity of ``backend``'s model on ``task`` (``limit`` problems
+    of ``split``, or ``problems``).
 
     Samples go through the JSONL cache at ``cache_path`` (None: no cache): only missing ``(problem, sample)``
     pairs are drawn, a batch of ``params.batch_size`` prompts at a time, each batch appended durably. ``task_id``
     names the task in the cache (default :func:`~grpo_ext.evaluation.cache.task_id_for` without the task's knobs:
-    pass ``task_id_for(name, split, task_kwargs)`` when they are set).
+    pass ``task_id_for(name, split, task_kwargs)`` when they are set). Each problem is scored as soon as its ``n``
+    samples are in (:func:`~grpo_ext.evaluation.scoring.score_problem`) and its completions are let go: this
+    function never holds the sample matrix. ``taus``: the Cover@tau thresholds.
     Returns a JSON-ready dict (see the keys below); ks above ``params.n`` are dropped with a recorded warning.
     """
+    taus = check_taus(taus)
     kept, dropped = check_ks(ks, params.n)
     warnings: list[str] = []
     if dropped:
@@ -159,7 +151,7 @@ def evaluate_model(
         logger.warning(message)
         warnings.append(message)
     if not kept:
-        raise ValueError(f"every k ({', '.join(map(str, dropped))}) exceeds n={params.n}: nothing to report")
+        raise UserError(f"every k ({', '.join(map(str, dropped))}) exceeds n={params.n}: nothing to report")
     if problems is None:
         problems = load_problems(task, split, limit)
     else:
@@ -169,7 +161,7 @@ def evaluate_model(
 
     cache = SampleCache(cache_path)
     cached = cache.lookup(backend.name, backend.fingerprint, task_id, key)
-    samples: list[dict[int, str]] = []
+    samples: list[dict[int, str] | None] = []
     for problem in problems:
         have = cached.get((problem["problem_id"], prompt_key(problem["prompt"])), {})
         samples.append({index: completion for index, completion in have.items() if 0 <= index < n})
@@ -181,9 +173,25 @@ def evaluate_model(
         logger.warning(warnings[-1])
     from_cache = sum(len(s) for s in samples)
 
+    # A problem is scored once all n of its samples are in, then its completions are dropped: only counts stay.
+    scored: list[dict | None] = [None] * len(problems)
+    memo: dict = {}  # maj@k by answer signature, shared by the problems of this run
+    scoring_seconds = 0.0
+
+    def finish(pos: int) -> None:
+        nonlocal scoring_seconds
+        began = time.perf_counter()
+        have = samples[pos]
+        scored[pos] = score_problem(task, problems[pos], [have[j] for j in range(n)], kept, memo)
+        samples[pos] = None
+        scoring_seconds += time.perf_counter() - began
+
     # Work units: (problem position, missing sample indices); problems missing the same indices are sampled in one
     # call (the backend keeps its batch full across them), longest prompts first (less padding).
     units = [(i, tuple(j for j in range(n) if j not in have)) for i, have in enumerate(samples)]
+    for pos, missing in units:
+        if not missing:
+            finish(pos)
     units = [u for u in units if u[1]]
     units.sort(key=lambda u: (u[1], -len(prompt_key(problems[u[0]]["prompt"]))))
     groups: dict[tuple[int, ...], list[int]] = {}
@@ -225,6 +233,7 @@ def evaluate_model(
                             "completion": completion,
                         }
                     )
+                finish(pos)
                 if len(records) >= params.batch_size * len(missing):  # durable every batch_size problems
                     cache.append(records)
                     bar.update(len(records))
@@ -235,10 +244,11 @@ def evaluate_model(
                 raise RuntimeError(f"backend {backend.name!r} returned {len(done)} of {len(prompts)} prompts")
     finally:
         bar.close()
-    seconds = time.perf_counter() - start
+    seconds = time.perf_counter() - start - scoring_seconds  # sampling only (scoring is timed apart)
 
-    completions = [[have[j] for j in range(n)] for have in samples]
-    summary, per_problem = score_samples(task, problems, completions, kept)
+    if any(record is None for record in scored):  # every unit was drawn and checked above: a bug if not
+        raise RuntimeError(f"{sum(r is None for r in scored)} problems were never scored")
+    summary = summarize(scored, n, kept, taus)
     return {
         "model": backend.name,
         "model_fingerprint": backend.fingerprint,
@@ -253,16 +263,15 @@ def evaluate_model(
         "warnings": warnings,
         "params": params.to_dict(),
         "params_key": key,
-        "pass@k": {str(k): v for k, v in summary["pass@k"].items()},
-        "maj@k": {str(k): v for k, v in summary["maj@k"].items()},
-        "mean_accuracy": summary["mean_accuracy"],
-        "answers_extracted": summary["answers_extracted"],
+        "taus": taus,
+        **summary,
         "samples": {
             "total": len(problems) * n,
             "from_cache": from_cache,
             "generated": to_draw,
             "seconds": round(seconds, 3),
             "samples_per_second": round(to_draw / seconds, 1) if to_draw and seconds > 0 else None,
+            "scoring_seconds": round(scoring_seconds, 3),
         },
-        "per_problem": per_problem,
+        "per_problem": scored,
     }

@@ -1,9 +1,15 @@
-"""Reports of :func:`grpo_ext.evaluation.harness.evaluate_model` results: ``report.md``, ``report.json`` and
-``passk_majk.png`` (Pass@K solid, Maj@K dashed, one colour per model: DeepSeekMath's Figure 7). Every file is
+"""Reports of :func:`grpo_ext.evaluation.harness.evaluate_model` results: ``report.md``, ``report.json``,
+``passk_majk.png`` (Pass@K solid, Maj@K dashed, one colour per model, interval bands: DeepSeekMath's Figure 7) and,
+with two or more models, ``per_problem_accuracy.png`` (model B against model A, problem by problem). Every file is
 written atomically (temporary name, then ``os.replace``).
 
-:func:`write_reports` writes them; :func:`read_report` is the one reader of ``report.json`` (the model card, the
-method comparison and anything else that consumes harness results go through it).
+:func:`write_reports` writes them, with the intervals and model comparisons of :mod:`grpo_ext.evaluation.analysis`;
+:func:`read_report` is the one reader of ``report.json`` (the model card, the method comparison and anything else
+that consumes harness results go through it).
+
+``report.json``: ``{"task", "command", ..., "bootstrap": {"n_resamples", "seed", "confidence", "method", "unit"},
+"models": [each result, plus "intervals": {metric: {key: [low, high]}}], "comparisons": [{"a", "b", "difference",
+"solved_overlap", "crossover", ...}]}``. Each per-problem record sits on one line.
 """
 
 from __future__ import annotations
@@ -14,165 +20,255 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from grpo_ext.io import atomic_write_bytes, atomic_write_text, figure_png
+from grpo_ext.evaluation.analysis import (
+    DEFAULT_BOOTSTRAP,
+    SOLVED_THRESHOLD,
+    BootstrapSettings,
+    analyze,
+    per_problem_values,
+)
+from grpo_ext.evaluation.plots import describe_task, plot_passk_majk, plot_problem_accuracy
+from grpo_ext.io import atomic_write_bytes, atomic_write_text
 
-__all__ = ["metric_table", "plot_passk_majk", "read_report", "render_markdown", "write_reports"]
+__all__ = [
+    "crossover_text",
+    "json_text",
+    "metric_table",
+    "plot_passk_majk",
+    "read_comparisons",
+    "read_report",
+    "render_markdown",
+    "write_reports",
+]
 
 REPORT_MD, REPORT_JSON, REPORT_PNG = "report.md", "report.json", "passk_majk.png"
+SCATTER_PNG = "per_problem_accuracy.png"
 
-
-def _describe_task(results: Sequence[dict]) -> str:
-    first = results[0]
-    problems = sorted({r["n_problems"] for r in results})
-    ns = sorted({r["n"] for r in results})
-    problems_text = "/".join(map(str, problems))
-    n_text = "/".join(map(str, ns))
-    return f"{first['task_id']} ({problems_text} problems), n={n_text}"
-
-
-def _label(model: str, width: int = 32) -> str:
-    """A model's name for the plot legend: long paths are shortened to their last components."""
-    if len(model) <= width or "/" not in model:
-        return model
-    parts = model.rstrip("/").split("/")
-    label = parts[-1]
-    for part in reversed(parts[:-1]):
-        if len(part) + 1 + len(label) + 2 > width:
-            break
-        label = f"{part}/{label}"
-    return "…/" + label
+_LEGEND = [
+    "- **pass@k**: P(at least one of k samples is right), unbiased (Chen et al.): what the model *can* solve.",
+    "- **maj@k**: P(the most frequent answer among k samples is right), exact (ties split, no answer does not "
+    "vote): what self-consistency gets.",
+    "- **pass^k**: P(all k samples are right), unbiased: how *reliably* it solves.",
+    "- **Cover@tau**: share of problems whose fraction of right samples is >= tau (breadth at low tau, depth at "
+    "high tau).",
+    "- **answer diversity**: distinct answers per problem and the entropy (bits) of their distribution.",
+]
 
 
 def _fmt(x: float | None) -> str:
     return "–" if x is None else f"{x:.3f}"
 
 
-def render_markdown(results: Sequence[dict], *, command: str | None = None) -> str:
-    """The Markdown report: a comparison table when there are several models, then one section per model."""
-    lines = [f"# Pass@K vs Maj@K: {_describe_task(results)}", ""]
+def _with_ci(value: float | None, interval) -> str:
+    """``0.455 [0.410, 0.500]`` (the interval when there is one)."""
+    if value is None:
+        return "–"
+    return f"{value:.3f} [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else f"{value:.3f}"
+
+
+def _signed(d: dict | None) -> str:
+    """A difference with its interval, ``+0.120 [+0.080, +0.160]``; bold where the interval excludes 0."""
+    if d is None:
+        return "–"
+    text = f"{d['difference']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
+    return f"**{text}**" if d["low"] > 0 or d["high"] < 0 else text
+
+
+def _model_section(r: dict, iv: dict) -> list[str]:
+    keys = [str(k) for k in r["ks"]]
+    has_hat = isinstance(r.get("pass^k"), dict)
+    header = "| k | pass@k | maj@k |" + (" pass^k |" if has_hat else "")
+    lines = [f"## {r['model']}", "", header, "|---:|---:|---:|" + ("---:|" if has_hat else "")]
+    for k in keys:
+        cells = [_with_ci(r[m].get(k), iv.get(m, {}).get(k)) for m in ("pass@k", "maj@k")]
+        if has_hat:
+            cells.append(_with_ci(r["pass^k"].get(k), iv.get("pass^k", {}).get(k)))
+        lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    lines.append("")
+    cover = r.get("cover@tau") or {}
+    if cover:
+        lines += ["| tau | Cover@tau |", "|---:|---:|"]
+        lines += [f"| {t} | {_with_ci(v, iv.get('cover@tau', {}).get(t))} |" for t, v in cover.items()]
+        lines.append("")
+    p, s = r["params"], r["samples"]
+    speed = f", {s['samples_per_second']} samples/s" if s.get("samples_per_second") else ""
+    lines.append(f"- mean accuracy (mean pass@1): {_with_ci(r['mean_accuracy'], iv.get('mean_accuracy'))}")
+    if "distinct_answers" in r:
+        lines.append(
+            f"- answer diversity: {_with_ci(r['distinct_answers'], iv.get('distinct_answers'))} distinct answers per "
+            f"problem, entropy {_with_ci(r['answer_entropy'], iv.get('answer_entropy'))} bits"
+        )
     lines += [
-        "pass@k: unbiased estimate of P(at least one of k samples is right); maj@k: exact expectation of "
-        "P(the most frequent answer among k samples is right; ties split, no answer does not vote). Both are "
-        "means over problems, from the same n samples per problem.",
-        "",
+        f"- answers extracted: {r['answers_extracted']:.1%} of samples",
+        f"- problems: {r['n_problems']} ({r['task_id']}); samples per problem n = {r['n']}",
+        f"- sampling: temperature {p['temperature']}, top_p {p['top_p']}, max_new_tokens {p['max_new_tokens']}, "
+        f"seed {p['seed']}, batch_size {p['batch_size']} prompts, backend {r['backend']}",
+        f"- samples: {s['total']} ({s['from_cache']} from the cache, {s['generated']} drawn in "
+        f"{s['seconds']:.1f} s{speed})",
     ]
+    if r.get("model_fingerprint"):
+        lines.append(f"- model fingerprint: `{r['model_fingerprint']}`")
+    lines += [f"- warning: {w}" for w in r.get("warnings", [])]
+    return [*lines, ""]
+
+
+def crossover_text(c: dict, n: int) -> str:
+    """The crossover of a comparison in words."""
+    never = f"none within k <= {n}"
+    if c["leader"] is None:
+        return f"A and B have the same pass@{c['ks'][0]}: neither leads, so there is no crossover to find"
+    leader, trailer = c["leader"].upper(), "B" if c["leader"] == "a" else "A"
+    where = f"{leader} leads at k = {c['ks'][0]}"
+    if c["k"] is None:
+        return f"{where}; {trailer}'s pass@k never reaches {leader}'s: {never}"
+    low = never if c["low"] is None else str(c["low"])
+    high = never if c["high"] is None else str(c["high"])
+    share = f"; no crossover in {c['no_crossover_share']:.0%} of the resamples" if c["no_crossover_share"] else ""
+    return f"{where}; {trailer}'s pass@k reaches {leader}'s at k = {c['k']} (interval {low} to {high}{share})"
+
+
+def _comparison_section(c: dict, confidence: float) -> list[str]:
+    d = c["difference"]
+    lines = [
+        f"## B against A: {c['b']} (B) vs {c['a']} (A)",
+        "",
+        f"Paired by problem ({c['n_problems']} problems both were scored on). Differences are B - A with "
+        f"{confidence:.0%} bootstrap intervals (bold: the interval excludes 0). Solved = pass@k >= "
+        f"{c['solved_threshold']} (at k = n: at least one of the n samples right).",
+        "",
+        "| k | Δ pass@k | Δ maj@k | Δ pass^k | solved by both | only A | only B | neither |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for k in c["ks"]:
+        key, o = str(k), c["solved_overlap"][str(k)]
+        cells = [_signed(d.get(m, {}).get(key)) for m in ("pass@k", "maj@k", "pass^k")]
+        counts = [str(o[f]) for f in ("both", "only_a", "only_b", "neither")]
+        lines.append(f"| {k} | " + " | ".join(cells + counts) + " |")
+    lines += ["", f"- crossover of pass@k: {crossover_text(c['crossover'], c['n'])}"]
+    for t, diff in d.get("cover@tau", {}).items():
+        lines.append(f"- Δ Cover@{t}: {_signed(diff)}")
+    for metric, name in (
+        ("mean_accuracy", "mean accuracy"),
+        ("distinct_answers", "distinct answers"),
+        ("answer_entropy", "answer entropy (bits)"),
+    ):
+        if metric in d:
+            lines.append(f"- Δ {name}: {_signed(d[metric])}")
+    return [*lines, ""]
+
+
+def render_markdown(results: Sequence[dict], analysis: dict | None = None, *, command: str | None = None) -> str:
+    """The Markdown report: the metrics' legend, a summary table when there are several models, one section per
+    model (every mean with its interval when ``analysis`` is given: :func:`grpo_ext.evaluation.analysis.analyze`),
+    then one section per comparison (B against A)."""
+    intervals = analysis["intervals"] if analysis else [{} for _ in results]
+    lines = [f"# Pass@K vs Maj@K: {describe_task(results)}", "", *_LEGEND, ""]
+    lines.append("Every value is a mean over problems, from the same n samples per problem.")
+    if analysis:
+        b = analysis["bootstrap"]
+        lines[-1] += (
+            f" In brackets: its {b['confidence']:.0%} percentile bootstrap interval over problems "
+            f"({b['n_resamples']} resamples, seed {b['seed']}); differences between models are paired by problem."
+        )
+    lines.append("")
     if command:
         lines += [f"Command: `{command}`", ""]
     if len(results) > 1:
-        k_max = {r["model"]: r["ks"][-1] for r in results}
         lines += [
-            "| model | mean accuracy | pass@1 | pass@k max | maj@k max | k max |",
+            "| model | pass@1 | pass@k max | maj@k max | k max | distinct answers |",
             "|---|---:|---:|---:|---:|---:|",
         ]
-        for r in results:
-            k = str(k_max[r["model"]])
+        for r, iv in zip(results, intervals, strict=True):
+            k = str(r["ks"][-1])
             lines.append(
-                f"| {r['model']} | {_fmt(r['mean_accuracy'])} | {_fmt(r['pass@k'].get('1'))} | "
-                f"{_fmt(r['pass@k'][k])} | {_fmt(r['maj@k'][k])} | {k} |"
+                f"| {r['model']} | {_with_ci(r['pass@k'].get('1'), iv.get('pass@k', {}).get('1'))} | "
+                f"{_with_ci(r['pass@k'][k], iv.get('pass@k', {}).get(k))} | "
+                f"{_with_ci(r['maj@k'][k], iv.get('maj@k', {}).get(k))} | {k} | "
+                f"{_with_ci(r.get('distinct_answers'), iv.get('distinct_answers'))} |"
             )
         lines.append("")
-    for r in results:
-        p = r["params"]
-        s = r["samples"]
-        lines += [f"## {r['model']}", "", "| k | pass@k | maj@k |", "|---:|---:|---:|"]
-        lines += [f"| {k} | {_fmt(r['pass@k'][str(k)])} | {_fmt(r['maj@k'][str(k)])} |" for k in r["ks"]]
-        speed = f", {s['samples_per_second']} samples/s" if s.get("samples_per_second") else ""
-        lines += [
-            "",
-            f"- mean accuracy (mean pass@1): {_fmt(r['mean_accuracy'])}",
-            f"- answers extracted: {r['answers_extracted']:.1%} of samples",
-            f"- problems: {r['n_problems']} ({r['task_id']}); samples per problem n = {r['n']}",
-            f"- sampling: temperature {p['temperature']}, top_p {p['top_p']}, max_new_tokens {p['max_new_tokens']}, "
-            f"seed {p['seed']}, batch_size {p['batch_size']} prompts, backend {r['backend']}",
-            f"- samples: {s['total']} ({s['from_cache']} from the cache, {s['generated']} drawn in "
-            f"{s['seconds']:.1f} s{speed})",
-        ]
-        if r.get("model_fingerprint"):
-            lines.append(f"- model fingerprint: `{r['model_fingerprint']}`")
-        lines += [f"- warning: {w}" for w in r.get("warnings", [])]
-        lines.append("")
+    for r, iv in zip(results, intervals, strict=True):
+        lines += _model_section(r, iv)
+    for c in (analysis or {}).get("comparisons", []):
+        if c is not None:
+            lines += _comparison_section(c, analysis["bootstrap"]["confidence"])
     return "\n".join(lines)
 
 
-def plot_passk_majk(results: Sequence[dict], *, title: str | None = None) -> bytes:
-    """PNG bytes: Pass@K (solid, circles) and Maj@K (dashed, squares) against K on a log2 axis, y in [0, 1]."""
-    import matplotlib
+def json_text(payload) -> str:
+    """``payload`` as indented JSON, except that each per-problem record and each short list or object stays on one
+    line (a report at n = 1024 over hundreds of problems stays readable and small)."""
 
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-    from matplotlib.ticker import FixedLocator, NullLocator
+    def render(value, pad: str, inline: bool) -> str:
+        flat = json.dumps(value, ensure_ascii=False)
+        if inline or not isinstance(value, (dict, list)) or not value or len(pad) + len(flat) <= 100:
+            return flat
+        inner = pad + "  "
+        if isinstance(value, list):
+            items = [inner + render(v, inner, False) for v in value]
+            return "[\n" + ",\n".join(items) + "\n" + pad + "]"
+        items = []
+        for key, v in value.items():
+            text = json.dumps(str(key), ensure_ascii=False) + ": "
+            if key == "per_problem" and isinstance(v, list) and v:
+                rows = [inner + "  " + render(row, "", True) for row in v]
+                items.append(inner + text + "[\n" + ",\n".join(rows) + "\n" + inner + "]")
+            else:
+                items.append(inner + text + render(v, inner, False))
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
 
-    fig, ax = plt.subplots(figsize=(9.0, 5.0), dpi=120)
-    colours = plt.get_cmap("tab10").colors
-    all_ks = sorted({k for r in results for k in r["ks"]})
-    for i, r in enumerate(results):
-        colour = colours[i % len(colours)]
-        ks = r["ks"]
-        ax.plot(
-            ks,
-            [r["pass@k"][str(k)] for k in ks],
-            color=colour,
-            linestyle="-",
-            marker="o",
-            linewidth=2.2,
-            markersize=5,
-            clip_on=False,
-            zorder=3,
-            label=f"{_label(r['model'])}: Pass@K",
-        )
-        ax.plot(
-            ks,
-            [r["maj@k"][str(k)] for k in ks],
-            color=colour,
-            linestyle="--",
-            marker="s",
-            linewidth=2.2,
-            markersize=5,
-            clip_on=False,
-            zorder=3,
-            label=f"{_label(r['model'])}: Maj@K",
-        )
-    if len(all_ks) > 1:
-        ax.set_xscale("log", base=2)
-        ax.set_xlim(all_ks[0] / 1.25, all_ks[-1] * 1.25)
-    ax.xaxis.set_major_locator(FixedLocator(all_ks))
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.set_xticklabels([str(k) for k in all_ks])
-    ax.set_ylim(0, 1)
-    ax.set_yticks([i / 10 for i in range(11)])
-    ax.grid(True, which="major", alpha=0.3)
-    ax.set_xlabel("K (samples per problem)")
-    ax.set_ylabel("accuracy")
-    ax.set_title(title or f"Pass@K vs Maj@K: {_describe_task(results)}", fontsize=11)
-    handles, labels = ax.get_legend_handles_labels()
-    if len(results) > 1:  # one entry per model (its colour) plus one per line style reads best
-        handles = [Line2D([], [], color=colours[i % len(colours)], linewidth=2.2) for i in range(len(results))]
-        labels = [_label(r["model"]) for r in results]
-        handles += [
-            Line2D([], [], color="0.3", linestyle="-", marker="o"),
-            Line2D([], [], color="0.3", linestyle="--", marker="s"),
-        ]
-        labels += ["Pass@K", "Maj@K"]
-    # outside the axes, on the right: curves can sit anywhere in [0, 1]
-    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, fontsize=9)
-    fig.tight_layout()
-    return figure_png(fig)
+    return render(payload, "", False) + "\n"
+
+
+def _accuracy_pairs(results: Sequence[dict], comparisons: Sequence[dict | None]) -> list[tuple]:
+    """(A name, B name, A's per-problem accuracy, B's) of every comparison, on the problems both were scored on."""
+    by_name = {r["model"]: r for r in results}
+    pairs = []
+    for c in comparisons:
+        if c is None:
+            continue
+        a, b = by_name[c["a"]], by_name[c["b"]]
+        ids = [str(p["problem_id"]) for p in a["per_problem"]]
+        in_b = {str(p["problem_id"]) for p in b["per_problem"]}
+        ids = [i for i in ids if i in in_b]
+        acc = [per_problem_values(m, "mean_accuracy", ids=ids) for m in (a, b)]
+        pairs.append((c["a"], c["b"], *acc))
+    return pairs
 
 
 def write_reports(
-    results: Sequence[dict], out_dir, *, command: str | None = None, extra: dict | None = None
+    results: Sequence[dict],
+    out_dir,
+    *,
+    command: str | None = None,
+    extra: dict | None = None,
+    bootstrap: BootstrapSettings = DEFAULT_BOOTSTRAP,
+    solved_threshold: float = SOLVED_THRESHOLD,
 ) -> dict[str, Path]:
-    """Write ``report.md``, ``report.json`` and ``passk_majk.png`` into ``out_dir``; returns their paths."""
+    """Write ``report.md``, ``report.json``, ``passk_majk.png`` and (two or more comparable models)
+    ``per_problem_accuracy.png`` into ``out_dir``; returns their paths. ``bootstrap`` draws every interval (recorded
+    in the report); a model *solves* a problem at k when its pass@k is >= ``solved_threshold``."""
     if not results:
         raise ValueError("no results to report")
+    analysis = analyze(results, bootstrap, solved_threshold)
     out = Path(out_dir)
-    payload = {"task": results[0]["task_id"], "command": command, **(extra or {}), "models": list(results)}
-    paths = {
-        "md": atomic_write_text(out / REPORT_MD, render_markdown(results, command=command)),
-        "json": atomic_write_text(out / REPORT_JSON, json.dumps(payload, indent=2, ensure_ascii=False) + "\n"),
-        "png": atomic_write_bytes(out / REPORT_PNG, plot_passk_majk(results)),
+    models = [{**r, "intervals": iv} for r, iv in zip(results, analysis["intervals"], strict=True)]
+    payload = {
+        "task": results[0]["task_id"],
+        "command": command,
+        **(extra or {}),
+        "bootstrap": analysis["bootstrap"],
+        "models": models,
+        "comparisons": [c for c in analysis["comparisons"] if c is not None],
     }
+    paths = {
+        "md": atomic_write_text(out / REPORT_MD, render_markdown(results, analysis, command=command)),
+        "json": atomic_write_text(out / REPORT_JSON, json_text(payload)),
+        "png": atomic_write_bytes(out / REPORT_PNG, plot_passk_majk(results, analysis["intervals"])),
+    }
+    pairs = _accuracy_pairs(results, analysis["comparisons"])
+    if pairs:
+        paths["scatter"] = atomic_write_bytes(out / SCATTER_PNG, plot_problem_accuracy(pairs))
     return paths
 
 
@@ -202,6 +298,29 @@ def metric_table(result: dict, metric: str, where: str = "result") -> dict[int, 
     return dict(sorted(out.items()))
 
 
+def _report_file(path: str | os.PathLike) -> tuple[Path, object]:
+    """``(file, parsed JSON)`` of a report folder (its report.json) or a JSON file; errors name the file."""
+    given = Path(path)
+    file = given / REPORT_JSON if given.is_dir() else given
+    if not file.is_file():
+        where = f"no {REPORT_JSON} in {given}" if given.is_dir() else f"no such file: {given}"
+        raise FileNotFoundError(f"eval report: {where}")
+    try:
+        return file, json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"eval report {file}: not valid JSON ({err})") from err
+
+
+def read_comparisons(path: str | os.PathLike) -> list[dict]:
+    """The model comparisons (B against A) of a report folder or ``report.json``, as :func:`write_reports` wrote
+    them; ``[]`` for a report with one model, or one written before comparisons existed."""
+    file, payload = _report_file(path)
+    comparisons = payload.get("comparisons", []) if isinstance(payload, dict) else []
+    if not isinstance(comparisons, list) or not all(isinstance(c, dict) for c in comparisons):
+        raise ValueError(f"eval report {file}: 'comparisons' must be a list of objects")
+    return comparisons
+
+
 def read_report(path: str | os.PathLike, model: str | None = None, *, require: Iterable[str] = ()) -> dict:
     """One model's result from what :func:`write_reports` wrote, in the shape ``evaluate_model`` returned it.
 
@@ -212,15 +331,7 @@ def read_report(path: str | os.PathLike, model: str | None = None, *, require: I
     :func:`metric_table`; their ks stay strings, as written) and at least one must be there; ``require`` names
     further keys the caller needs. Errors are ``FileNotFoundError`` / ``ValueError`` naming the file.
     """
-    given = Path(path)
-    file = given / REPORT_JSON if given.is_dir() else given
-    if not file.is_file():
-        where = f"no {REPORT_JSON} in {given}" if given.is_dir() else f"no such file: {given}"
-        raise FileNotFoundError(f"eval report: {where}")
-    try:
-        payload = json.loads(file.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"eval report {file}: not valid JSON ({err})") from err
+    file, payload = _report_file(path)
     if isinstance(payload, dict) and "models" not in payload and ("pass@k" in payload or "maj@k" in payload):
         payload = {"models": [payload]}  # a file holding one evaluate_model result
     models = payload.get("models") if isinstance(payload, dict) else None

@@ -1,0 +1,124 @@
+"""One problem's samples -> the counts every metric needs; many problems' counts -> the means a report shows.
+
+The harness scores a problem as soon as its ``n`` samples are in and keeps only what :func:`score_problem`
+returns, never the completions: at n = 1024 the per-problem record is a few numbers (plus one ``[count,
+n_correct]`` pair per distinct answer) whatever the length of the completions, so a report's memory and its
+``report.json`` grow with the number of problems and distinct answers, not with the text sampled.
+
+A problem record (``per_problem[i]`` of a harness result):
+
+- ``n_correct``: samples the task's checker accepts; with ``n`` this gives pass@k, pass^k and Cover@tau exactly;
+- ``n_extracted``: samples with an answer; ``top_answer``: the most frequent one (first seen on a tie);
+- ``answer_classes``: ``[count, n_correct]`` of each distinct answer, largest first: the signature that maj@k is
+  a function of (:func:`grpo_ext.evaluation.metrics.answer_signature`), so maj@k at any other k can be recomputed
+  from the report alone;
+- ``distinct_answers``, ``answer_entropy``: :func:`grpo_ext.evaluation.metrics.answer_diversity` of its answers;
+- ``maj@k``: the exact maj@k for each k of the run (``{"k": value}``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from grpo_ext.evaluation.majority import maj_from_signature
+from grpo_ext.evaluation.metrics import (
+    answer_diversity,
+    answer_signature,
+    cover_at_many,
+    pass_at_k_many,
+    pass_hat_k_many,
+)
+
+if TYPE_CHECKING:  # grpo_ext.tasks imports datasets: not needed to score
+    from grpo_ext.tasks.base import Task
+
+__all__ = ["DEFAULT_TAUS", "check_taus", "default_ks", "score_problem", "summarize", "tau_key"]
+
+#: Cover@tau thresholds reported by default: solved at least sometimes (0.1), usually (0.5), reliably (0.9).
+DEFAULT_TAUS = (0.1, 0.5, 0.9)
+
+
+def default_ks(n: int) -> list[int]:
+    """The powers of two below ``n``, then ``n``: the ks of DeepSeekMath's Figure 7 (the
+    default --k, and where the pass@k crossover is searched)."""
+    ks, k = [], 1
+    while k < n:
+        ks.append(k)
+        k *= 2
+    return [*ks, n]
+
+
+def check_taus(taus: Iterable[float]) -> list[float]:
+    """The Cover@tau thresholds as sorted distinct floats; each must be a number in [0, 1]."""
+    out = []
+    for tau in taus:
+        if isinstance(tau, bool) or not isinstance(tau, (int, float, np.integer, np.floating)):
+            raise ValueError(f"every tau must be a number in [0, 1], got {tau!r}")
+        if not 0.0 <= float(tau) <= 1.0:  # also rejects NaN
+            raise ValueError(f"every tau must be in [0, 1] (a fraction of a problem's samples), got {tau!r}")
+        out.append(float(tau))
+    return sorted(set(out))
+
+
+def tau_key(tau: float) -> str:
+    """How reports name a threshold (the JSON key of ``cover@tau``): ``0.5`` -> ``"0.5"``."""
+    return repr(float(tau))
+
+
+def score_problem(
+    task: Task, problem: dict, completions: Sequence[str], ks: Sequence[int], memo: dict | None = None
+) -> dict:
+    """The record of one problem from its ``n`` completions (see the module docstring).
+
+    ``ks``: sorted, each in ``[1, n]``. ``memo``: a dict shared across the problems of a run, so that problems with
+    the same answer signature compute maj@k once.
+    """
+    correct = [task.is_correct(c, problem["answer"]) for c in completions]
+    answers = [task.extract_answer(c) for c in completions]
+    classes, n_none = answer_signature(answers, correct)
+    signature = (classes, n_none, tuple(ks))
+    memo = {} if memo is None else memo
+    if signature not in memo:
+        memo[signature] = maj_from_signature(classes, n_none, tuple(ks))
+    maj = memo[signature]
+    votes = Counter(a for a in answers if a is not None)
+    distinct, entropy = answer_diversity(answers)
+    return {
+        "problem_id": problem["problem_id"],
+        "prompt": problem["prompt"],
+        "answer": problem["answer"],
+        "n_correct": int(sum(correct)),
+        "n_extracted": len(answers) - n_none,
+        "top_answer": max(votes, key=votes.get) if votes else None,
+        "answer_classes": [list(pair) for pair in sorted(classes, reverse=True)],
+        "distinct_answers": distinct,
+        "answer_entropy": entropy,
+        # exact per-problem maj@k, so a report can put intervals over problems on maj@k as on pass@k
+        "maj@k": {str(k): float(v) for k, v in zip(ks, maj, strict=True)},
+    }
+
+
+def summarize(per_problem: Sequence[dict], n: int, ks: Sequence[int], taus: Sequence[float] = DEFAULT_TAUS) -> dict:
+    """Means over problems of every metric, from the records of :func:`score_problem` (``n`` samples each).
+
+    Keys: ``pass@k``, ``pass^k``, ``maj@k`` (``{"k": mean}``), ``cover@tau`` (``{"tau": share of problems}``),
+    ``mean_accuracy`` (mean fraction of correct samples = mean pass@1), ``answers_extracted`` (fraction of all
+    samples with an answer), ``distinct_answers`` and ``answer_entropy`` (means of the per-problem values).
+    """
+    if not per_problem:
+        raise ValueError("no problems to summarise")
+    n_correct = np.array([p["n_correct"] for p in per_problem])
+    return {
+        "pass@k": {str(k): float(pass_at_k_many(n, n_correct, k).mean()) for k in ks},
+        "pass^k": {str(k): float(pass_hat_k_many(n, n_correct, k).mean()) for k in ks},
+        "maj@k": {str(k): float(np.mean([p["maj@k"][str(k)] for p in per_problem])) for k in ks},
+        "cover@tau": {tau_key(t): float(cover_at_many(n, n_correct, t).mean()) for t in taus},
+        "mean_accuracy": float(np.mean(n_correct / n)),
+        "answers_extracted": float(sum(p["n_extracted"] for p in per_problem) / (n * len(per_problem))),
+        "distinct_answers": float(np.mean([p["distinct_answers"] for p in per_problem])),
+        "answer_entropy": float(np.mean([p["answer_entropy"] for p in per_problem])),
+    }
