@@ -102,6 +102,13 @@ def check_training_ranges(config) -> None:
     scale = getattr(config, "scale_rewards", "group")
     if scale not in SCALE_REWARDS:
         raise UserError(f"scale_rewards: unknown value {scale!r}; expected one of {', '.join(SCALE_REWARDS)}")
+    if getattr(config, "kl_controller", "fixed") == "adaptive":
+        beta_max = config.beta_max if config.beta_max is not None else math.inf
+        if not config.beta_min <= config.beta <= beta_max:
+            raise UserError(
+                f"beta: the adaptive controller starts at beta, which must lie in [beta_min, beta_max] = "
+                f"[{config.beta_min}, {beta_max}], got {config.beta}"
+            )
     loss_type = getattr(config, "loss_type", "dapo")
     if loss_type not in LOSS_TYPES:
         raise UserError(f"loss_type: unknown value {loss_type!r}; expected one of {', '.join(LOSS_TYPES)}")

@@ -154,6 +154,10 @@ CASES = {
         parse("--kl_controller", "adaptive", "--beta", "0.1", "--beta_max", "1e-9"),
         "beta_max: must be >= beta_min",
     ),
+    "adaptive beta outside its bounds": (
+        parse("--kl_controller", "adaptive", "--beta", "0.1", "--beta_max", "0.05"),
+        r"beta: the adaptive controller starts at beta, which must lie in \[beta_min, beta_max\]",
+    ),
     "beta_max NaN": (parse("--kl_controller", "adaptive", "--beta", "0.1", "--beta_max", "nan"), "beta_max"),
     "negative max_refill_rounds": (parse("--max_refill_rounds", "-1"), "max_refill_rounds: must be"),
     "empty step_separator": (yaml_config("step_separator: ''\n"), "step_separator: must be a non-empty string"),

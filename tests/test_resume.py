@@ -83,3 +83,103 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(python, root, tmp_path)
     assert weights_a.keys() == weights_b.keys()
     for name in weights_a:
         assert (weights_a[name] == weights_b[name]).all(), name
+
+
+# ---- in-process resumes: what the config changes, TRL's checkpoints, a save that fails -------------------------------
+
+
+def _train(tmp, cls=None, resume=None, **overrides):
+    from tests.trainer_utils import tiny_args, tiny_trainer
+
+    settings = {"tmp_path": tmp, "max_steps": 1, "save_strategy": "steps", "save_steps": 1, **overrides}
+    if cls is not None:
+        from trl import GRPOConfig, GRPOTrainer
+
+        trainer = tiny_trainer(GRPOTrainer, args=tiny_args(cls=GRPOConfig, **settings))
+    else:
+        trainer = tiny_trainer(args=tiny_args(**settings))
+    trainer.train(resume_from_checkpoint=resume)
+    return trainer
+
+
+def _logged(trainer, key, step):
+    return [h[key] for h in trainer.state.log_history if key in h and h.get("step") == step]
+
+
+@pytest.mark.parametrize("before, after", [(0.0, 0.04), (0.04, 0.0)])
+def test_a_beta_changed_on_resume_is_the_one_used(tmp_path, caplog, before, after):
+    """Bug 2: the config's beta wins (TRL built the reference model from it): 0 -> 0.04 gets its KL term, 0.04 -> 0
+    drops it instead of crashing, and the change is logged."""
+    _train(tmp_path / "a", beta=before)
+    with caplog.at_level("WARNING"):
+        resumed = _train(tmp_path / "b", beta=after, max_steps=2, resume=str(tmp_path / "a" / "checkpoint-1"))
+    assert resumed.state.global_step == 2 and resumed.beta == after
+    assert _logged(resumed, "beta", step=2) == [after]
+    assert bool(_logged(resumed, "kl", step=2)) == (after != 0.0)
+    assert f"this run uses the config's fixed beta={after}" in caplog.text
+
+
+def test_adaptive_controller_resumes_its_beta_with_the_configs_hyperparameters(tmp_path, caplog):
+    from tests.trainer_utils import tiny_args, tiny_trainer
+
+    first = _train(tmp_path / "a", beta=0.1, kl_controller="adaptive", target_kl=1e-4, kl_horizon=16)
+    saved = first.kl_control.state_dict()
+    assert saved["beta"] != 0.1
+    fresh = tiny_trainer(
+        args=tiny_args(
+            tmp_path=tmp_path / "b", beta=0.1, kl_controller="adaptive", target_kl=0.5, kl_horizon=100, beta_min=0.095
+        )
+    )
+    fresh.create_optimizer_and_scheduler(num_training_steps=2)
+    with caplog.at_level("WARNING"):
+        fresh._load_optimizer_and_scheduler(str(tmp_path / "a" / "checkpoint-1"))
+    control = fresh.kl_control
+    assert (control.target_kl, control.horizon, control.beta_min) == (0.5, 100.0, 0.095)  # the config's
+    assert saved["beta"] == pytest.approx(0.09)  # KL 0 at the first step: 0.1 * (1 - 0.2 * 8 / 16)
+    assert control.beta == fresh.beta == 0.095  # the checkpoint's beta, clamped to the config's bounds
+    assert "target_kl: the checkpoint used 0.0001; this run uses the config's 0.5" in caplog.text
+    assert "kl_horizon: the checkpoint used 16.0" in caplog.text
+
+
+def test_a_trl_checkpoint_resumes_with_extensions_off_as_trl_does(tmp_path):
+    """A GRPOTrainer checkpoint (no grpo_ext_state.json) resumes with every extension off, to the weights TRL's own
+    resume gives."""
+    import torch
+
+    _train(tmp_path / "trl", cls=True)
+    checkpoint = str(tmp_path / "trl" / "checkpoint-1")
+    theirs = _train(tmp_path / "trl-resumed", cls=True, max_steps=2, resume=checkpoint)
+    ours = _train(tmp_path / "ext-resumed", max_steps=2, resume=checkpoint)
+    assert ours.state.global_step == theirs.state.global_step == 2
+    for (name, a), (_, b) in zip(theirs.model.named_parameters(), ours.model.named_parameters(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_a_full_disk_during_a_checkpoint_save_leaves_the_previous_checkpoint_resumable(tmp_path, monkeypatch):
+    """The second save fails half-way (after the model was written) with ENOSPC: the error names the intact
+    checkpoint, nothing of the partial save is left, and the run resumes from checkpoint-1 to step 2."""
+    import errno
+
+    from transformers import Trainer
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from grpo_ext.errors import UserError
+
+    real = Trainer._save_optimizer_and_scheduler
+
+    def fails_at_step_2(self, output_dir):
+        if self.state.global_step == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", f"{output_dir}/optimizer.pt")
+        return real(self, output_dir)
+
+    monkeypatch.setattr(Trainer, "_save_optimizer_and_scheduler", fails_at_step_2)
+    run = tmp_path / "run"
+    with pytest.raises(UserError, match=r"saving checkpoint-2 .* failed \(No space left on device\).*checkpoint-1"):
+        _train(run, max_steps=2)
+    assert sorted(p.name for p in run.iterdir() if "checkpoint" in p.name) == ["checkpoint-1"]
+    assert get_last_checkpoint(str(run)) == str(run / "checkpoint-1")
+    assert (run / "checkpoint-1" / "grpo_ext_state.json").is_file()
+
+    monkeypatch.setattr(Trainer, "_save_optimizer_and_scheduler", real)
+    resumed = _train(run, max_steps=2, resume=get_last_checkpoint(str(run)))
+    assert resumed.state.global_step == 2 and (run / "checkpoint-2" / "grpo_ext_state.json").is_file()
