@@ -209,3 +209,55 @@ def test_process_mode_without_a_source_and_wrong_step_counts(tmp_path):
     trainer.model.train()
     with pytest.raises(ValueError, match="'one_score_too_many' returned .* step scores for completion 0"):
         trainer._generate_and_score_completions(group_batch(trainer, [0, 1]))
+
+
+def test_a_missing_outcome_never_erases_a_step_on_the_same_token():
+    """Bug 5: a truncated completion (no EOS) has its last step end on its last token, where process_include_outcome
+    puts the outcome; a NaN outcome (unscored) adds nothing instead of turning the step's score into NaN."""
+    from grpo_ext.rewards.process import ScoredSteps, build_step_rewards
+
+    steps = [ScoredSteps(ends=[2, 5], scores=[1.0, 0.0], length=6), ScoredSteps(ends=[1], scores=[1.0], length=4)]
+    mask = torch.ones(2, 6)
+    rewards = build_step_rewards(steps, mask, outcome=torch.tensor([math.nan, 0.5]))
+    assert rewards[0, 2] == 1.0 and rewards[0, 5] == 0.0  # the step at the last token keeps its score
+    assert rewards[1, 1] == 1.0 and rewards[1, 3] == 0.5  # a real outcome is one more step at the last token
+    assert int(torch.isnan(rewards).logical_not().sum()) == 4
+    nan_step = build_step_rewards([ScoredSteps(ends=[3, 3], scores=[math.nan, 2.0], length=4)], torch.ones(1, 4))
+    assert nan_step[0, 3] == 2.0  # nor does an unscored step ending on the same token as a scored one
+
+
+def test_online_rft_skip_keeps_groups_where_every_sample_is_correct(tmp_path):
+    """Online RFT gives every correct sample a coefficient of 1, so an all-correct group has signal and stays; an
+    all-wrong group (every coefficient 0) is the one skipped."""
+
+    def by_parity(prompts, completions, answer, **kwargs):  # even answer: all correct; odd: all wrong
+        return [1.0 if int(a) % 2 == 0 else 0.0 for a in answer]
+
+    args = tiny_args(tmp_path=tmp_path, advantage_mode="online_rft", zero_std_groups="skip")
+    trainer = tiny_trainer(args=args, reward_funcs=[by_parity])
+    trainer.model.train()
+    out = trainer._generate_and_score_completions(group_batch(trainer, [0, 1]))
+    assert out["advantages"].tolist() == [1.0] * 4 + [0.0] * 4
+    assert out["zero_std_keep"].tolist() == [1.0] * 4 + [0.0] * 4
+
+
+def test_refill_draws_from_an_iterable_dataset_and_a_resume_draws_the_same(tmp_path):
+    """An IterableDataset has no random access: refill reads it on (the same prompts after a resume)."""
+    from grpo_ext.batching import RefillPrompts
+
+    data = TASK.load("train", 64)
+    stream = data.to_iterable_dataset()
+    args = tiny_args(tmp_path=tmp_path, zero_std_groups="refill", max_refill_rounds=6, max_steps=1)
+    trainer = tiny_trainer(args=args, reward_funcs=[even_answers_constant], train_dataset=stream)
+    trainer.model.train()
+    torch.manual_seed(0)
+    even = [row for row in data if int(row["answer"]) % 2 == 0][:2]
+    out = trainer._generate_and_score_completions([row for row in even for _ in range(4)])  # no signal: refilled
+    assert out["zero_std_keep"].bool().all() and trainer._metrics["train"]["zero_std/refill_rounds"][-1] >= 1
+
+    first = RefillPrompts(stream, seed=0)
+    drawn = [first.next_prompts(3) for _ in range(30)]  # past the end of the 64 examples: an epoch starts again
+    resumed = RefillPrompts(stream, seed=0)
+    resumed.draws = 20
+    assert resumed.next_prompts(3) == drawn[20]
+    assert [row["prompt"] for row in drawn[0]] == [row["prompt"] for row in list(stream)[:3]]

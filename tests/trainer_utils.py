@@ -38,15 +38,17 @@ def tiny_args(cls=GRPOExtConfig, tmp_path="/tmp/grpo_ext_test", **overrides):
     return cls(**kwargs)
 
 
-def tiny_trainer(trainer_cls=GRPOExtTrainer, args=None, reward_funcs=None, n_prompts=64, model=None, **kwargs):
+def tiny_trainer(
+    trainer_cls=GRPOExtTrainer, args=None, reward_funcs=None, n_prompts=64, model=None, train_dataset=None, **kwargs
+):
     """A trainer ready for `_generate_and_score_completions` / `_compute_loss` calls outside `train()` (the embedded
-    model unless `model` names another)."""
+    model and `n_prompts` training prompts unless `model` / `train_dataset` are given)."""
     args = args if args is not None else tiny_args()
     trainer = trainer_cls(
         model=model or str(EMBEDDED_MODEL_DIR),
         reward_funcs=reward_funcs if reward_funcs is not None else [TASK.outcome_reward],
         args=args,
-        train_dataset=TASK.load("train", n_prompts),
+        train_dataset=train_dataset if train_dataset is not None else TASK.load("train", n_prompts),
         **kwargs,
     )
     trainer.current_gradient_accumulation_steps = args.gradient_accumulation_steps  # set by train() otherwise

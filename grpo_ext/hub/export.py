@@ -75,11 +75,12 @@ def checkpoint_type_of(folder: Path) -> str:
     )
 
 
-def check_checkpoint(folder: Path) -> None:
-    """The checkpoint is whole: its run finished (when scripts/train.py recorded a run status) and every weights file
-    opens."""
+def check_run_finished(folder: Path) -> None:
+    """The training run that wrote `folder` finished (when scripts/train.py recorded a run status there)."""
     from grpo_ext.checkpoints import RUN_STATUS_FILE, read_run_status
 
+    if not folder.is_dir():
+        return  # checkpoint_type_of names the missing folder
     status = read_run_status(folder)
     if status is not None and status["status"] != "complete":
         why = f": {status['error']}" if status.get("error") else ""
@@ -87,6 +88,10 @@ def check_checkpoint(folder: Path) -> None:
             f"CHECKPOINT: the training run in {folder} did not finish ({RUN_STATUS_FILE}: {status['status']}{why}); "
             "publish one of its checkpoint-N folders, or finish the run"
         )
+
+
+def check_weights_open(folder: Path) -> None:
+    """Every safetensors file of the checkpoint opens (none torn by a full disk or a cut download)."""
     try:
         check_weights(folder, "CHECKPOINT")
     except UserError as err:
@@ -208,8 +213,9 @@ def write_upload_folder(
 ) -> str:
     """Write the upload of `checkpoint` into the empty folder `dest`; returns its checkpoint type as uploaded
     (`adapter`, `merged` or `model`). The arguments are scripts/publish.py's flags."""
+    check_run_finished(checkpoint)
     checkpoint_type = checkpoint_type_of(checkpoint)
-    check_checkpoint(checkpoint)
+    check_weights_open(checkpoint)
     if merge and checkpoint_type == "model":
         raise PublishError(
             f"--merge: {checkpoint} holds full model weights, not a LoRA adapter; publish it without --merge"

@@ -1,0 +1,75 @@
+"""scripts/train.py records whether a run finished; a run that scored no reward fails instead of saving a model; the
+resolved config names no folder of the machine; publishing refuses an unfinished run and lists what it uploads."""
+
+import json
+
+import pytest
+import yaml
+
+from grpo_ext.checkpoints import RUN_STATUS_FILE, read_run_status
+from grpo_ext.errors import UserError
+from grpo_ext.hub import CONFIG_FILE
+from scripts import publish, train
+
+FAST = [
+    "--config",
+    "configs/default.yaml",
+    "--max_steps",
+    "1",
+    "--per_device_train_batch_size",
+    "8",
+    "--num_generations",
+    "4",
+    "--max_completion_length",
+    "16",
+    "--train_size",
+    "16",
+    "--logging_steps",
+    "1",
+    "--disable_tqdm",
+    "true",
+]
+
+
+def no_reward(completions, **kwargs):
+    """A reward function that never scores (e.g. it reads a column the dataset does not have)."""
+    return [None] * len(completions)
+
+
+def test_a_finished_run_is_marked_complete_and_records_portable_paths(tmp_path, capsys):
+    out = tmp_path / "run"
+    train.main([*FAST, "--output_dir", str(out)])
+    status = read_run_status(out)
+    assert status["status"] == "complete" and status["global_step"] == 1
+    resolved = yaml.safe_load((out / CONFIG_FILE).read_text())
+    assert resolved["model"]["model_name_or_path"] == "embedded"  # not /<this machine>/grpo_ext/assets/embedded
+    assert resolved["training"]["output_dir"] == "."  # the record's own folder
+    assert "training steps: 1\n" in (out / "README.md").read_text()  # the final model's card
+
+    where = tmp_path / "upload"
+    publish.main([str(out), "--repo-id", "me/run", "--dry-run", "--output-dir", str(where)])
+    listing = capsys.readouterr().err
+    assert "model.safetensors (" in listing and "README.md (" in listing  # what would be uploaded, listed
+    assert RUN_STATUS_FILE not in {p.name for p in where.iterdir()}
+
+
+def test_a_run_that_scored_no_reward_fails_and_saves_no_model(tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(UserError, match="reward_funcs: no completion was scored"):
+        train.main([*FAST, "--output_dir", str(out), "--reward_funcs", "tests.test_run_status.no_reward"])
+    status = json.loads((out / RUN_STATUS_FILE).read_text())
+    assert status["status"] == "failed" and "no completion was scored" in status["error"]
+    assert not (out / "model.safetensors").exists()
+    with pytest.raises(UserError, match=r"did not finish \(grpo_ext_run\.json: failed"):
+        publish.main([str(out), "--repo-id", "me/run", "--dry-run"])
+
+
+def test_a_card_written_before_the_last_step_says_so():
+    from grpo_ext.hub.card import _training_section
+    from grpo_ext.hub.training import summarize_training
+
+    summary = summarize_training({"training": {"max_steps": 300}}, steps=120)
+    assert "120 of 300 planned: **an intermediate checkpoint or an unfinished run**" in _training_section(
+        summary, "model"
+    )
+    assert "training steps: 300\n" in _training_section(summarize_training({"training": {"max_steps": 300}}), "model")
