@@ -12,10 +12,11 @@ A step is `training_step` + optimizer step (as in benchmarks/overhead.py); the P
 the step by a wrapper around the callable. Reported per format: PRM ms per step, step ms, PRM time / step time
 (median of per-step ratios, IQR). The three trainers alternate, with the same weights and seed per repetition.
 
-Part 2. `step_end_token_indices` on a completion of 816 tokens of a byte-level BPE tokenizer (trained here on the
-test fixtures' GSM8K/MATH text, as no hub tokenizer is reachable offline) whose tokenization differs from the
-canonical one in a few places (merged tokens split into characters, as sampling can produce): the mapping through
-incremental decoding against decoding every prefix (the implementation before), results checked equal.
+Part 2. The step-end mapping's character ends on completions of 816 and 3264 tokens of a byte-level BPE tokenizer
+(trained here on the test fixtures' GSM8K/MATH text, as no hub tokenizer is reachable offline) whose tokenization
+differs from the canonical one in a few places (merged tokens split into characters, as sampling can produce):
+incremental decoding (linear) against decoding every prefix (quadratic, the implementation before), results checked
+equal.
 
 No target: the ratios describe what a PRM costs; part 2 reports the speed-up.
 """
@@ -151,7 +152,7 @@ def bpe_tokenizer(vocab_size: int = 2000):
 
 def long_noncanonical_completion(tokenizer, texts: list[str], length: int = 816, every: int = 40) -> list[int]:
     """`length` tokens of solution text, every `every`-th multi-character token split into its characters."""
-    solutions = "\n".join(t for t in texts for _ in range(8))
+    solutions = "\n".join(t for _ in range(1 + length // 100) for t in texts)
     canonical = tokenizer(solutions, add_special_tokens=False)["input_ids"]
     ids: list[int] = []
     for i, token in enumerate(canonical):
@@ -165,26 +166,28 @@ def long_noncanonical_completion(tokenizer, texts: list[str], length: int = 816,
     raise ValueError("not enough text for the completion")
 
 
-def mapping_benchmark(reps: int) -> dict:
+def mapping_benchmark(reps: int, lengths: tuple[int, ...] = (816, 3264)) -> dict:
+    """Prefix decoding vs incremental decoding on completions of each length (x4 in length: x16 vs x4 in time)."""
     from grpo_ext import steps
 
     tokenizer, texts = bpe_tokenizer()
-    ids = long_noncanonical_completion(tokenizer, texts)
-    text = tokenizer.decode(ids)
-    assert tokenizer(text, add_special_tokens=False)["input_ids"] != ids  # really non-canonical
-
-    def old(_r):
-        return steps.char_ends_by_prefix_decoding(tokenizer, ids)
-
-    def new(_r):
-        return steps.char_ends_by_incremental_decoding(tokenizer, ids)
-
-    equal = old(0) == new(0)
-    indices = steps.step_end_token_indices(tokenizer, ids, "newline")
-    times = C.alternate({"prefix_decoding": old, "incremental": new}, reps=reps, warmup=1)
-    return {"tokens": len(ids), "steps": len(indices), "vocab_size": len(tokenizer), "equal_char_ends": equal,
+    out = {"vocab_size": len(tokenizer), "lengths": {}}
+    for length in lengths:
+        ids = long_noncanonical_completion(tokenizer, texts, length)
+        assert tokenizer(tokenizer.decode(ids), add_special_tokens=False)["input_ids"] != ids  # really non-canonical
+        fns = {
+            "prefix_decoding": lambda _r, ids=ids: steps.char_ends_by_prefix_decoding(tokenizer, ids),
+            "incremental": lambda _r, ids=ids: steps.char_ends_by_incremental_decoding(tokenizer, ids),
+        }
+        equal = fns["prefix_decoding"](0) == fns["incremental"](0)
+        times = C.alternate(fns, reps=reps, warmup=1)
+        out["lengths"][length] = {
+            "steps": len(steps.step_end_token_indices(tokenizer, ids, "newline")),
+            "equal_char_ends": equal,
             "seconds": {k: C.summary(v) for k, v in times.items()},
-            "speedup": C.paired_ratio(times["prefix_decoding"], times["incremental"])}
+            "speedup": C.paired_ratio(times["prefix_decoding"], times["incremental"]),
+        }
+    return out
 
 
 # ---- main --------------------------------------------------------------------------------------------------------
@@ -233,14 +236,17 @@ def main(argv: list[str] | None = None) -> dict:
                      f"(IQR {shares[n]['q1']:.3f}-{shares[n]['q3']:.3f})"])
     table = C.markdown_table([f"PRM format (median of {args.reps} alternated steps)", "PRM scoring per step",
                               "GRPO step", "PRM time / step time"], rows)
-    ms = {k: v["median"] * 1e3 for k, v in mapping["seconds"].items()}
     table += (f"\n\n{settings['per_device_train_batch_size']} samples a step, max {settings['max_completion_length']} "
-              f"completion tokens, embedded policy, 1 thread; load average {' / '.join(map(str, C.load_average()))}."
-              f"\n\nStep-end mapping, {mapping['tokens']}-token non-canonical completion, byte-level BPE "
-              f"({mapping['vocab_size']} tokens), {mapping['steps']} steps: decoding every prefix "
-              f"{ms['prefix_decoding']:.1f} ms, incremental decoding {ms['incremental']:.1f} ms "
-              f"({mapping['speedup']['median_of_ratios']:.1f}x); same character ends: "
-              f"{'yes' if mapping['equal_char_ends'] else 'NO'}")
+              f"completion tokens, embedded policy, 1 thread; load average {' / '.join(map(str, C.load_average()))}.")
+    mapping_rows = []
+    for length, m in mapping["lengths"].items():
+        ms = {k: v["median"] * 1e3 for k, v in m["seconds"].items()}
+        mapping_rows.append([f"{length} tokens, {m['steps']} steps", f"{ms['prefix_decoding']:.1f} ms",
+                             f"{ms['incremental']:.1f} ms", f"{m['speedup']['median_of_ratios']:.1f}x",
+                             "yes" if m["equal_char_ends"] else "NO"])
+    table += "\n\n" + C.markdown_table(
+        [f"step-end mapping, non-canonical byte-level BPE completion ({mapping['vocab_size']} tokens vocabulary)",
+         "decode every prefix (before)", "incremental decoding", "speed-up", "same character ends"], mapping_rows)
     payload = {
         "params": vars(args) | {"model": model, "settings": settings, "prm_parameters": params},
         "load_average_start": load_start,

@@ -76,7 +76,7 @@ def make_qwen_prm(path, head=("score.0", "score.2"), chat_template=True, tag=Tru
     tensors = {f"model.{k}": v.contiguous() for k, v in Qwen2Model(config).state_dict().items()}
     shapes = {"score.0": (HIDDEN, HIDDEN), "score.2": (2, HIDDEN)}
     for name in head:
-        tensors[f"{name}.weight"] = torch.randn(shapes[name])
+        tensors[f"{name}.weight"] = torch.randn(shapes[name]) / HIDDEN**0.5  # probabilities away from 0 and 1
         tensors[f"{name}.bias"] = torch.randn(shapes[name][0])
     path.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
@@ -301,6 +301,13 @@ def test_4bit_prms_on_cpu(folders):
     assert type(qwen.model.score[0]) is torch.nn.Linear and qwen.model.score[0].weight.dtype == torch.float32
     scores = qwen(prompts=[QUESTION], completions=["\n".join(STEPS)])[0]
     assert scores == pytest.approx(hand_qwen_scores(folders["qwen_prm"], QUESTION, STEPS), abs=0.1)
+    classifier = load_process_reward_model(folders["token_classification"], step_separator=";", load_in_4bit=True)
+    assert isinstance(classifier.model.model.layers[0].mlp.up_proj, bnb.nn.Linear4bit)
+    assert type(classifier.model.score) is torch.nn.Linear  # the 2-label head stays unquantised
+    completion = "Step 1: 2+3=5;Step 2: 5*4=20;#20"
+    assert classifier(prompts=[PROMPT], completions=[completion])[0] == pytest.approx(
+        hand_token_classification_scores(folders["token_classification"], PROMPT, completion, ";"), abs=0.1
+    )
 
 
 # ---- the trainer's entry point -----------------------------------------------------------------------------------

@@ -93,7 +93,8 @@ class ProcessRewardModel:
             if not (folder / "config.json").is_file():
                 raise FileNotFoundError(f"process_reward_model: no model folder (config.json) at {path}")
             placement = (
-                model_load_kwargs(device, dtype, load_in_4bit)
+                # the classification head (`score` in Llama/Qwen/Mistral, `classifier` in BERT) stays unquantised
+                model_load_kwargs(device, dtype, load_in_4bit, keep_modules=["score", "classifier"])
                 if device is not None or dtype is not None or load_in_4bit
                 else {"use_safetensors": True}
             )
