@@ -40,8 +40,14 @@ from benchmarks.overhead import base_settings, make_batches, one_step
 FORMATS = ("token_classification", "step_tag", "qwen_prm")
 CHARS = string.ascii_letters + string.digits + " \n+-*=;#?:.,$'\\{}|_<>/"
 QWEN_TEMPLATE = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-POLICY_SHAPE = {"hidden_size": 128, "intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 4,
-                "num_key_value_heads": 4, "max_position_embeddings": 512}
+POLICY_SHAPE = {
+    "hidden_size": 128,
+    "intermediate_size": 512,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 512,
+}
 
 
 # ---- PRMs in each format, built locally --------------------------------------------------------------------------
@@ -73,16 +79,21 @@ def build_prm(fmt: str, folder: Path) -> Path:
         config = Qwen2Config(vocab_size=len(tok), pad_token_id=tok.pad_token_id, **POLICY_SHAPE)
         tensors = {f"model.{k}": v.contiguous() for k, v in Qwen2Model(config).state_dict().items()}
         h = config.hidden_size
-        tensors |= {"score.0.weight": torch.randn(h, h) / h**0.5, "score.0.bias": torch.zeros(h),
-                    "score.2.weight": torch.randn(2, h) / h**0.5, "score.2.bias": torch.zeros(2)}
+        tensors |= {
+            "score.0.weight": torch.randn(h, h) / h**0.5,
+            "score.0.bias": torch.zeros(h),
+            "score.2.weight": torch.randn(2, h) / h**0.5,
+            "score.2.bias": torch.zeros(2),
+        }
         folder.mkdir(parents=True)
         save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
         spec = config.to_dict() | {"architectures": ["Qwen2ForProcessRewardModel"]}
         (folder / "config.json").write_text(json.dumps(spec))
     else:
         tok = char_tokenizer(tags=("ки",) if fmt == "step_tag" else ())
-        config = LlamaConfig(vocab_size=len(tok), pad_token_id=tok.pad_token_id, tie_word_embeddings=True,
-                             num_labels=2, **POLICY_SHAPE)
+        config = LlamaConfig(
+            vocab_size=len(tok), pad_token_id=tok.pad_token_id, tie_word_embeddings=True, num_labels=2, **POLICY_SHAPE
+        )
         model_cls = LlamaForCausalLM if fmt == "step_tag" else LlamaForTokenClassification
         model_cls(config).save_pretrained(folder)
     tok.save_pretrained(folder)
@@ -114,15 +125,25 @@ def build_trainers(model: str, batch: int | None, root: Path):
     dataset = task.load("train", 2048)
     trainers, timers, params = {}, {}, {}
     for fmt in FORMATS:
-        prm = load_process_reward_model(build_prm(fmt, root / fmt), fmt, step_separator=task.step_separator,
-                                        batch_size=64)
+        prm = load_process_reward_model(
+            build_prm(fmt, root / fmt), fmt, step_separator=task.step_separator, batch_size=64
+        )
         params[fmt] = sum(p.numel() for p in prm.model.parameters())
         timers[fmt] = TimedPRM(prm)
         set_seed(settings["seed"])
-        args = GRPOExtConfig(output_dir=str(root / f"out_{fmt}"), advantage_mode="process",
-                             step_separator=task.step_separator, **settings)
-        trainer = GRPOExtTrainer(model=model, reward_funcs=[task.outcome_reward], args=args, train_dataset=dataset,
-                                 process_reward_funcs=[timers[fmt]])
+        args = GRPOExtConfig(
+            output_dir=str(root / f"out_{fmt}"),
+            advantage_mode="process",
+            step_separator=task.step_separator,
+            **settings,
+        )
+        trainer = GRPOExtTrainer(
+            model=model,
+            reward_funcs=[task.outcome_reward],
+            args=args,
+            train_dataset=dataset,
+            process_reward_funcs=[timers[fmt]],
+        )
         trainer.current_gradient_accumulation_steps = args.gradient_accumulation_steps
         trainer.create_optimizer_and_scheduler(num_training_steps=args.max_steps)
         trainer.model.train()
@@ -138,14 +159,18 @@ def bpe_tokenizer(vocab_size: int = 2000):
     from transformers import PreTrainedTokenizerFast
 
     fixtures = C.ROOT / "tests" / "fixtures"
-    rows = [json.loads(line) for name in ("gsm8k_sample.jsonl", "math_sample.jsonl")
-            for line in (fixtures / name).read_text().splitlines()]
+    rows = [
+        json.loads(line)
+        for name in ("gsm8k_sample.jsonl", "math_sample.jsonl")
+        for line in (fixtures / name).read_text().splitlines()
+    ]
     texts = [" ".join(str(v) for v in row.values()) for row in rows]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(texts * 4, trainers.BpeTrainer(vocab_size=vocab_size,
-                                                           initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        texts * 4, trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    )
     tok.add_special_tokens(["<eos>"])
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>"), texts
 
@@ -231,22 +256,49 @@ def main(argv: list[str] | None = None) -> dict:
     rows = []
     for n in trainers:
         s, p = C.summary(times[n]), C.summary(prm_seconds[n])
-        rows.append([f"{n} ({params[n] / 1e6:.2f} M parameters)", f"{p['median'] * 1e3:.0f} ms",
-                     f"{s['median'] * 1e3:.0f} ms", f"{shares[n]['median_of_ratios']:.3f} "
-                     f"(IQR {shares[n]['q1']:.3f}-{shares[n]['q3']:.3f})"])
-    table = C.markdown_table([f"PRM format (median of {args.reps} alternated steps)", "PRM scoring per step",
-                              "GRPO step", "PRM time / step time"], rows)
-    table += (f"\n\n{settings['per_device_train_batch_size']} samples a step, max {settings['max_completion_length']} "
-              f"completion tokens, embedded policy, 1 thread; load average {' / '.join(map(str, C.load_average()))}.")
+        rows.append(
+            [
+                f"{n} ({params[n] / 1e6:.2f} M parameters)",
+                f"{p['median'] * 1e3:.0f} ms",
+                f"{s['median'] * 1e3:.0f} ms",
+                f"{shares[n]['median_of_ratios']:.3f} (IQR {shares[n]['q1']:.3f}-{shares[n]['q3']:.3f})",
+            ]
+        )
+    table = C.markdown_table(
+        [
+            f"PRM format (median of {args.reps} alternated steps)",
+            "PRM scoring per step",
+            "GRPO step",
+            "PRM time / step time",
+        ],
+        rows,
+    )
+    table += (
+        f"\n\n{settings['per_device_train_batch_size']} samples a step, max {settings['max_completion_length']} "
+        f"completion tokens, embedded policy, 1 thread; load average {' / '.join(map(str, C.load_average()))}."
+    )
     mapping_rows = []
     for length, m in mapping["lengths"].items():
         ms = {k: v["median"] * 1e3 for k, v in m["seconds"].items()}
-        mapping_rows.append([f"{length} tokens, {m['steps']} steps", f"{ms['prefix_decoding']:.1f} ms",
-                             f"{ms['incremental']:.1f} ms", f"{m['speedup']['median_of_ratios']:.1f}x",
-                             "yes" if m["equal_char_ends"] else "NO"])
+        mapping_rows.append(
+            [
+                f"{length} tokens, {m['steps']} steps",
+                f"{ms['prefix_decoding']:.1f} ms",
+                f"{ms['incremental']:.1f} ms",
+                f"{m['speedup']['median_of_ratios']:.1f}x",
+                "yes" if m["equal_char_ends"] else "NO",
+            ]
+        )
     table += "\n\n" + C.markdown_table(
-        [f"step-end mapping, non-canonical byte-level BPE completion ({mapping['vocab_size']} tokens vocabulary)",
-         "decode every prefix (before)", "incremental decoding", "speed-up", "same character ends"], mapping_rows)
+        [
+            f"step-end mapping, non-canonical byte-level BPE completion ({mapping['vocab_size']} tokens vocabulary)",
+            "decode every prefix (before)",
+            "incremental decoding",
+            "speed-up",
+            "same character ends",
+        ],
+        mapping_rows,
+    )
     payload = {
         "params": vars(args) | {"model": model, "settings": settings, "prm_parameters": params},
         "load_average_start": load_start,
