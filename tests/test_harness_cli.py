@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from grpo_ext.cli import run_cli
-from grpo_ext.evaluation.metrics import maj_at_k, pass_at_k
+from grpo_ext.evaluation.metrics import answer_diversity, cover_at, maj_at_k, pass_at_k, pass_hat_k
 from grpo_ext.tasks import get_task
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,7 +61,16 @@ def test_cli_writes_report_json_png_and_cache(small_run):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
     assert (out / "passk_majk.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     md = (out / "report.md").read_text()
-    assert "| k | pass@k | maj@k |" in md and "answers extracted" in md and "temperature 0.7" in md
+    assert "| k | pass@k | maj@k | pass^k |" in md and "answers extracted" in md and "temperature 0.7" in md
+    assert "| tau | Cover@tau |" in md and "distinct answers per problem" in md
+    assert "95% percentile bootstrap interval over problems (10000 resamples, seed 0)" in md
+    report = json.loads((out / "report.json").read_text())
+    assert report["bootstrap"]["n_resamples"] == 10_000 and report["bootstrap"]["seed"] == 0
+    (result,) = report["models"]
+    for k in ("1", "8"):  # every mean has its interval, and the interval holds it
+        low, high = result["intervals"]["pass@k"][k]
+        assert low <= result["pass@k"][k] <= high
+    assert set(result["intervals"]["cover@tau"]) == {"0.1", "0.5", "0.9"} and report["comparisons"] == []
     assert "mean accuracy" in proc.stdout
     assert not list(out.glob(".*.tmp"))  # atomic writes leave no temporary files
 
@@ -87,6 +96,18 @@ def test_report_numbers_equal_metrics_recomputed_from_the_cache(small_run):
         assert result["pass@k"][str(k)] == pytest.approx(np.mean(passes), abs=1e-12)
         assert result["maj@k"][str(k)] == pytest.approx(np.mean(majs), abs=1e-12)
     assert result["mean_accuracy"] == pytest.approx(result["pass@k"]["1"], abs=1e-12)
+    hats, covers, distinct, entropy = [], [], [], []
+    for pid, samples in by_problem.items():
+        completions = [samples[i] for i in range(8)]
+        c = sum(task.is_correct(x, answers[pid]) for x in completions)
+        hats.append(pass_hat_k(8, c, 4))
+        covers.append(cover_at(8, c, 0.5))
+        distinct.append(answer_diversity([task.extract_answer(x) for x in completions]).distinct)
+        entropy.append(answer_diversity([task.extract_answer(x) for x in completions]).entropy)
+    assert result["pass^k"]["4"] == pytest.approx(np.mean(hats), abs=1e-12)
+    assert result["cover@tau"]["0.5"] == pytest.approx(np.mean(covers), abs=1e-12)
+    assert result["distinct_answers"] == pytest.approx(np.mean(distinct), abs=1e-12)
+    assert result["answer_entropy"] == pytest.approx(np.mean(entropy), abs=1e-12)
 
 
 def test_rerun_reuses_the_cache_and_other_k_need_no_sampling(small_run, cli):
@@ -109,6 +130,10 @@ def test_rerun_reuses_the_cache_and_other_k_need_no_sampling(small_run, cli):
         (["--k", "1,two"], "comma-separated integers"),
         (["--task-kwargs", "{max_operands: 3"], "--task-kwargs is not valid JSON"),
         (["--task-kwargs", '{"max_operand": 3}'], "bad task_kwargs"),
+        (["--tau", "0.5,1.5"], "--tau: every tau must be in [0, 1]"),
+        (["--tau", "half"], "comma-separated numbers"),
+        (["--bootstrap-resamples", "0"], "--bootstrap-resamples must be >= 1"),
+        (["--solved-threshold", "0"], "--solved-threshold must be in (0, 1]"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(cli, capsys, tmp_path, argv, message):
@@ -271,4 +296,56 @@ def test_harness_flags_are_checked_before_any_model_is_loaded():
         parser.parse_args(["--n", "many"])
     settings = harness_settings(parser.parse_args(["--n", "4", "--task-kwargs", '{"max_operands": 3}']))
     assert settings.ks == [1, 2, 4] and settings.limit == 200 and settings.params.max_new_tokens == 48
+    # the sampler's memory grows with batch_size x n: the default batch shrinks for large n (samples do not change)
+    batch = {n: harness_settings(parser.parse_args(["--n", str(n)])).params.batch_size for n in (16, 64, 256, 1024)}
+    assert batch == {16: 8, 64: 8, 256: 2, 1024: 1}
+    assert harness_settings(parser.parse_args(["--n", "1024", "--batch-size", "4"])).params.batch_size == 4
+    assert harness_settings(parser.parse_args(["--n", "1024"])).ks == [2**i for i in range(11)]
     assert settings.task_id == 'arithmetic/test {"max_operands": 3}'
+
+
+@pytest.fixture(scope="module")
+def two_models(tmp_path_factory, cli):
+    """The embedded model (A) against a copy with perturbed weights (B), through the script's main."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from grpo_ext.models import resolve_model_path
+
+    folder = tmp_path_factory.mktemp("models") / "perturbed"
+    base = resolve_model_path(_model())
+    model = AutoModelForCausalLM.from_pretrained(base)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * p.std() * torch.randn(p.shape, generator=generator))
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(base).save_pretrained(folder)
+    out = tmp_path_factory.mktemp("two")
+    argv = ["--model", _model(), "--model", str(folder), "--n", "8", "--limit", "16", "--max-new-tokens", "40"]
+    argv += ["--bootstrap-resamples", "500", "--bootstrap-seed", "7", "--out", str(out), "--no-progress"]
+    return out, cli.main(argv)
+
+
+def test_two_models_get_a_paired_comparison(two_models, capsys):
+    from grpo_ext.evaluation.analysis import BootstrapSettings, compare_models
+    from grpo_ext.evaluation.report import read_comparisons
+
+    out, ran = two_models
+    a, b = ran["results"]
+    assert (out / "per_problem_accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (comparison,) = read_comparisons(out)
+    assert (comparison["a"], comparison["b"], comparison["n_problems"]) == ("embedded", b["model"], 16)
+    # what the report holds is the comparison recomputed from the two results, with the recorded settings
+    assert comparison == json.loads(json.dumps(compare_models(a, b, BootstrapSettings(n_resamples=500, seed=7))))
+    for k in ("1", "8"):
+        o = comparison["solved_overlap"][k]
+        assert o["both"] + o["only_a"] + o["only_b"] + o["neither"] == 16
+        solved_a = sum(p["n_correct"] >= 1 for p in a["per_problem"])  # at k = n: solved iff any sample is right
+        if k == "8":
+            assert o["both"] + o["only_a"] == solved_a
+    diff = comparison["difference"]["pass@k"]["1"]["difference"]
+    assert diff == pytest.approx(b["pass@k"]["1"] - a["pass@k"]["1"], abs=1e-12)
+    md = (out / "report.md").read_text()
+    assert f"## B against A: {b['model']} (B) vs embedded (A)" in md and "crossover of pass@k" in md
+    assert "500 resamples, seed 7" in md

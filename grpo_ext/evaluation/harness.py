@@ -159,8 +159,9 @@ def evaluate_model(
     task_id = task_id or task_id_for(task.name, split)
     n, key = params.n, params.key()
 
-    cache = SampleCache(cache_path)
-    cached = cache.lookup(backend.name, backend.fingerprint, task_id, key)
+    # No cache path: nothing is kept at all (an in-memory SampleCache would hold every completion of the run).
+    cache = SampleCache(cache_path) if cache_path is not None else None
+    cached = cache.lookup(backend.name, backend.fingerprint, task_id, key) if cache is not None else {}
     samples: list[dict[int, str] | None] = []
     for problem in problems:
         have = cached.get((problem["problem_id"], prompt_key(problem["prompt"])), {})
@@ -198,8 +199,14 @@ def evaluate_model(
     for pos, missing in units:
         groups.setdefault(missing, []).append(pos)
     to_draw = sum(len(missing) for _, missing in units)
-    start = time.perf_counter()
+    start, scored_before = time.perf_counter(), scoring_seconds
     bar = tqdm(total=to_draw, desc=f"sampling {backend.name}", unit="sample", disable=not progress or not to_draw)
+
+    def save(records: list[dict]) -> None:
+        if cache is not None:
+            cache.append(records)
+        bar.update(len(records))
+
     try:
         for missing, positions in groups.items():
             # A problem's first draw uses the run's seed; redrawing a few indices uses a seed of its own so the
@@ -235,16 +242,15 @@ def evaluate_model(
                     )
                 finish(pos)
                 if len(records) >= params.batch_size * len(missing):  # durable every batch_size problems
-                    cache.append(records)
-                    bar.update(len(records))
+                    save(records)
                     records = []
-            cache.append(records)
-            bar.update(len(records))
+            save(records)
             if len(done) != len(prompts):
                 raise RuntimeError(f"backend {backend.name!r} returned {len(done)} of {len(prompts)} prompts")
     finally:
         bar.close()
-    seconds = time.perf_counter() - start - scoring_seconds  # sampling only (scoring is timed apart)
+    # sampling only: the problems scored while drawing are timed apart
+    seconds = time.perf_counter() - start - (scoring_seconds - scored_before)
 
     if any(record is None for record in scored):  # every unit was drawn and checked above: a bug if not
         raise RuntimeError(f"{sum(r is None for r in scored)} problems were never scored")
