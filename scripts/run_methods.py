@@ -17,7 +17,6 @@ caches, so an interrupted command (or one spread over several sittings) picks up
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import sys
 import time
 from pathlib import Path
@@ -124,7 +123,6 @@ def main(argv: list[str]) -> dict:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
-    multiprocessing.set_start_method("spawn", force=True)  # workers never inherit a parent's torch threads
     from grpo_ext.cli import run_cli
 
     run_cli(main, sys.argv[1:])

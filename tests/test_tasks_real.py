@@ -81,7 +81,7 @@ def test_gsm8k_loads_fixture_in_openai_format(gsm8k):
     prompt = data["prompt"][0]
     assert data["question"][0] in prompt and prompt.endswith("Answer:")
     assert "\\boxed{" in prompt and "####" in prompt and "step" in prompt
-    assert gsm8k.step_separator == "\n"
+    assert gsm8k.step_separator == "newline"
     assert len(gsm8k.load("test", n=3)) == 3
     # every reference solution (calculator annotations, "#### 555,000") scores as correct against its answer
     for solution, answer in zip(data["solution"], data["answer"], strict=True):

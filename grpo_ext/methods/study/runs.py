@@ -152,7 +152,13 @@ def run_jobs(jobs: list[Job], out: Path, study: Study, options: dict, workers: i
         return
     import multiprocessing
 
-    context = multiprocessing.get_context("spawn")
+    # Fork where the platform has it: the workers inherit the imports (torch, transformers, TRL: seconds a job
+    # otherwise). Nothing in this process has run a torch op, so no thread pool is forked half-initialised.
+    import grpo_ext.methods.runners  # noqa: F401
+    import grpo_ext.evaluation.harness  # noqa: F401
+
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    context = multiprocessing.get_context(method)
     with ProcessPoolExecutor(max_workers=workers, mp_context=context, max_tasks_per_child=1) as pool:
         futures = [pool.submit(_run_job, job, out, study, options) for job in pending]
         for future in futures:
