@@ -152,10 +152,10 @@ def run_jobs(jobs: list[Job], out: Path, study: Study, options: dict, workers: i
         return
     import multiprocessing
 
-    # Fork where the platform has it: the workers inherit the imports (torch, transformers, TRL: seconds a job
+    # Fork where the platform has it: the workers inherit these imports (torch, transformers, TRL: seconds a job
     # otherwise). Nothing in this process has run a torch op, so no thread pool is forked half-initialised.
-    import grpo_ext.methods.runners  # noqa: F401
     import grpo_ext.evaluation.harness  # noqa: F401
+    import grpo_ext.methods.runners  # noqa: F401
 
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     context = multiprocessing.get_context(method)
