@@ -70,8 +70,8 @@ def _train(job: Job, folder: Path, study: Study, options: dict) -> None:
     from grpo_ext.methods import get_method, run_method
     from grpo_ext.methods.cost import COST_FILE
 
-    if (folder / COST_FILE).is_file():
-        return
+    if (folder / COST_FILE).is_file() and any(folder.glob("*.safetensors")):
+        return  # trained; a folder whose weights were not kept (only its JSON records are committed) trains again
     config = _method_config(study, job.arm.method, options["configs"])
     argv = ["--config", str(config), "--seed", str(job.seed), "--output_dir", str(folder)]
     argv += ["--model_name_or_path", options["base"], *job.arm.flags(), *job.setting.flags()]
