@@ -138,3 +138,42 @@ def test_one_new_token_and_empty_inputs(embedded):
         pad_id=tok.pad_token_id,
     )
     assert list(none) == []  # a prompt asked for zero samples yields nothing
+
+
+@torch.no_grad()
+def test_long_hot_samples_through_shrinks_and_compactions_equal_the_reference(embedded, monkeypatch):
+    """Long, hot samples (T = 2, 80 tokens) in 4 slots: the batch shrinks and the cache compacts afterwards, with
+    renumbered slots; every sample must still equal the brute-force reference."""
+    from grpo_ext.evaluation import continuous, slot_cache
+
+    model, tok = embedded
+    prompts = list(get_task("arithmetic").load("test", 5)["prompt"])
+    prompt_ids = encode_prompt_ids(tok, prompts)
+    seeds = [[derive_seed(1, j, i) for i in range(4)] for j in range(len(prompts))]
+    events = []
+    shrink, compact = continuous._Decoder.shrink, slot_cache.SlotCache.compact
+    monkeypatch.setattr(continuous._Decoder, "shrink", lambda self, *a: (events.append("shrink"), shrink(self, *a))[1])
+    monkeypatch.setattr(
+        slot_cache.SlotCache, "compact", lambda self, *a, **k: (events.append("compact"), compact(self, *a, **k))[1]
+    )
+    got = dict(
+        continuous_sample(
+            model,
+            prompt_ids,
+            seeds,
+            max_new_tokens=80,
+            temperature=2.0,
+            top_p=1.0,
+            slots=4,
+            prefill_batch=2,
+            eos_ids=[tok.eos_token_id],
+            pad_id=tok.pad_token_id,
+        )
+    )
+    assert ("shrink", "compact") in set(zip(events, events[1:], strict=False))  # compaction after a shrink
+    pairs = [
+        (a, _reference(model, prompt_ids[j], s, 80, 2.0, 1.0, tok.eos_token_id))
+        for j in got
+        for a, s in zip(got[j], seeds[j], strict=True)
+    ]
+    assert len(pairs) == 20 and sum(a == b for a, b in pairs) >= len(pairs) - 1
