@@ -70,10 +70,15 @@ def main(argv: list[str]) -> None:
     from grpo_ext.assembly import build_grpo_trainer
     from grpo_ext.checkpoints import write_run_status
     from grpo_ext.cli import one_line
-    from grpo_ext.errors import user_input
+    from grpo_ext.errors import UserError, user_input
     from grpo_ext.tasks import get_task
 
     task_args, training_args, model_args = parse_args(argv)
+    resume = training_args.resume_from_checkpoint
+    if resume and not Path(resume).expanduser().is_dir():  # not taken for anything else: a checkpoint folder or nothing
+        raise UserError(
+            f"resume_from_checkpoint: no such checkpoint folder: {resume} (expected OUTPUT_DIR/checkpoint-N)"
+        )
     with user_input("task"):
         task = get_task(task_args.task, **task_args.task_kwargs)
     trainer = build_grpo_trainer(

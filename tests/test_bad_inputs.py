@@ -198,6 +198,10 @@ CASES = {
     "no reward function": (lambda tmp: TaskArguments(reward_funcs=[]), "reward_funcs: at least one"),
     "unknown task": (run_train("--task", "gsm9k"), "unknown task 'gsm9k'"),
     "unknown task knob": (run_train("--task_kwargs", '{"digitz": 3}'), "task 'arithmetic': bad task_kwargs"),
+    "resume from a folder that does not exist": (
+        run_train("--resume_from_checkpoint", "outputs/run/checkpoint-9"),
+        "resume_from_checkpoint: no such checkpoint folder: outputs/run/checkpoint-9",
+    ),
     "missing model folder": (
         run_train("--model_name_or_path", "./no/such/model"),
         "model_name_or_path: no such model folder",

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from grpo_ext.advantages import GradientCoefficient, get_gradient_coefficient
+from grpo_ext.errors import UserError
 
 __all__ = [
     "CONFIG_FILE",
@@ -219,9 +220,9 @@ def trained_with(checkpoint_dir: str | os.PathLike) -> dict | None:
             try:
                 resolved = yaml.safe_load(candidate.read_text()) or {}
             except yaml.YAMLError as err:
-                raise ValueError(f"{candidate}: not valid YAML ({err})") from err
+                raise UserError(f"{candidate}: not valid YAML ({err})") from err
             if not isinstance(resolved, dict):
-                raise ValueError(f"{candidate}: expected a mapping with task/training/model sections")
+                raise UserError(f"{candidate}: expected a mapping with task/training/model sections")
             return summarize_training(resolved, steps=_global_step(folder), hardware=resolved.get("hardware"))
     return None
 
