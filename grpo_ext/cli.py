@@ -7,12 +7,13 @@ else is a bug of ours and keeps its traceback: a stray `KeyError` or `TypeError`
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from grpo_ext.errors import UserError
+from grpo_ext.errors import UserError, user_file, user_input
 
-__all__ = ["one_line", "run_cli"]
+__all__ = ["one_line", "parse_trl_config", "run_cli"]
 
 
 def _is_user_side(err: BaseException) -> bool:
@@ -45,3 +46,26 @@ def run_cli(main: Callable[[list[str]], object], argv: list[str] | None = None) 
             raise
         print(f"error: {one_line(err)} (rerun with --debug for the traceback)", file=sys.stderr)
         sys.exit(2)
+
+
+def parse_trl_config(dataclass_types: Sequence[type], argv: list[str]) -> tuple:
+    """`trl.TrlParser(dataclass_types).parse_args_and_config(argv)`, where everything the user can get wrong is a
+    `UserError`: a flag argparse rejects (one line, not the usage text), a `--config` file that cannot be read or
+    parsed, a value a dataclass's `__post_init__` rejects (TRL's checks and ours), and a training config's numbers out
+    of range (`grpo_ext.validation.check_training_ranges`, for each parsed `GRPOConfig`)."""
+    from trl import GRPOConfig, TrlParser
+
+    from grpo_ext.validation import check_training_ranges
+
+    class Parser(TrlParser):
+        def error(self, message):  # argparse would print the usage and exit
+            raise UserError(message)
+
+    parser = Parser(list(dataclass_types))
+    config = next((argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--config"), None)
+    with user_file(config, "--config") if config else contextlib.nullcontext(), user_input(None):
+        parsed = parser.parse_args_and_config(argv)
+    for args in parsed:
+        if isinstance(args, GRPOConfig):
+            check_training_ranges(args)
+    return tuple(parsed)

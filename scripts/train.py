@@ -23,25 +23,14 @@ _PATH_FIELDS = {"training": ("output_dir", "logging_dir", "resume_from_checkpoin
 
 
 def parse_args(argv: list[str]):
-    """The three argument groups. What the parser and the configs' `__post_init__` checks (TRL's and ours) reject, and
-    a `--config` file that cannot be read or parsed, is bad input: a `UserError`, not argparse's usage text."""
-    from trl import ModelConfig, TrlParser
+    """The three argument groups; whatever they reject is a `UserError` (see `grpo_ext.cli.parse_trl_config`)."""
+    from trl import ModelConfig
 
+    from grpo_ext.cli import parse_trl_config
     from grpo_ext.config import GRPOExtConfig
-    from grpo_ext.errors import UserError, user_file, user_input
     from grpo_ext.script_args import TaskArguments
-    from grpo_ext.validation import check_training_ranges
 
-    class Parser(TrlParser):
-        def error(self, message):  # argparse would print the usage and exit: one line instead
-            raise UserError(message)
-
-    parser = Parser((TaskArguments, GRPOExtConfig, ModelConfig))
-    config = next((argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--config"), None)
-    with user_file(config, "--config") if config else contextlib.nullcontext(), user_input(None):
-        task_args, training_args, model_args = parser.parse_args_and_config(argv)
-    check_training_ranges(training_args)
-    return task_args, training_args, model_args
+    return parse_trl_config((TaskArguments, GRPOExtConfig, ModelConfig), argv)
 
 
 def save_resolved_config(output_dir: str, task_args, training_args, model_args) -> Path:
