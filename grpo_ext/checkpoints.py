@@ -195,6 +195,7 @@ class StagedCheckpointsMixin:
         try:
             super()._save_checkpoint(model, trial)
             if self.args.should_save:
+                self._unstage_best_checkpoint(staging, run_dir, name)
                 atomic_write_json(staging / name / CHECKPOINT_STATE_FILE, self.extension_state())
         except OSError as err:
             if self.args.should_save:
@@ -217,6 +218,16 @@ class StagedCheckpointsMixin:
                 use_mtime=True,
             )
         self.accelerator.wait_for_everyone()
+
+    def _unstage_best_checkpoint(self, staging: Path, run_dir: str, name: str) -> None:
+        """transformers recorded the best checkpoint (`load_best_model_at_end`) under the staging folder when it is this
+        one: point it at where the checkpoint will be, in the state and in the saved trainer_state.json."""
+        best = self.state.best_model_checkpoint
+        if best and Path(best) == staging / name:
+            from transformers.trainer import TRAINER_STATE_NAME
+
+            self.state.best_model_checkpoint = os.path.join(run_dir, name)
+            self.state.save_to_json(str(staging / name / TRAINER_STATE_NAME))
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)

@@ -183,3 +183,28 @@ def test_a_full_disk_during_a_checkpoint_save_leaves_the_previous_checkpoint_res
     monkeypatch.setattr(Trainer, "_save_optimizer_and_scheduler", real)
     resumed = _train(run, max_steps=2, resume=get_last_checkpoint(str(run)))
     assert resumed.state.global_step == 2 and (run / "checkpoint-2" / "grpo_ext_state.json").is_file()
+
+
+def test_the_best_checkpoint_is_recorded_where_it_ends_up(tmp_path):
+    """With load_best_model_at_end, transformers records the best checkpoint while it is still staged: the recorded
+    path (in the state and in trainer_state.json) is the final checkpoint folder."""
+    from tests.trainer_utils import TASK, tiny_args, tiny_trainer
+
+    args = tiny_args(
+        tmp_path=tmp_path,
+        max_steps=2,
+        save_strategy="steps",
+        save_steps=1,
+        eval_strategy="steps",
+        eval_steps=1,
+        per_device_eval_batch_size=8,
+        load_best_model_at_end=True,
+        metric_for_best_model="eval_loss",
+    )
+    trainer = tiny_trainer(args=args, eval_dataset=TASK.load("test", 4))
+    trainer.train()
+    best = trainer.state.best_model_checkpoint
+    assert best in (str(tmp_path / "checkpoint-1"), str(tmp_path / "checkpoint-2"))
+    for step in (1, 2):
+        recorded = json.loads((tmp_path / f"checkpoint-{step}" / "trainer_state.json").read_text())
+        assert ".partial" not in str(recorded["best_model_checkpoint"])
