@@ -73,3 +73,13 @@ def test_a_card_written_before_the_last_step_says_so():
         summary, "model"
     )
     assert "training steps: 300\n" in _training_section(summarize_training({"training": {"max_steps": 300}}), "model")
+
+
+def test_portable_paths(tmp_path):
+    """Results files name paths relative to the folder they describe or to the repository, never this machine's."""
+    from grpo_ext.io import REPO_ROOT, portable_path
+
+    assert portable_path(REPO_ROOT / "grpo_ext" / "assets" / "embedded") == "grpo_ext/assets/embedded"
+    assert portable_path(tmp_path / "iter_1" / "policy", base=tmp_path) == "iter_1/policy"
+    assert portable_path("Qwen/Qwen2.5-1.5B") == "Qwen/Qwen2.5-1.5B"  # a hub id is not a path of this machine
+    assert portable_path("/elsewhere/model") == "/elsewhere/model"  # outside both: as the user gave it
