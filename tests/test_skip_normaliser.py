@@ -83,9 +83,7 @@ def test_every_split_equals_trl_on_the_kept_rows(scored, loss_type):
     assert reference_grad.norm() > 0
 
     for name, (first, second) in SPLITS.items():
-        loss, grad = loss_and_grad(
-            trainer, type(trainer)._compute_loss, [rows(batch, first), rows(batch, second)]
-        )
+        loss, grad = loss_and_grad(trainer, type(trainer)._compute_loss, [rows(batch, first), rows(batch, second)])
         assert loss == pytest.approx(reference_loss, rel=1e-4, abs=1e-6), name
         error = ((grad - reference_grad).norm() / reference_grad.norm()).item()
         assert error < 1e-4, f"{name}: gradient {error:.1%} off"
