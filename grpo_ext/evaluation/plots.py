@@ -43,11 +43,16 @@ def _pyplot():
 
 
 def plot_passk_majk(
-    results: Sequence[dict], intervals: Sequence[dict] | None = None, *, title: str | None = None
+    results: Sequence[dict],
+    intervals: Sequence[dict] | None = None,
+    *,
+    title: str | None = None,
+    bootstrap: dict | None = None,
 ) -> bytes:
     """Pass@K (solid, circles) and Maj@K (dashed, squares) against K on a log2 axis, y in [0, 1]; with
     ``intervals`` (one :func:`~grpo_ext.evaluation.analysis.model_intervals` dict per result) each curve gets a
-    shaded band: its bootstrap interval over problems at each K."""
+    shaded band: its bootstrap interval over problems at each K, drawn with ``bootstrap`` (its settings, named in
+    the title)."""
     plt = _pyplot()
     from matplotlib.lines import Line2D
     from matplotlib.ticker import FixedLocator, NullLocator
@@ -88,8 +93,11 @@ def plot_passk_majk(
     ax.set_xlabel("K (samples per problem)")
     ax.set_ylabel("accuracy")
     caption = title or f"Pass@K vs Maj@K: {describe_task(results)}"
-    if intervals:
-        caption += "\n(bands: 95% bootstrap intervals over problems)" if "\n" not in caption else ""
+    if intervals and bootstrap:
+        caption += (
+            f"\nbands: {bootstrap['confidence']:.0%} bootstrap intervals over problems "
+            f"({bootstrap['n_resamples']} resamples, seed {bootstrap['seed']})"
+        )
     ax.set_title(caption, fontsize=11)
     handles, labels = ax.get_legend_handles_labels()
     if len(results) > 1:  # one entry per model (its colour) plus one per line style reads best

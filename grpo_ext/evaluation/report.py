@@ -264,7 +264,9 @@ def write_reports(
     paths = {
         "md": atomic_write_text(out / REPORT_MD, render_markdown(results, analysis, command=command)),
         "json": atomic_write_text(out / REPORT_JSON, json_text(payload)),
-        "png": atomic_write_bytes(out / REPORT_PNG, plot_passk_majk(results, analysis["intervals"])),
+        "png": atomic_write_bytes(
+            out / REPORT_PNG, plot_passk_majk(results, analysis["intervals"], bootstrap=analysis["bootstrap"])
+        ),
     }
     pairs = _accuracy_pairs(results, analysis["comparisons"])
     if pairs:
