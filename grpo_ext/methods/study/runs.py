@@ -152,13 +152,12 @@ def run_jobs(jobs: list[Job], out: Path, study: Study, options: dict, workers: i
         return
     import multiprocessing
 
-    # Fork where the platform has it: the workers inherit these imports (torch, transformers, TRL: seconds a job
-    # otherwise). Nothing in this process has run a torch op, so no thread pool is forked half-initialised.
-    import grpo_ext.evaluation.harness  # noqa: F401
-    import grpo_ext.methods.runners  # noqa: F401
-
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    # A fresh process per job (max_tasks_per_child=1: no memory or global state carried from one run to the next),
+    # forked from a server that has already imported torch, transformers and TRL (seconds a job otherwise).
+    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
     context = multiprocessing.get_context(method)
+    if method == "forkserver":
+        context.set_forkserver_preload(["grpo_ext.methods.runners", "grpo_ext.evaluation.harness"])
     with ProcessPoolExecutor(max_workers=workers, mp_context=context, max_tasks_per_child=1) as pool:
         futures = [pool.submit(_run_job, job, out, study, options) for job in pending]
         for future in futures:
