@@ -11,13 +11,13 @@ from __future__ import annotations
 
 
 def parse_args(argv: list[str]):
-    from trl import ModelConfig, TrlParser
+    from trl import ModelConfig
 
+    from grpo_ext.cli import parse_trl_config
     from grpo_ext.config import GRPOExtConfig
     from grpo_ext.iterative import IterativeArguments
 
-    parser = TrlParser((IterativeArguments, GRPOExtConfig, ModelConfig))
-    return parser.parse_args_and_config(argv)
+    return parse_trl_config((IterativeArguments, GRPOExtConfig, ModelConfig), argv)
 
 
 def main(argv: list[str]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from grpo_ext.errors import UserError
 from grpo_ext.iterative.replay import check_replay_ratio
 from grpo_ext.iterative.rm_training import REWARD_MODEL_TYPES, check_reward_model_type
 from grpo_ext.script_args import parse_task_kwargs
@@ -74,15 +75,15 @@ class IterativeArguments:
         self.task_kwargs = parse_task_kwargs(self.task_kwargs)
         check_reward_model_type(self.reward_model_type)
         if isinstance(self.iterations, bool) or not isinstance(self.iterations, int) or self.iterations < 1:
-            raise ValueError(f"iterations: must be an integer >= 1, got {self.iterations!r}")
+            raise UserError(f"iterations: must be an integer >= 1, got {self.iterations!r}")
         check_replay_ratio(self.replay_ratio)
         for name in _POSITIVE_INTS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: must be an integer >= 1, got {value!r}")
+                raise UserError(f"{name}: must be an integer >= 1, got {value!r}")
         if not (self.rm_epochs > 0 and math.isfinite(self.rm_epochs)):
-            raise ValueError(f"rm_epochs: must be > 0, got {self.rm_epochs}")
+            raise UserError(f"rm_epochs: must be > 0, got {self.rm_epochs}")
         if not (self.rm_learning_rate > 0 and math.isfinite(self.rm_learning_rate)):
-            raise ValueError(f"rm_learning_rate: must be > 0, got {self.rm_learning_rate}")
+            raise UserError(f"rm_learning_rate: must be > 0, got {self.rm_learning_rate}")
         if self.train_size is not None and self.train_size < 1:
-            raise ValueError(f"train_size: must be >= 1, got {self.train_size}")
+            raise UserError(f"train_size: must be >= 1, got {self.train_size}")

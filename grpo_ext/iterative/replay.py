@@ -11,15 +11,17 @@ import math
 import random
 from collections.abc import Sequence
 
+from grpo_ext.errors import UserError
+
 __all__ = ["check_replay_ratio", "mix_with_replay", "replay_count", "sample_replay"]
 
 
 def check_replay_ratio(replay_ratio: float) -> float:
-    """``replay_ratio`` as a float in [0, 1]; anything else (NaN, negative, > 1, not a number) is an error."""
+    """``replay_ratio`` as a float in [0, 1]; anything else (NaN, negative, > 1, not a number) is a `UserError`."""
     if isinstance(replay_ratio, bool) or not isinstance(replay_ratio, (int, float)):
-        raise ValueError(f"replay_ratio: must be a number in [0, 1], got {replay_ratio!r}")
+        raise UserError(f"replay_ratio: must be a number in [0, 1], got {replay_ratio!r}")
     if not (0.0 <= replay_ratio <= 1.0):  # also rejects NaN
-        raise ValueError(f"replay_ratio: must be in [0, 1] (a fraction of the new set), got {replay_ratio}")
+        raise UserError(f"replay_ratio: must be in [0, 1] (a fraction of the new set), got {replay_ratio}")
     return float(replay_ratio)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grpo_ext.advantages import get_gradient_coefficient
+from grpo_ext.errors import UserError
 
 __all__ = [
     "BASE_RUN",
@@ -91,11 +92,11 @@ def register_method(method: Method) -> Method:
 
 
 def get_method(name: str) -> Method:
-    """The method registered as ``name``; ``ValueError`` listing the known names."""
+    """The method registered as ``name``; a ``UserError`` listing the known names."""
     try:
         return METHODS[name]
     except KeyError:
-        raise ValueError(f"unknown method {name!r}; known methods: {', '.join(METHODS)}") from None
+        raise UserError(f"unknown method {name!r}; known methods: {', '.join(METHODS)}") from None
 
 
 # Notation: P_sft(Q, O) is the task's training set of questions with reference solutions; pi_sft is the starting

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grpo_ext.errors import UserError
 from grpo_ext.methods.cost import COST_FILE, CURVE_FILE, RUN_FILE, read_json_file
 from grpo_ext.methods.paradigm import BASE_RUN, METHODS, get_method
 
@@ -75,13 +76,13 @@ def parse_run(spec: str) -> Run:
     from grpo_ext.models import EMBEDDED_NAME, resolve_model_path
 
     if "=" not in spec:
-        raise ValueError(f"--run {spec!r}: expected NAME=CHECKPOINT (e.g. grpo_outcome@seed0=outputs/grpo_outcome)")
+        raise UserError(f"--run {spec!r}: expected NAME=CHECKPOINT (e.g. grpo_outcome@seed0=outputs/grpo_outcome)")
     name, path = (part.strip() for part in spec.split("=", 1))
     if not name or not path:
-        raise ValueError(f"--run {spec!r}: expected NAME=CHECKPOINT with both parts non-empty")
+        raise UserError(f"--run {spec!r}: expected NAME=CHECKPOINT with both parts non-empty")
     method, _, label = name.partition("@")
     if method != BASE_RUN and method not in METHODS:
-        raise ValueError(
+        raise UserError(
             f"--run {spec!r}: unknown method {method!r}; known: {BASE_RUN} (the starting model), {', '.join(METHODS)} "
             f"(optionally NAME@LABEL, e.g. rft@seed1)"
         )
@@ -101,18 +102,18 @@ def parse_run(spec: str) -> Run:
 def parse_runs(specs: Sequence[str]) -> list[Run]:
     """Every ``--run``, checked; a checkpoint folder's training records are read (and its method checked)."""
     if not specs:
-        raise ValueError("no runs: give at least one --run NAME=CHECKPOINT")
+        raise UserError("no runs: give at least one --run NAME=CHECKPOINT")
     runs = [parse_run(s) for s in specs]
     names = [r.name for r in runs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
-        raise ValueError(f"--run names must be unique; repeated: {', '.join(duplicates)} (use NAME@LABEL)")
+        raise UserError(f"--run names must be unique; repeated: {', '.join(duplicates)} (use NAME@LABEL)")
     for run in runs:
         if run.source == CHECKPOINT and Path(run.path).is_dir():
             record = read_json_file(run.path, RUN_FILE)
             run.trained_as = ((record or {}).get("method") or {}).get("name")
             if run.trained_as and run.method != BASE_RUN and run.trained_as != run.method:
-                raise ValueError(
+                raise UserError(
                     f"--run {run.name}: {run.path} was trained as {run.trained_as!r}, not {run.method!r} "
                     f"(see {RUN_FILE})"
                 )
@@ -129,9 +130,9 @@ def load_results_file(run: Run) -> dict:
     try:
         data = read_report(run.path, require=RESULT_KEYS)
     except ValueError as err:
-        raise ValueError(f"--run {run.name}: {err}") from None
+        raise UserError(f"--run {run.name}: {err}") from None
     if "params_key" not in data:
-        raise ValueError(f"--run {run.name}: {run.path}: its params do not name the sampling settings")
+        raise UserError(f"--run {run.name}: {run.path}: its params do not name the sampling settings")
     if "training_cost" in data and run.cost is None:
         run.cost = data["training_cost"]
     return data
@@ -150,7 +151,7 @@ def settings_of(result: dict) -> dict:
 
 
 def check_settings(runs: Sequence[Run], *, allow_mixed: bool = False) -> list[str]:
-    """Warnings when runs were evaluated differently; ``ValueError`` instead unless ``allow_mixed``."""
+    """Warnings when runs were evaluated differently; a ``UserError`` instead unless ``allow_mixed``."""
     reference = settings_of(runs[0].result)
     problems = []
     for run in runs[1:]:
@@ -168,7 +169,7 @@ def check_settings(runs: Sequence[Run], *, allow_mixed: bool = False) -> list[st
             problems.append(f"run {run.name} was evaluated with other settings than {runs[0].name} ({text})")
             run.flags.append("mixed evaluation settings")
     if problems and not allow_mixed:
-        raise ValueError(
+        raise UserError(
             "runs evaluated with different sampling settings cannot be compared: "
             + " | ".join(problems)
             + " (re-evaluate them with the same settings, or pass --allow-mixed-settings to report them flagged)"
