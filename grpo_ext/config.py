@@ -9,18 +9,18 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from grpo_ext.advantages import get_gradient_coefficient
+from grpo_ext.errors import UserError
+from grpo_ext.validation import check_training_ranges
 
 ZERO_STD_GROUPS = ("keep", "skip", "refill")
 # grpo_ext.rewards.prm.PRM_FORMATS, repeated here so that the config does not import the model-loading code
 PRM_FORMATS = ("token_classification", "step_tag", "qwen_prm")
 KL_CONTROLLERS = ("fixed", "adaptive")
-# Loss types whose reduction averages over sequences (or a fixed B x L): skipping rows needs a B / B_kept factor.
-PER_SEQUENCE_LOSS_TYPES = ("grpo", "sapo", "dr_grpo", "luspo")
 
 
 def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
-        raise ValueError(f"{name}: unknown value {value!r}; expected one of {', '.join(allowed)}")
+        raise UserError(f"{name}: unknown value {value!r}; expected one of {', '.join(allowed)}")
 
 
 @dataclass
@@ -30,7 +30,8 @@ class GRPOExtConfig(GRPOConfig):
 
     Every default keeps TRL's behaviour, so a `GRPOExtConfig` with only TRL's fields set trains exactly as
     `GRPOConfig`. Each field is validated in `__post_init__` with a message naming it. Like `GRPOConfig`, it is parsed
-    from YAML and the command line by `trl.TrlParser`.
+    from YAML and the command line by `trl.TrlParser`. A rejected value raises `grpo_ext.errors.UserError`; the
+    numeric ranges of TRL's fields and ours are checked too (`grpo_ext.validation.check_training_ranges`).
 
     Parameters:
         > Parameters that control the advantages (the gradient coefficient, DeepSeekMath 4.1.2-4.1.3 and 5.2.1)
@@ -76,11 +77,16 @@ class GRPOExtConfig(GRPOConfig):
         > Parameters that control groups whose rewards are all equal (DAPO's dynamic sampling)
 
         zero_std_groups (`str`, *optional*, defaults to `"keep"`):
-            What to do with groups whose rewards are all equal (no learning signal): `"keep"` (TRL), `"skip"` (drop
-            them from the loss, the normaliser corrected) or `"refill"` (generate further groups until the batch
-            has signal). `"refill"` needs `per_device_train_batch_size * steps_per_generation` to be a multiple of
-            `num_generations`; `"skip"`/`"refill"` with a per-sequence `loss_type` cannot be combined with an entropy
-            bonus or a router auxiliary loss.
+            What to do with groups that have no learning signal: `"keep"` (TRL), `"skip"` (drop them from the loss)
+            or `"refill"` (generate further groups until the batch has signal). "No signal" means all rewards of the
+            group equal for `advantage_mode` `"outcome"` (TRL's advantages), and all gradient coefficients of the
+            group 0 for the other modes (`"online_rft"`: all samples wrong). The kept rows are normalised over the
+            whole generation batch for every `loss_type` (its kept rows or kept tokens, as the loss type reduces).
+            `"refill"` needs `per_device_train_batch_size * steps_per_generation` to be a multiple of
+            `num_generations`; its prompts are drawn at random from a map-style dataset, and an `IterableDataset`
+            is read on from where the previous refill stopped. `"skip"`/`"refill"` with a `loss_type` whose
+            normaliser is the micro-batch's own (`grpo`, `sapo`, `luspo`, `dr_grpo`, `bnpo`) cannot be combined with
+            an entropy bonus or a router auxiliary loss.
         max_refill_rounds (`int`, *optional*, defaults to `3`):
             With `"refill"`: extra generation rounds per batch at most (>= 0); groups still without signal are
             then skipped.
@@ -161,8 +167,10 @@ class GRPOExtConfig(GRPOConfig):
     zero_std_groups: str = field(
         default="keep",
         metadata={
-            "help": "Groups whose rewards are all equal: `keep` (TRL), `skip` (drop them from the loss, with the "
-            "normaliser corrected) or `refill` (generate further groups until the batch has signal).",
+            "help": "Groups without learning signal (outcome: all rewards equal; other advantage modes: all gradient "
+            "coefficients 0, e.g. online_rft: all wrong): `keep` (TRL), `skip` (drop them from the loss; the kept "
+            "rows are normalised over the whole generation batch) or `refill` (generate further groups until the "
+            "batch has signal; an IterableDataset is read on).",
             "choices": list(ZERO_STD_GROUPS),
         },
     )
@@ -189,35 +197,39 @@ class GRPOExtConfig(GRPOConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        get_gradient_coefficient(self.advantage_mode)  # the registry is the list of modes; its error names the field
+        try:  # the registry is the list of modes; its error names the field
+            get_gradient_coefficient(self.advantage_mode)
+        except ValueError as err:
+            raise UserError(str(err)) from None
         _choice("zero_std_groups", self.zero_std_groups, ZERO_STD_GROUPS)
         _choice("kl_controller", self.kl_controller, KL_CONTROLLERS)
         if self.step_separator == "":
-            raise ValueError("step_separator: must be a non-empty string")
+            raise UserError("step_separator: must be a non-empty string")
         self._check_process_reward_model()
         if self.max_refill_rounds < 0:
-            raise ValueError(f"max_refill_rounds: must be >= 0, got {self.max_refill_rounds}")
+            raise UserError(f"max_refill_rounds: must be >= 0, got {self.max_refill_rounds}")
         if self.kl_controller == "adaptive":
             if self.beta == 0.0:
-                raise ValueError(
+                raise UserError(
                     "kl_controller: `adaptive` needs beta > 0 as its initial value (with beta == 0 TRL builds no "
                     "reference model, so there is no KL to control)"
                 )
             if not (self.target_kl > 0 and math.isfinite(self.target_kl)):
-                raise ValueError(f"target_kl: must be a positive number, got {self.target_kl}")
+                raise UserError(f"target_kl: must be a positive number, got {self.target_kl}")
             if not (self.kl_horizon > 0 and math.isfinite(self.kl_horizon)):
-                raise ValueError(f"kl_horizon: must be a positive number, got {self.kl_horizon}")
+                raise UserError(f"kl_horizon: must be a positive number, got {self.kl_horizon}")
             if not self.beta_min > 0:
-                raise ValueError(f"beta_min: must be > 0 with the adaptive controller, got {self.beta_min}")
+                raise UserError(f"beta_min: must be > 0 with the adaptive controller, got {self.beta_min}")
             if self.beta_max is not None and self.beta_max < self.beta_min:
-                raise ValueError(f"beta_max: must be >= beta_min ({self.beta_min}), got {self.beta_max}")
+                raise UserError(f"beta_max: must be >= beta_min ({self.beta_min}), got {self.beta_max}")
         if self.zero_std_groups == "refill":
             local = self.per_device_train_batch_size * self.steps_per_generation
             if local % self.num_generations != 0:
-                raise ValueError(
+                raise UserError(
                     "zero_std_groups: `refill` replaces whole groups on each process, so per_device_train_batch_size "
                     f"x steps_per_generation ({local}) must be a multiple of num_generations ({self.num_generations})"
                 )
+        check_training_ranges(self)  # TRL's numbers too; GRPOExtTrainer checks again (a config can change after this)
 
     def _check_process_reward_model(self) -> None:
         step_tag_fields = [f"process_reward_model_{n}" for n in ("step_tag", "good_token", "bad_token")]
@@ -225,7 +237,7 @@ class GRPOExtConfig(GRPOConfig):
             unused = [n for n in ("process_reward_model_format", *step_tag_fields) if getattr(self, n) is not None]
             unused += ["process_reward_model_load_in_4bit"] if self.process_reward_model_load_in_4bit else []
             if unused:
-                raise ValueError(f"{unused[0]}: set without process_reward_model")
+                raise UserError(f"{unused[0]}: set without process_reward_model")
         if self.process_reward_model_format is not None:
             _choice("process_reward_model_format", self.process_reward_model_format, PRM_FORMATS)
         for name in step_tag_fields:
@@ -233,13 +245,13 @@ class GRPOExtConfig(GRPOConfig):
             if value is None:
                 continue
             if not isinstance(value, str) or not value.strip():
-                raise ValueError(f"{name}: must be a non-empty string, got {value!r}")
+                raise UserError(f"{name}: must be a non-empty string, got {value!r}")
             if self.process_reward_model_format not in (None, "step_tag"):
-                raise ValueError(
+                raise UserError(
                     f"{name}: only the `step_tag` format reads it (process_reward_model_format is "
                     f"`{self.process_reward_model_format}`)"
                 )
         if self.process_reward_model_batch_size < 1:
-            raise ValueError(
+            raise UserError(
                 f"process_reward_model_batch_size: must be >= 1, got {self.process_reward_model_batch_size}"
             )
