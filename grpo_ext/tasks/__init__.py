@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from grpo_ext.errors import UserError, user_input
 from grpo_ext.tasks.arithmetic import ArithmeticTask
 from grpo_ext.tasks.base import Task
 from grpo_ext.tasks.gsm8k import GSM8KTask
@@ -17,13 +18,14 @@ TASKS: dict[str, type[Task]] = {
 
 
 def get_task(name: str, **kwargs) -> Task:
-    """The task registered as `name`, built with `kwargs` (its knobs)."""
+    """The task registered as `name`, built with `kwargs` (its knobs); a bad name or knob is a `UserError`."""
     if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(TASKS))}")
+        raise UserError(f"unknown task {name!r}; known tasks: {', '.join(sorted(TASKS))}")
     try:
-        return TASKS[name](**kwargs)
+        with user_input(f"task {name!r}"):  # the constructors only check their knobs (step_rule's error too)
+            return TASKS[name](**kwargs)
     except TypeError as err:  # an unknown knob: name it rather than show a constructor traceback
-        raise ValueError(f"task {name!r}: bad task_kwargs {kwargs}: {err}") from err
+        raise UserError(f"task {name!r}: bad task_kwargs {kwargs}: {err}") from err
 
 
 __all__ = ["TASKS", "Task", "get_task"]

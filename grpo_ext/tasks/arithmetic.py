@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from datasets import Dataset
 
+from grpo_ext.errors import UserError
 from grpo_ext.steps import step_texts
 from grpo_ext.tasks.base import Task
 
@@ -99,14 +100,14 @@ class ArithmeticTask(Task):
         test_percent: int = 10,
     ):
         if not 2 <= min_operands <= max_operands:
-            raise ValueError(f"arithmetic: need 2 <= min_operands <= max_operands, got {min_operands}, {max_operands}")
+            raise UserError(f"arithmetic: need 2 <= min_operands <= max_operands, got {min_operands}, {max_operands}")
         if digits < 1:
-            raise ValueError(f"arithmetic: digits must be >= 1, got {digits}")
+            raise UserError(f"arithmetic: digits must be >= 1, got {digits}")
         unknown = set(operators) - set(OPERATORS)
         if not operators or unknown:
-            raise ValueError(f"arithmetic: operators must be drawn from {''.join(OPERATORS)!r}, got {operators!r}")
+            raise UserError(f"arithmetic: operators must be drawn from {''.join(OPERATORS)!r}, got {operators!r}")
         if not 0 < test_percent < 50:
-            raise ValueError(f"arithmetic: test_percent must be in (0, 50), got {test_percent}")
+            raise UserError(f"arithmetic: test_percent must be in (0, 50), got {test_percent}")
         self.min_operands, self.max_operands = min_operands, max_operands
         self.digits, self.operators, self.seed, self.test_percent = digits, operators, seed, test_percent
 
@@ -133,7 +134,7 @@ class ArithmeticTask(Task):
             seen.add(prompt)
             out.append(problem)
         if len(out) < n:
-            raise ValueError(f"arithmetic: only {len(out)} distinct {split} problems exist for these knobs, asked {n}")
+            raise UserError(f"arithmetic: only {len(out)} distinct {split} problems exist for these knobs, asked {n}")
         return out
 
     def load(self, split: str, n: int | None = None) -> Dataset:

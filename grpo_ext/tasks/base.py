@@ -17,6 +17,8 @@ from collections.abc import Callable
 
 from datasets import Dataset
 
+from grpo_ext.errors import UserError
+
 # TRL reward-function signature: f(prompts=, completions=, **dataset_columns, **trainer_kwargs) -> list[float | None]
 RewardFunc = Callable[..., list[float | None]]
 # Process reward: the same signature, one list of step scores per completion.
@@ -82,9 +84,9 @@ class Task(ABC):
 
 
 def require_prompt_column(dataset: Dataset, source: str) -> Dataset:
-    """TRL's GRPOTrainer reads prompts from a `prompt` column; say so early, naming the data source."""
+    """TRL's GRPOTrainer reads prompts from a `prompt` column; say so early (a `UserError` naming the data source)."""
     if "prompt" not in dataset.column_names:
-        raise ValueError(f"{source}: dataset has no 'prompt' column (columns: {dataset.column_names})")
+        raise UserError(f"{source}: dataset has no 'prompt' column (columns: {dataset.column_names})")
     if len(dataset) == 0:
-        raise ValueError(f"{source}: dataset is empty")
+        raise UserError(f"{source}: dataset is empty")
     return dataset

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 from datasets import Dataset
 
+from grpo_ext.errors import UserError
 from grpo_ext.steps import join_steps, step_instruction, step_rule
 from grpo_ext.tasks.answers import last_boxed, last_number, normalize_boxed, normalize_number, numbers_in
 from grpo_ext.tasks.base import Task
@@ -97,7 +98,7 @@ class GSM8KTask(Task):
     ):
         step_rule(step_separator)
         if num_fewshot < 0:
-            raise ValueError(f"gsm8k: num_fewshot must be >= 0, got {num_fewshot}")
+            raise UserError(f"gsm8k: num_fewshot must be >= 0, got {num_fewshot}")
         self.data_files, self.num_fewshot = data_files, num_fewshot
         self.fewshot_split, self.fewshot_seed = fewshot_split, fewshot_seed
         self.dataset_name, self.dataset_config = dataset_name, dataset_config
@@ -131,7 +132,7 @@ class GSM8KTask(Task):
             return [], None, []
         rows = load_split(self.data_files, self.fewshot_split, self._hub(), ("question", "answer"))
         if self.num_fewshot > len(rows):
-            raise ValueError(f"gsm8k: num_fewshot={self.num_fewshot} but the few-shot split has {len(rows)} rows")
+            raise UserError(f"gsm8k: num_fewshot={self.num_fewshot} but the few-shot split has {len(rows)} rows")
         picked = random.Random(self.fewshot_seed).sample(range(len(rows)), self.num_fewshot)
         exemplars = [(rows[i]["question"], rows[i]["answer"]) for i in picked]
         return exemplars, data_source(self.data_files, self.fewshot_split, self._hub()), picked

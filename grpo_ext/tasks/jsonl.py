@@ -17,6 +17,7 @@ from pathlib import Path
 
 from datasets import Dataset
 
+from grpo_ext.errors import UserError, user_file
 from grpo_ext.tasks.answers import last_number, normalize_number
 from grpo_ext.tasks.base import Task
 from grpo_ext.tasks.data import as_prompt
@@ -40,21 +41,21 @@ class JSONLTask(Task):
         conversational: bool = False,
     ):
         if not str(path):
-            raise ValueError("jsonl: `path` is required (a .jsonl file, may contain '{split}')")
+            raise UserError("jsonl: `path` is required (a .jsonl file, may contain '{split}')")
         self.path, self.question_field, self.answer_field = str(path), question_field, answer_field
         self.answer_regex = None
         if answer_regex is not None:
             try:
                 self.answer_regex = re.compile(answer_regex)
             except re.error as err:
-                raise ValueError(f"jsonl: answer_regex {answer_regex!r} is not a valid regex: {err}") from err
+                raise UserError(f"jsonl: answer_regex {answer_regex!r} is not a valid regex: {err}") from err
             if self.answer_regex.groups > 1:
-                raise ValueError(
+                raise UserError(
                     f"jsonl: answer_regex {answer_regex!r} has {self.answer_regex.groups} groups; "
                     "use one group around the answer (or non-capturing groups (?:...) elsewhere)"
                 )
         if prompt_template is not None and QUESTION_PLACEHOLDER not in prompt_template:
-            raise ValueError(f"jsonl: prompt_template must contain {QUESTION_PLACEHOLDER!r}, got {prompt_template!r}")
+            raise UserError(f"jsonl: prompt_template must contain {QUESTION_PLACEHOLDER!r}, got {prompt_template!r}")
         self.prompt_template, self.step_separator, self.conversational = prompt_template, step_separator, conversational
 
     # ---- data ------------------------------------------------------------------------------------------------
@@ -62,27 +63,27 @@ class JSONLTask(Task):
         return Path(self.path.replace("{split}", split))
 
     def read_rows(self, split: str) -> list[tuple[str, str]]:
-        """``(question, answer)`` per non-blank line, with errors naming the file, the line and the field."""
+        """``(question, answer)`` per non-blank line; a `UserError` names the file, the line and the field."""
         path = self.file_for(split)
         if not path.is_file():
             raise FileNotFoundError(f"jsonl: no such file: {path}")
         rows = []
-        with path.open(encoding="utf-8") as handle:
+        with user_file(path, "jsonl"), path.open(encoding="utf-8") as handle:  # unreadable, not UTF-8
             for lineno, line in enumerate(handle, start=1):
                 if not line.strip():
                     continue
                 try:
                     record = json.loads(line)
                 except json.JSONDecodeError as err:
-                    raise ValueError(f"{path} line {lineno}: invalid JSON ({err.msg} at column {err.colno})") from None
+                    raise UserError(f"{path} line {lineno}: invalid JSON ({err.msg} at column {err.colno})") from None
                 if not isinstance(record, dict):
-                    raise ValueError(f"{path} line {lineno}: expected a JSON object, got {type(record).__name__}")
+                    raise UserError(f"{path} line {lineno}: expected a JSON object, got {type(record).__name__}")
                 for field in (self.question_field, self.answer_field):
                     if field not in record or record[field] is None:
-                        raise ValueError(f"{path} line {lineno}: no {field!r} field (fields: {sorted(record)})")
+                        raise UserError(f"{path} line {lineno}: no {field!r} field (fields: {sorted(record)})")
                 rows.append((str(record[self.question_field]), str(record[self.answer_field])))
         if not rows:
-            raise ValueError(f"{path}: no rows")
+            raise UserError(f"{path}: no rows")
         return rows
 
     def build_prompt(self, question: str) -> str:

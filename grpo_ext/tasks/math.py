@@ -28,6 +28,7 @@ from functools import lru_cache
 
 from datasets import Dataset
 
+from grpo_ext.errors import UserError
 from grpo_ext.steps import step_instruction, step_rule
 from grpo_ext.tasks.answers import last_boxed
 from grpo_ext.tasks.base import Task
@@ -176,11 +177,11 @@ class MathTask(Task):
         for column, wanted in (("level", self.levels), ("type", self.types)):
             if wanted is not None:
                 if column not in rows.column_names:
-                    raise ValueError(f"math: cannot filter on {column!r}: the data has no such column")
+                    raise UserError(f"math: cannot filter on {column!r}: the data has no such column")
                 keep = set(wanted)
                 rows = rows.filter(lambda row, c=column, k=keep: row[c] in k)
         if len(rows) == 0:
-            raise ValueError(
+            raise UserError(
                 f"math: no rows left in split {split!r} after filtering (levels={self.levels}, types={self.types})"
             )
         if n is not None:
@@ -189,7 +190,7 @@ class MathTask(Task):
         for i, solution in enumerate(rows["solution"]):
             answer = last_boxed(solution)
             if answer is None:
-                raise ValueError(f"math: split {split!r} row {i}: the solution has no \\boxed{{}} answer")
+                raise UserError(f"math: split {split!r} row {i}: the solution has no \\boxed{{}} answer")
             answers.append(answer)
         problems = rows["problem"]
         return Dataset.from_dict(
