@@ -25,6 +25,7 @@ import logging
 
 import torch
 
+from grpo_ext.errors import UserError
 from grpo_ext.models import resolve_model_path
 
 #: PEFT's name for "every linear layer except the output layer" (attention + MLP projections of any architecture).
@@ -76,12 +77,12 @@ def quantization_config(model_args, training_args=None):
 
 
 def check_model_args(model_args) -> None:
-    """Combinations TRL would accept and then fail on (or train nothing with): one readable line instead."""
+    """Combinations TRL would accept and then fail on (or train nothing with): a `UserError` naming the field."""
     if (model_args.load_in_4bit or model_args.load_in_8bit) and not model_args.use_peft:
         flag = "load_in_4bit" if model_args.load_in_4bit else "load_in_8bit"
-        raise ValueError(f"{flag}: quantised weights cannot be trained directly; set use_peft: true (LoRA adapters)")
+        raise UserError(f"{flag}: quantised weights cannot be trained directly; set use_peft: true (LoRA adapters)")
     if model_args.use_peft and model_args.lora_r < 1:
-        raise ValueError(f"lora_r: must be >= 1, got {model_args.lora_r}")
+        raise UserError(f"lora_r: must be >= 1, got {model_args.lora_r}")
 
 
 def policy_init(model_args, training_args):

@@ -12,8 +12,9 @@ EMBEDDED_NAME = "embedded"
 def resolve_model_path(name_or_path: str) -> str:
     """`embedded` -> the shipped model folder; an existing local folder -> itself; anything else is a hub id.
 
-    A path that looks local (absolute, or starting with `.`) but does not exist is an error here rather than
-    a confusing hub lookup later.
+    A path that looks local but does not exist is a `FileNotFoundError` naming it here rather than a confusing hub
+    lookup later: absolute, starting with `.` or `~`, more than one `/`, or a relative path whose first component
+    exists here (`outputs/run1` when `outputs/` does: a hub id `org/name` has no local `org`).
     """
     if name_or_path == EMBEDDED_NAME:
         if not (EMBEDDED_MODEL_DIR / "config.json").is_file():
@@ -29,4 +30,9 @@ def resolve_model_path(name_or_path: str) -> str:
         return str(path)
     if name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1:
         raise FileNotFoundError(f"model_name_or_path: no such model folder: {name_or_path}")
+    if len(path.parts) > 1 and Path(path.parts[0]).exists():
+        raise FileNotFoundError(
+            f"model_name_or_path: no such model folder: {name_or_path} ({path.parts[0]}/ exists here, so it is taken "
+            "for a local path, not a hub id)"
+        )
     return name_or_path

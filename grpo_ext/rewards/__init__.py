@@ -7,23 +7,38 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+from grpo_ext.errors import UserError
 from grpo_ext.tasks.base import Task
 
 
 def load_callable(dotted_path: str, field_name: str) -> Callable:
-    """`package.module.function` -> the function; errors name the config field and the path."""
+    """`package.module.function` -> the function; a `UserError` names the config field and the path (and says so when
+    the value looks like a file path, which is not what is expected)."""
     module_path, _, attr = dotted_path.rpartition(".")
-    if not module_path:
-        raise ValueError(f"{field_name}: {dotted_path!r} is neither a known name nor a dotted import path")
+    # import_module would look for a module named with a path separator, or take a leading dot for a relative import
+    if not module_path or module_path.startswith(".") or any(sep in module_path for sep in "/\\"):
+        raise UserError(
+            f"{field_name}: {dotted_path!r} is neither a known name nor a dotted import path{_hint(dotted_path)}"
+        )
     if os.getcwd() not in sys.path:  # like TRL's grpo script: user modules next to the config resolve
         sys.path.insert(0, os.getcwd())
     try:
         obj = getattr(importlib.import_module(module_path), attr)
     except (ImportError, AttributeError) as err:
-        raise ValueError(f"{field_name}: cannot import {dotted_path!r}: {err}") from err
+        raise UserError(f"{field_name}: cannot import {dotted_path!r}: {err}{_hint(dotted_path)}") from err
     if not callable(obj):
-        raise ValueError(f"{field_name}: {dotted_path!r} is not callable")
+        raise UserError(f"{field_name}: {dotted_path!r} is not callable")
     return obj
+
+
+def _hint(value: str) -> str:
+    """What to write instead when `value` looks like a file path (`rewards.py`, `src/rewards.py:score`)."""
+    if any(sep in value for sep in "/\\") or value.endswith(".py") or ".py:" in value:
+        return (
+            " (it looks like a file path: give module.function instead, e.g. my_rewards.score for a function score "
+            "in my_rewards.py in the working directory)"
+        )
+    return ""
 
 
 def resolve_reward_funcs(names: Sequence[str | Callable], task: Task) -> list[Callable]:
@@ -44,7 +59,7 @@ def resolve_process_reward_funcs(names: Sequence[str | Callable] | None, task: T
             funcs.append(name)
         elif name == "step":
             if not task.has_step_verifier:
-                raise ValueError(f"process_reward_funcs: task {task.name!r} has no step verifier for `step`")
+                raise UserError(f"process_reward_funcs: task {task.name!r} has no step verifier for `step`")
             funcs.append(task.step_reward)
         else:
             funcs.append(load_callable(name, "process_reward_funcs"))
