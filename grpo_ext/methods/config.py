@@ -17,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from grpo_ext.errors import UserError, user_file
 from grpo_ext.methods.paradigm import get_method
 
 __all__ = ["MethodArguments", "config_class", "parse_method_args", "sampling_budget", "trained_sequences_per_step"]
@@ -55,8 +56,8 @@ class MethodArguments:
 
     def __post_init__(self):
         if not self.method:
-            raise ValueError("method: missing; name the method in the config (e.g. `method: rft`)")
-        get_method(self.method)  # unknown -> ValueError naming the known ones
+            raise UserError("method: missing; name the method in the config (e.g. `method: rft`)")
+        get_method(self.method)  # unknown -> a UserError naming the known ones
         for name in (
             "samples_per_prompt",
             "sample_max_new_tokens",
@@ -66,13 +67,13 @@ class MethodArguments:
             "curve_n",
         ):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+                raise UserError(f"{name}: must be >= 1, got {getattr(self, name)}")
         if self.curve_every < 0:
-            raise ValueError(f"curve_every: must be >= 0, got {self.curve_every}")
+            raise UserError(f"curve_every: must be >= 0, got {self.curve_every}")
         if self.sample_budget is not None and self.sample_budget < 0:
-            raise ValueError(f"sample_budget: must be >= 0, got {self.sample_budget}")
+            raise UserError(f"sample_budget: must be >= 0, got {self.sample_budget}")
         if self.sample_temperature <= 0:
-            raise ValueError(f"sample_temperature: must be > 0, got {self.sample_temperature}")
+            raise UserError(f"sample_temperature: must be > 0, got {self.sample_temperature}")
 
 
 def config_class(method_name: str):
@@ -96,32 +97,34 @@ def _method_name(argv: list[str]) -> str:
     if "--method" in argv:
         i = argv.index("--method")
         if i + 1 >= len(argv):
-            raise ValueError("--method needs a value")
+            raise UserError("--method needs a value")
         return argv[i + 1]
     if "--config" not in argv:
-        raise ValueError("no config: pass --config configs/methods/<method>.yaml")
+        raise UserError("no config: pass --config configs/methods/<method>.yaml")
     i = argv.index("--config")
     if i + 1 >= len(argv):
-        raise ValueError("--config needs a path")
+        raise UserError("--config needs a path")
     path = Path(argv[i + 1])
     if not path.is_file():
         raise FileNotFoundError(f"--config: no such file: {path}")
-    config = yaml.safe_load(path.read_text())
+    with user_file(path, "--config"):
+        config = yaml.safe_load(path.read_text())
     if not isinstance(config, dict) or not config.get("method"):
-        raise ValueError(f"{path}: no `method:` key (one of the names in grpo_ext.methods.METHODS)")
+        raise UserError(f"{path}: no `method:` key (one of the names in grpo_ext.methods.METHODS)")
     return str(config["method"])
 
 
 def parse_method_args(argv: list[str]):
-    """``(method_args, task_args, training_args, model_args)`` from ``--config FILE [--flag value ...]``."""
-    from trl import ModelConfig, TrlParser
+    """``(method_args, task_args, training_args, model_args)`` from ``--config FILE [--flag value ...]``; bad input is
+    a `UserError` (`grpo_ext.cli.parse_trl_config`)."""
+    from trl import ModelConfig
 
+    from grpo_ext.cli import parse_trl_config
     from grpo_ext.script_args import TaskArguments
 
     name = _method_name(list(argv))
     get_method(name)
-    parser = TrlParser((MethodArguments, TaskArguments, config_class(name), ModelConfig))
-    return parser.parse_args_and_config(list(argv))
+    return parse_trl_config((MethodArguments, TaskArguments, config_class(name), ModelConfig), list(argv))
 
 
 def trained_sequences_per_step(method_name: str, training_args, world_size: int = 1) -> int:
@@ -145,15 +148,15 @@ def sampling_budget(
     if method.reward_function == "-":
         return 0
     if task_args.train_size is None:
-        raise ValueError(f"method {method_name!r}: set train_size, the prompts sampled from (no default here)")
+        raise UserError(f"method {method_name!r}: set train_size, the prompts sampled from (no default here)")
     return task_args.train_size * method_args.samples_per_prompt
 
 
 def check_budget(method_name: str, method_args: MethodArguments, task_args, training_args) -> int:
-    """The implied budget; ``ValueError`` when the config states another one."""
+    """The implied budget; a ``UserError`` when the config states another one."""
     budget = sampling_budget(method_name, method_args, task_args, training_args)
     if method_args.sample_budget is not None and method_args.sample_budget != budget:
-        raise ValueError(
+        raise UserError(
             f"sample_budget: the config states {method_args.sample_budget} samples but method {method_name!r} "
             f"would generate {budget} with these settings; fix one of them"
         )
