@@ -1,5 +1,5 @@
-"""Refill's two pieces of plumbing: where fresh prompts come from, and batch-dict surgery (put rows of one generation
-batch into another, padding widths to match)."""
+"""Generation-batch plumbing for zero-std groups: which loss types need the kept-row normaliser, where refill's fresh
+prompts come from, and batch-dict surgery (put rows of one generation batch into another, padding widths to match)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,13 @@ import torch
 import torch.nn.functional as F
 
 from grpo_ext.errors import UserError
+
+#: Loss types whose TRL reduction is normalised by the micro-batch itself, and by what: its rows (`grpo`/`sapo` mean
+#: per sequence then over rows, `luspo` sums per sequence then averages rows, `dr_grpo` divides by rows x
+#: max_completion_length) or its tokens (`bnpo`). With rows of skipped groups in the micro-batch, that normaliser is
+#: wrong: `_compute_loss` replaces it by the generation batch's kept rows (tokens). `dapo`, `cispo` and `vespo` divide
+#: by `num_items_in_batch`, already the generation batch's kept tokens.
+KEPT_NORMALISER = {"grpo": "rows", "sapo": "rows", "luspo": "rows", "dr_grpo": "rows", "bnpo": "tokens"}
 
 # Left-padded (prompt side) keys and their padding; every other 2-D tensor is completion-aligned, right-padded.
 _LEFT_PADDED = ("prompt_ids", "prompt_mask")

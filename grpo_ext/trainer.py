@@ -24,7 +24,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import is_async_callable
 
 from grpo_ext.advantages import get_gradient_coefficient, zero_std_mask
-from grpo_ext.batching import RefillPrompts, replace_rows
+from grpo_ext.batching import KEPT_NORMALISER, RefillPrompts, replace_rows
 from grpo_ext.checkpoints import (
     CHECKPOINT_STATE_FILE,
     StagedCheckpointsMixin,
@@ -39,18 +39,11 @@ from grpo_ext.modeling import prepare_quantized_policy
 from grpo_ext.rewards import load_callable
 from grpo_ext.rewards.checked import checked_reward_func
 from grpo_ext.rewards.process import build_step_rewards, score_steps
-from grpo_ext.validation import check_training_ranges
+from grpo_ext.validation import check_combinations, check_training_ranges
 
 __all__ = ["CHECKPOINT_STATE_FILE", "KEPT_NORMALISER", "GRPOExtTrainer"]
 
 logger = logging.getLogger(__name__)
-
-#: Loss types whose TRL reduction is normalised by the micro-batch itself, and by what: its rows (`grpo`/`sapo` mean
-#: per sequence then over rows, `luspo` sums per sequence then averages rows, `dr_grpo` divides by rows x
-#: max_completion_length) or its tokens (`bnpo`). With rows of skipped groups in the micro-batch, that normaliser is
-#: wrong: `_compute_loss` replaces it by the generation batch's kept rows (tokens). `dapo`, `cispo` and `vespo` divide
-#: by `num_items_in_batch`, already the generation batch's kept tokens.
-KEPT_NORMALISER = {"grpo": "rows", "sapo": "rows", "luspo": "rows", "dr_grpo": "rows", "bnpo": "tokens"}
 
 
 class GRPOExtTrainer(StagedCheckpointsMixin, GRPOTrainer):
@@ -81,7 +74,7 @@ class GRPOExtTrainer(StagedCheckpointsMixin, GRPOTrainer):
         self.gradient_coefficient = get_gradient_coefficient(config.advantage_mode)
         self.step_separator = config.step_separator or "\n"
         self.process_reward_funcs = self._resolve_process_rewards(process_reward_funcs)
-        self._check_combinations()
+        check_combinations(self)
         self.kl_control = new_kl_controller(config)
         self._kl_window: list[tuple[float, float]] = []  # (KL x tokens, tokens) per micro-batch
         self._refill = RefillPrompts(self.train_dataset, config.seed)  # its draw count is checkpointed
@@ -95,46 +88,14 @@ class GRPOExtTrainer(StagedCheckpointsMixin, GRPOTrainer):
         # CPU 4-bit: keep LoRA gradients right after eval-mode passes (bitsandbytes repacks), LoRA in fp32.
         prepare_quantized_policy(self.model)
 
-    def _check_combinations(self) -> None:
-        """Settings that TRL and grpo-ext each accept but that do not work together: one line naming the field."""
-        config, coefficient = self.args, self.gradient_coefficient
-        if coefficient.needs_step_rewards and not self.process_reward_funcs:
-            raise UserError(
-                f"advantage_mode: `{config.advantage_mode}` needs step rewards: set process_reward_funcs or "
-                "process_reward_model"
-            )
-        if not coefficient.keeps_trl_advantages:  # our coefficients normalise per group (or not at all)
-            if self.scale_rewards == "batch":
-                raise UserError(
-                    f"scale_rewards: `batch` is not supported with advantage_mode `{config.advantage_mode}` (its "
-                    "rewards are normalised per group, or not at all); use `group` or `none`"
-                )
-            if self.multi_objective_aggregation != "sum_then_normalize":
-                raise UserError(
-                    f"multi_objective_aggregation: `{self.multi_objective_aggregation}` is not supported with "
-                    f"advantage_mode `{config.advantage_mode}` (it reads the weighted sum of the rewards); use "
-                    "`sum_then_normalize`"
-                )
-        if (
-            config.zero_std_groups != "keep"
-            and self.loss_type in KEPT_NORMALISER
-            and (self._entropy_bonus_enabled or self.aux_loss_enabled)
-        ):
-            raise UserError(
-                f"zero_std_groups: `{config.zero_std_groups}` with loss_type `{self.loss_type}` cannot be combined "
-                "with an entropy bonus or router aux loss (their token-mean terms would be rescaled)"
-            )
-        if config.zero_std_groups == "refill" and self._is_vlm:
-            raise UserError("zero_std_groups: `refill` does not support vision-language models")
-
     def _resolve_process_rewards(self, funcs: list[Callable | str] | None) -> list[Callable]:
         config = self.args
         funcs = list(funcs if funcs is not None else config.process_reward_funcs or [])
         resolved = [f if callable(f) else load_callable(f, "process_reward_funcs") for f in funcs]
-        if config.process_reward_model:
-            from grpo_ext.rewards.prm import ProcessRewardModel
+        if config.process_reward_model:  # any PRM format, on this process's device (one copy per process)
+            from grpo_ext.rewards.prm import process_reward_model_from_config
 
-            resolved.append(ProcessRewardModel(config.process_reward_model, config.step_separator or "\n"))
+            resolved.append(process_reward_model_from_config(config, self.accelerator))
         return resolved
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from grpo_ext.batching import KEPT_NORMALISER
 from grpo_ext.errors import UserError
 
 __all__ = ["check_number", "check_training_ranges"]
@@ -112,3 +113,37 @@ def check_training_ranges(config) -> None:
     loss_type = getattr(config, "loss_type", "dapo")
     if loss_type not in LOSS_TYPES:
         raise UserError(f"loss_type: unknown value {loss_type!r}; expected one of {', '.join(LOSS_TYPES)}")
+
+
+def check_combinations(trainer) -> None:
+    """Settings of a built `GRPOExtTrainer` that TRL and grpo-ext each accept but that do not work together: one line
+    naming the field. Reads what TRL resolved at `__init__` (loss type, reward scaling, entropy bonus, ...)."""
+    config, coefficient = trainer.args, trainer.gradient_coefficient
+    if coefficient.needs_step_rewards and not trainer.process_reward_funcs:
+        raise UserError(
+            f"advantage_mode: `{config.advantage_mode}` needs step rewards: set process_reward_funcs or "
+            "process_reward_model"
+        )
+    if not coefficient.keeps_trl_advantages:  # our coefficients normalise per group (or not at all)
+        if trainer.scale_rewards == "batch":
+            raise UserError(
+                f"scale_rewards: `batch` is not supported with advantage_mode `{config.advantage_mode}` (its "
+                "rewards are normalised per group, or not at all); use `group` or `none`"
+            )
+        if trainer.multi_objective_aggregation != "sum_then_normalize":
+            raise UserError(
+                f"multi_objective_aggregation: `{trainer.multi_objective_aggregation}` is not supported with "
+                f"advantage_mode `{config.advantage_mode}` (it reads the weighted sum of the rewards); use "
+                "`sum_then_normalize`"
+            )
+    if (
+        config.zero_std_groups != "keep"
+        and trainer.loss_type in KEPT_NORMALISER
+        and (trainer._entropy_bonus_enabled or trainer.aux_loss_enabled)
+    ):
+        raise UserError(
+            f"zero_std_groups: `{config.zero_std_groups}` with loss_type `{trainer.loss_type}` cannot be combined "
+            "with an entropy bonus or router aux loss (their token-mean terms would be rescaled)"
+        )
+    if config.zero_std_groups == "refill" and trainer._is_vlm:
+        raise UserError("zero_std_groups: `refill` does not support vision-language models")

@@ -10,7 +10,6 @@ never generated. Two processes: tests/test_distributed.py.
 import pytest
 import torch
 
-from tests.test_trainer import group_batch
 from tests.trainer_utils import GRPOTrainer, tiny_args, tiny_trainer
 
 LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]
@@ -57,7 +56,12 @@ def scored(tmp_path_factory):
     trainer = tiny_trainer(args=args, reward_funcs=[half_right])
     trainer.model.train()
     torch.manual_seed(0)
-    batch = trainer._generate_and_score_completions(group_batch(trainer, [0, 1]))
+    data = trainer.train_dataset
+    even = next(r for r in data if int(r["answer"]) % 2 == 0)
+    for odd in (r for r in data if int(r["answer"]) % 2 == 1):  # the first whose 4 samples differ in length
+        batch = trainer._generate_and_score_completions([even] * 4 + [odd] * 4)
+        if len(set(batch["completion_mask"][4:].sum(dim=1).tolist())) > 1:
+            break
     assert batch["zero_std_keep"].tolist() == [0.0] * 4 + [1.0] * 4
     assert torch.allclose(batch["advantages"][4:].abs(), torch.tensor(0.866), atol=1e-3)
     lengths = batch["completion_mask"][4:].sum(dim=1)
