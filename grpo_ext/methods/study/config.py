@@ -13,12 +13,14 @@ Run folders: ``<out>/runs/<arm>/<setting>/seed<k>``, ``<setting>`` a readable sl
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from grpo_ext.errors import UserError, user_file
 from grpo_ext.methods.paradigm import get_method
 
 __all__ = ["Arm", "Evaluation", "Setting", "Study", "load_study", "pick_settings"]
@@ -39,8 +41,9 @@ class Evaluation:
     max_new_tokens: int = 48
 
     def __post_init__(self):
-        if self.limit < 1 or self.n < 1:
-            raise ValueError(f"{self.split}: limit and n must be >= 1, got {self.limit}, {self.n}")
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (self.limit, self.n))
+        if not numbers or self.limit < 1 or self.n < 1:
+            raise UserError(f"{self.split}: limit and n must be numbers >= 1, got {self.limit}, {self.n}")
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,7 @@ class Study:
         for arm in self.arms:
             if arm.name == name:
                 return arm
-        raise ValueError(f"unknown arm {name!r}; the study has {', '.join(a.name for a in self.arms)}")
+        raise UserError(f"unknown arm {name!r}; the study has {', '.join(a.name for a in self.arms)}")
 
     def run_dir(self, out: str | Path, arm: Arm, setting: Setting, seed: int) -> Path:
         return Path(out) / "runs" / arm.name / setting.slug / f"seed{seed}"
@@ -129,44 +132,88 @@ class Study:
 
 def _require(mapping: dict, key: str, where: str):
     if key not in mapping:
-        raise ValueError(f"{where}: missing `{key}`")
+        raise UserError(f"{where}: missing `{key}`")
     return mapping[key]
 
 
+def _numbers(data: dict, key: str, where: str, kind: type | None) -> list:
+    """`data[key]`, a non-empty list of numbers: converted with `kind` (YAML reads `5e-5` as a string, which `float`
+    takes), or kept as written (`kind` None: each must be a number already)."""
+    values = _require(data, key, where)
+    expected = f"`{key}` must be a non-empty list of numbers, got {values!r}"
+    if not isinstance(values, list) or not values:
+        raise UserError(f"{where}: {expected}")
+    if kind is None:
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            raise UserError(f"{where}: {expected}")
+        return list(values)
+    try:
+        return [kind(v) for v in values]
+    except (TypeError, ValueError):
+        raise UserError(f"{where}: {expected}") from None
+
+
+def _mapping(value, where: str) -> dict:
+    if not value:  # absent or empty
+        return {}
+    if not isinstance(value, dict):
+        raise UserError(f"{where}: expected a mapping, got {value!r}")
+    return value
+
+
+def _evaluation(data: dict, split_name: str, where: str) -> Evaluation:
+    spec = dict(_mapping(_require(data, split_name, where), f"{where}: {split_name}"))
+    spec.setdefault("split", split_name)
+    known = [f.name for f in dataclasses.fields(Evaluation)]
+    unknown = sorted(set(spec) - set(known))
+    if unknown:
+        raise UserError(f"{where}: {split_name}: unknown field(s) {unknown}; expected {', '.join(known)}")
+    for key in ("limit", "n"):
+        _require(spec, key, f"{where}: {split_name}")
+    try:
+        return Evaluation(**spec)
+    except UserError as err:
+        raise UserError(f"{where}: {err}") from None
+
+
 def load_study(path: str | Path) -> Study:
-    """Parse and check a study YAML; errors name the file and the field."""
+    """Parse and check a study YAML; a `UserError` names the file and the field."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"--study: no such file: {path}")
-    data = yaml.safe_load(path.read_text())
+    with user_file(path, "--study"):
+        data = yaml.safe_load(path.read_text())
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping of study fields")
+        raise UserError(f"{path}: expected a mapping of study fields")
     arms = []
-    for name, spec in (_require(data, "arms", str(path)) or {}).items():
+    for name, spec in _mapping(_require(data, "arms", str(path)), f"{path}: arms").items():
         where = f"{path}: arms.{name}"
         if not isinstance(spec, dict):
-            raise ValueError(f"{where}: expected a mapping with `method`")
+            raise UserError(f"{where}: expected a mapping with `method`")
         method = _require(spec, "method", where)
-        get_method(method)
-        grid = spec.get("grid") or {}
+        try:
+            get_method(method)
+        except UserError as err:
+            raise UserError(f"{where}: {err}") from None
+        grid = _mapping(spec.get("grid"), f"{where}.grid")
         unknown = set(grid) - set(AXIS_FIELDS)
         if unknown:
-            raise ValueError(f"{where}.grid: unknown axis {sorted(unknown)}; searchable: {sorted(AXIS_FIELDS)}")
-        arms.append(Arm(name, method, dict(spec.get("overrides") or {}), {k: list(v) for k, v in grid.items()}))
+            raise UserError(f"{where}.grid: unknown axis {sorted(unknown)}; searchable: {sorted(AXIS_FIELDS)}")
+        grid = {k: _numbers(grid, k, f"{where}.grid", None) for k in grid}
+        arms.append(Arm(name, method, dict(_mapping(spec.get("overrides"), f"{where}.overrides")), grid))
     if not arms:
-        raise ValueError(f"{path}: `arms` is empty")
-    learning_rates = [float(x) for x in _require(data, "learning_rates", str(path))]
-    seeds = [int(s) for s in _require(data, "seeds", str(path))]
-    search_seed = int(data.get("search_seed", seeds[0]))
+        raise UserError(f"{path}: `arms` is empty")
+    learning_rates = _numbers(data, "learning_rates", str(path), float)
+    seeds = _numbers(data, "seeds", str(path), int)
+    try:
+        search_seed = int(data.get("search_seed", seeds[0]))
+    except (TypeError, ValueError):
+        raise UserError(f"{path}: search_seed must be an integer, got {data['search_seed']!r}") from None
     if search_seed not in seeds:
-        raise ValueError(f"{path}: search_seed {search_seed} must be one of seeds {seeds}")
-    evaluations = {}
-    for split_name in ("validation", "test"):
-        spec = dict(_require(data, split_name, str(path)))
-        spec.setdefault("split", split_name)
-        evaluations[split_name] = Evaluation(**spec)
+        raise UserError(f"{path}: search_seed {search_seed} must be one of seeds {seeds}")
+    evaluations = {split_name: _evaluation(data, split_name, str(path)) for split_name in ("validation", "test")}
     if evaluations["validation"].split == evaluations["test"].split:
-        raise ValueError(f"{path}: validation.split and test.split must differ (picks are never made on test)")
+        raise UserError(f"{path}: validation.split and test.split must differ (picks are never made on test)")
     study = Study(
         arms,
         learning_rates,
@@ -176,11 +223,15 @@ def load_study(path: str | Path) -> Study:
         evaluations["test"],
         str(data.get("base", "embedded")),
         str(data.get("configs", "configs/methods")),
-        dict(data.get("extensions") or {}),
+        dict(_mapping(data.get("extensions"), f"{path}: extensions")),
     )
-    for ext in study.extensions.values():
+    for name, ext in study.extensions.items():
         for role in ("arm", "against"):
-            study.arm(ext[role])  # an unknown arm name fails here, naming the arms
+            arm_name = _require(_mapping(ext, f"{path}: extensions.{name}"), role, f"{path}: extensions.{name}")
+            try:
+                study.arm(arm_name)  # an unknown arm name fails here, naming the arms
+            except UserError as err:
+                raise UserError(f"{path}: extensions.{name}.{role}: {err}") from None
     return study
 
 
