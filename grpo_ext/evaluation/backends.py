@@ -12,13 +12,14 @@ transformers otherwise.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from grpo_ext.errors import UserError
+from grpo_ext.evaluation.cache import model_fingerprint  # re-exported: callers import it from here too
 from grpo_ext.evaluation.sampling import SamplingParams, derive_seed, sample, sample_stream
 from grpo_ext.models import resolve_model_path
 
@@ -38,7 +39,7 @@ __all__ = [
 BACKENDS = ("auto", "transformers", "vllm")
 
 
-class BackendUnavailableError(ValueError):
+class BackendUnavailableError(UserError):
     """A backend was asked for by name but cannot run here (e.g. vLLM is not installed)."""
 
 
@@ -73,43 +74,15 @@ class Backend:
 # model folders
 
 
-def model_fingerprint(folder: str | Path, *, chunk: int = 4 << 20) -> str | None:
-    """A 16-hex-digit hash of a model folder's config and weights (None when `folder` is not a local folder).
-
-    Small files are hashed whole; a weights file larger than 16 MiB contributes its size and its first and last
-    `chunk` bytes (the safetensors header plus data at both ends) so a 15 GB checkpoint hashes in milliseconds.
-    """
-    folder = Path(folder)
-    if not folder.is_dir():
-        return None
-    digest = hashlib.sha256()
-    names = sorted(
-        p
-        for p in folder.iterdir()
-        if p.is_file() and (p.suffix in {".safetensors", ".bin"} or p.name in {"config.json", "adapter_config.json"})
-    )
-    for path in names:
-        size = path.stat().st_size
-        digest.update(f"{path.name}:{size}:".encode())
-        with path.open("rb") as handle:
-            if size <= 4 * chunk:
-                digest.update(handle.read())
-            else:
-                digest.update(handle.read(chunk))
-                handle.seek(size - chunk)
-                digest.update(handle.read(chunk))
-    return digest.hexdigest()[:16]
-
-
 def _adapter_base(folder: Path, base_model: str | None) -> str:
     config_file = folder / "adapter_config.json"
     try:
         config = json.loads(config_file.read_text())
     except json.JSONDecodeError as err:
-        raise ValueError(f"{config_file}: not valid JSON ({err})") from None
+        raise UserError(f"{config_file}: not valid JSON ({err})") from None
     base = base_model or config.get("base_model_name_or_path")
     if not base:
-        raise ValueError(
+        raise UserError(
             f"{config_file} names no base_model_name_or_path: pass the base model explicitly (base_model=...)"
         )
     try:
@@ -302,7 +275,7 @@ def load_backend(name_or_path: str, backend: str = "auto", **kwargs) -> Backend:
     """A backend for a model: ``backend`` is ``auto`` (vLLM if importable and a GPU is present, else
     transformers), ``transformers`` or ``vllm``. ``kwargs`` go to the backend (``trust_remote_code``, ...)."""
     if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        raise UserError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if backend == "auto":
         import torch
 
