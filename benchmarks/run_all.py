@@ -17,7 +17,7 @@ import time
 
 from benchmarks import _common as C
 
-BENCHMARKS = ("advantages", "metrics", "overhead", "eval_throughput", "qlora_memory")
+BENCHMARKS = ("advantages", "metrics", "overhead", "eval_throughput", "qlora_memory", "prm_scoring")
 
 
 def _load(name: str) -> dict | None:
@@ -34,51 +34,139 @@ def summary_rows() -> list[list]:
     rows = []
     r = _load("overhead")
     if r:
-        for key, label, target in (("off", "GRPOExtTrainer, extensions off / TRL GRPOTrainer", "<= 1.02x"),
-                                   ("all_on", "GRPOExtTrainer, all on / TRL GRPOTrainer (same beta)", "<= 1.10x")):
+        for key, label, target in (
+            ("off", "GRPOExtTrainer, extensions off / TRL GRPOTrainer", "<= 1.02x"),
+            ("all_on", "GRPOExtTrainer, all on / TRL GRPOTrainer (same beta)", "<= 1.10x"),
+        ):
             ratio = r["ratios"][key]
             cpu = r.get("cpu_time_ratios", {}).get(key)
             value = f"{ratio['median_of_ratios']:.3f}x" + (f" (CPU time {cpu['median_of_ratios']:.3f}x)" if cpu else "")
             result = C.verdict(r["pass"][key])
             if "pass_cpu_time" in r:
                 result += f" (CPU time: {C.verdict(r['pass_cpu_time'][key])})"
-            rows.append(["overhead.py", f"{label}: median step time", value, target, result,
-                         _load_cell(r["load_average_end"]), r["date"]])
+            rows.append(
+                [
+                    "overhead.py",
+                    f"{label}: median step time",
+                    value,
+                    target,
+                    result,
+                    _load_cell(r["load_average_end"]),
+                    r["date"],
+                ]
+            )
     r = _load("advantages")
     if r:
-        rows.append(["advantages.py", f"process_advantages N={r['params']['n']} T={r['params']['t']}, 1 thread "
-                     f"({r['speedup']:.0f}x the Python loop)", f"{r['median_ms']:.1f} ms", "<= 50 ms",
-                     C.verdict(r["pass"]), _load_cell(r["load_average_end"]), r["date"]])
+        rows.append(
+            [
+                "advantages.py",
+                f"process_advantages N={r['params']['n']} T={r['params']['t']}, 1 thread "
+                f"({r['speedup']:.0f}x the Python loop)",
+                f"{r['median_ms']:.1f} ms",
+                "<= 50 ms",
+                C.verdict(r["pass"]),
+                _load_cell(r["load_average_end"]),
+                r["date"],
+            ]
+        )
     r = _load("metrics")
     if r:
-        rows.append(["metrics.py", f"pass@k + maj@k, {r['params']['problems']} problems, n={r['params']['n']}, "
-                     f"k=1..{r['params']['ks'][-1]}", f"{r['median_seconds']:.2f} s", "<= 2 s", C.verdict(r["pass"]),
-                     _load_cell(r["load_average_end"]), r["date"]])
+        rows.append(
+            [
+                "metrics.py",
+                f"pass@k + maj@k, {r['params']['problems']} problems, n={r['params']['n']}, "
+                f"k=1..{r['params']['ks'][-1]}",
+                f"{r['median_seconds']:.2f} s",
+                "<= 2 s",
+                C.verdict(r["pass"]),
+                _load_cell(r["load_average_end"]),
+                r["date"],
+            ]
+        )
+        large = r.get("large")
+        if large:
+            rows.append(
+                [
+                    "metrics.py",
+                    f"every metric + bootstrap, {large['problems']} problems, n={large['n']}, "
+                    f"k=1..{large['ks'][-1]} (powers of two)",
+                    f"{large['total_seconds']['median']:.1f} s",
+                    "<= 30 s",
+                    C.verdict(large["pass"]),
+                    _load_cell(r["load_average_end"]),
+                    r["date"],
+                ]
+            )
+    r = _load("prm_scoring")
+    if r:
+        shares = " / ".join(f"{v['median_of_ratios']:.2f}x" for v in r["prm_share_of_step"].values())
+        rows.append(
+            [
+                "prm_scoring.py",
+                f"PRM time / GRPO step time ({', '.join(r['prm_share_of_step'])})",
+                shares,
+                "(info)",
+                "",
+                _load_cell(r["load_average_end"]),
+                r["date"],
+            ]
+        )
     r = _load("eval_throughput")
     if r:
         for res in r["results"]:
-            rows.append(["eval_throughput.py", f"samples/s ours / lm-eval HFLM, batch {res['rows']} sequences",
-                         f"{res['ratio']['median_of_ratios']:.2f}x", ">= 1.5x", C.verdict(res["pass"]),
-                         _load_cell(res["load_average"]), r["date"]])
+            rows.append(
+                [
+                    "eval_throughput.py",
+                    f"samples/s ours / lm-eval HFLM, batch {res['rows']} sequences",
+                    f"{res['ratio']['median_of_ratios']:.2f}x",
+                    ">= 1.5x",
+                    C.verdict(res["pass"]),
+                    _load_cell(res["load_average"]),
+                    r["date"],
+                ]
+            )
     for path in sorted(C.RESULTS_DIR.glob("eval_throughput_fewshot*.json")):  # `--fewshot K`: long prompts, info
         r = json.loads(path.read_text())
         for res in r["results"]:
-            rows.append(["eval_throughput.py", f"same, {r['params']['fewshot']} solved problems prepended to every "
-                         f"prompt (long prompts; info), batch {res['rows']}",
-                         f"{res['ratio']['median_of_ratios']:.2f}x", "(info)", "", _load_cell(res["load_average"]),
-                         r["date"]])
+            rows.append(
+                [
+                    "eval_throughput.py",
+                    f"same, {r['params']['fewshot']} solved problems prepended to every "
+                    f"prompt (long prompts; info), batch {res['rows']}",
+                    f"{res['ratio']['median_of_ratios']:.2f}x",
+                    "(info)",
+                    "",
+                    _load_cell(res["load_average"]),
+                    r["date"],
+                ]
+            )
     r = _load("qlora_memory")
     if r:
         if "1.5b" in r["footprints"]:
-            rows.append(["qlora_memory.py", "weights nf4 + LoRA / bf16, Qwen2.5-1.5B shape",
-                         f"{r['footprints']['1.5b']['ratio']:.3f}x", "<= 0.40x",
-                         C.verdict(r["pass"]["footprint_1.5b"]), _load_cell(r["load_average_end"]), r["date"]])
+            rows.append(
+                [
+                    "qlora_memory.py",
+                    "weights nf4 + LoRA / bf16, Qwen2.5-1.5B shape",
+                    f"{r['footprints']['1.5b']['ratio']:.3f}x",
+                    "<= 0.40x",
+                    C.verdict(r["pass"]["footprint_1.5b"]),
+                    _load_cell(r["load_average_end"]),
+                    r["date"],
+                ]
+            )
         for key, label in (("step_peak", "no activation checkpointing"), ("step_peak_ac", "activation checkpointing")):
             if key in r.get("step_peak_ratios", {}):
-                rows.append(["qlora_memory.py",
-                             f"GRPO training step peak RSS, QLoRA / full bf16 (fused AdamW), 0.5B shape ({label})",
-                             f"{r['step_peak_ratios'][key]:.3f}x", "<= 0.35x", C.verdict(r["pass"][key]),
-                             _load_cell(r["load_average_end"]), r["date"]])
+                rows.append(
+                    [
+                        "qlora_memory.py",
+                        f"GRPO training step peak RSS, QLoRA / full bf16 (fused AdamW), 0.5B shape ({label})",
+                        f"{r['step_peak_ratios'][key]:.3f}x",
+                        "<= 0.35x",
+                        C.verdict(r["pass"][key]),
+                        _load_cell(r["load_average_end"]),
+                        r["date"],
+                    ]
+                )
     return rows
 
 
@@ -102,8 +190,9 @@ def main(argv: list[str] | None = None) -> int:
             if code:
                 failed.append(name)
     rows = summary_rows()
-    table = C.markdown_table(["benchmark", "measure", "value", "target", "result", "load avg (1/5/15 min)", "date"],
-                             rows)
+    table = C.markdown_table(
+        ["benchmark", "measure", "value", "target", "result", "load avg (1/5/15 min)", "date"], rows
+    )
     C.RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (C.RESULTS_DIR / "summary.json").write_text(json.dumps({"rows": rows, "table": table}, indent=2) + "\n")
     print("\n" + table)
