@@ -24,7 +24,7 @@ from grpo_ext.rewards.checked import checked_reward_func
 from grpo_ext.rewards.process import score_steps
 from grpo_ext.script_args import TaskArguments
 from grpo_ext.tasks.base import require_prompt_column
-from scripts import publish, train
+from scripts import iterative, publish, train
 from tests.trainer_utils import TASK, tiny_args, tiny_trainer
 
 TOKENIZER = build_char_tokenizer()
@@ -116,6 +116,87 @@ def resume_with_state(text):
         t = tiny_trainer(args=tiny_args(tmp_path=tmp))
         t.create_optimizer_and_scheduler(num_training_steps=1)
         t._load_optimizer_and_scheduler(str(checkpoint))
+
+    return trigger
+
+
+def iterative_flags(*flags):
+    return lambda tmp: iterative.parse_args(["--config", "configs/iterative.yaml", "--output_dir", str(tmp), *flags])
+
+
+def config(**fields):
+    """A GRPOExtConfig built in code (not through the parser): its own checks must give the one line."""
+    return lambda tmp: tiny_args(tmp_path=tmp, **fields)
+
+
+def written(name, text, then):
+    """`then(path)` on a file `name` holding `text` (str, or bytes for a file that is not UTF-8)."""
+
+    def trigger(tmp):
+        path = tmp / name
+        path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text)
+        return then(path)
+
+    return trigger
+
+
+def jsonl_task(path):
+    from grpo_ext.tasks import get_task
+
+    return get_task("jsonl", path=str(path)).load("train")
+
+
+def gsm8k_rows(path):
+    from grpo_ext.tasks import get_task
+
+    return get_task("gsm8k", data_files=str(path)).load("train")
+
+
+def study_with(text):
+    from grpo_ext.methods.study.config import load_study
+
+    return written("study.yaml", Path("configs/compare.yaml").read_text() + text, load_study)
+
+
+def method_config(path):
+    from grpo_ext.methods.config import parse_method_args
+
+    return parse_method_args(["--config", str(path), "--output_dir", str(path.parent / "out")])
+
+
+def runs(*specs):
+    from grpo_ext.methods.compare.runs import parse_runs
+
+    return lambda tmp: parse_runs(list(specs))
+
+
+def task(name, **knobs):
+    from grpo_ext.tasks import get_task
+
+    return lambda tmp: get_task(name, **knobs)
+
+
+def reward_path(value):
+    from grpo_ext.rewards import load_callable
+
+    return lambda tmp: load_callable(value, "reward_funcs")
+
+
+def quantised_without_lora(tmp):
+    from trl import ModelConfig
+
+    from grpo_ext.modeling import check_model_args
+
+    check_model_args(ModelConfig(model_name_or_path="embedded", load_in_4bit=True))
+
+
+def adapter_config(text):
+    def trigger(tmp):
+        from grpo_ext.evaluation.backends import load_model_and_tokenizer
+
+        (tmp / "adapter").mkdir()
+        (tmp / "adapter" / "adapter_config.json").write_text(text)
+        return load_model_and_tokenizer(str(tmp / "adapter"), device="cpu")
 
     return trigger
 
@@ -282,6 +363,89 @@ CASES = {
     ),
     # the evaluation cache
     "cache written by two runs": (cache_written_by_another_run, "samples.jsonl changed while this run was using it"),
+    # GRPOExtConfig built in code: its own checks and TRL's ranges (scripts/train.py's parser wraps them too)
+    "config: unknown advantage_mode": (config(advantage_mode="proces"), "advantage_mode: unknown value 'proces'"),
+    "config: unknown zero_std_groups": (config(zero_std_groups="drop"), "zero_std_groups: unknown value 'drop'"),
+    "config: PRM field without a PRM": (
+        config(process_reward_model_step_tag="ки"),
+        "process_reward_model_step_tag: set without process_reward_model",
+    ),
+    "config: temperature 0": (config(temperature=0.0), r"temperature: must be in \(0, inf\)"),
+    # scripts/iterative.py
+    "iterative: replay_ratio above 1": (iterative_flags("--replay_ratio", "1.5"), r"replay_ratio: must be in \[0, 1\]"),
+    "iterative: zero iterations": (iterative_flags("--iterations", "0"), "iterations: must be an integer >= 1, got 0"),
+    "iterative: zero rm_learning_rate": (iterative_flags("--rm_learning_rate", "0"), "rm_learning_rate: must be > 0"),
+    # tasks and their data
+    "task: unknown name": (task("gsm9k"), "unknown task 'gsm9k'; known tasks: arithmetic"),
+    "task: bad knob value": (task("arithmetic", digits=0), "arithmetic: digits must be >= 1, got 0"),
+    "task: empty step rule": (task("gsm8k", step_separator=""), "task 'gsm8k': step_separator must be a non-empty"),
+    "task: jsonl regex": (task("jsonl", path="x.jsonl", answer_regex="(("), "jsonl: answer_regex '\\(\\(' is not"),
+    "task: too many arithmetic problems": (
+        lambda tmp: task("arithmetic", min_operands=2, max_operands=2, digits=1)(tmp).load("test", 100),
+        "arithmetic: only .* distinct test problems exist for these knobs, asked 100",
+    ),
+    "jsonl: invalid JSON line": (
+        written("data.jsonl", '{"question": "1+1", "answer": "2"}\n{"question": \n', jsonl_task),
+        r"data\.jsonl line 2: invalid JSON",
+    ),
+    "jsonl: a line without the answer": (
+        written("data.jsonl", '{"question": "1+1"}\n', jsonl_task),
+        r"data\.jsonl line 1: no 'answer' field",
+    ),
+    "jsonl: not UTF-8": (written("data.jsonl", b"\xff\xfe{}\n", jsonl_task), r"jsonl: cannot read .*data\.jsonl"),
+    "data file that does not parse": (
+        written("train.jsonl", '{"question": "q", "answer": "#### 1"}\n{bad\n', gsm8k_rows),
+        r"data_files: cannot read .*train\.jsonl: ArrowInvalid",
+    ),
+    "data file without a column": (
+        written("train.jsonl", '{"question": "q"}\n', gsm8k_rows),
+        r"train\.jsonl: missing column\(s\) \['answer'\]",
+    ),
+    "dataset without a prompt column": (
+        lambda tmp: require_prompt_column(Dataset.from_dict({"question": ["q"]}), "data.jsonl"),
+        "data.jsonl: dataset has no 'prompt' column",
+    ),
+    "empty dataset": (
+        lambda tmp: require_prompt_column(Dataset.from_dict({"prompt": []}), "data.jsonl"),
+        "data.jsonl: dataset is empty",
+    ),
+    # reward functions and model arguments
+    "reward function given as a file path": (reward_path("my_rewards.py"), "looks like a file path"),
+    "reward function path with a folder": (reward_path("src/rewards.score"), "'src/rewards.score' is neither"),
+    "reward function not importable": (reward_path("no_such_module.score"), "reward_funcs: cannot import"),
+    "4-bit without LoRA": (quantised_without_lora, "load_in_4bit: quantised weights cannot be trained directly"),
+    "missing model folder under an existing folder": (
+        lambda tmp: train.main([*CONFIG, "--output_dir", str(tmp), "--model_name_or_path", "configs/no_such_model"]),
+        r"no such model folder: configs/no_such_model \(configs/ exists here",
+    ),
+    "adapter config not JSON": (adapter_config("{r: 8"), r"adapter_config\.json: not valid JSON"),
+    "adapter config without a base": (adapter_config("{}"), "names no base_model_name_or_path"),
+    "unknown sampling backend": (
+        lambda tmp: __import__("grpo_ext.evaluation.backends").evaluation.backends.load_backend("embedded", "tpu"),
+        "unknown backend 'tpu'",
+    ),
+    # methods: configs, --run, studies
+    "method config: unknown method": (written("m.yaml", "method: ppo\n", method_config), "unknown method 'ppo'"),
+    "method config: YAML that does not parse": (
+        written("m.yaml", "method: [rft\n", method_config),
+        r"--config: .*m\.yaml is not a valid file",
+    ),
+    "method config: bad field": (
+        written("m.yaml", Path("configs/methods/rft.yaml").read_text() + "samples_per_prompt: 0\n", method_config),
+        "samples_per_prompt: must be >= 1, got 0",
+    ),
+    "--run: unknown method": (runs("ppo=embedded"), "--run 'ppo=embedded': unknown method 'ppo'"),
+    "--run: no checkpoint": (runs("rft"), "--run 'rft': expected NAME=CHECKPOINT"),
+    "--run: repeated name": (runs("base=embedded", "base=embedded"), "--run names must be unique; repeated: base"),
+    "study: learning rates not numbers": (study_with("learning_rates: [fast]\n"), "`learning_rates` must be a"),
+    "study: extension naming no arm": (
+        study_with("extensions: {x: {arm: nope, against: sft}}\n"),
+        r"study\.yaml: extensions\.x\.arm: unknown arm 'nope'",
+    ),
+    "study: unknown evaluation field": (
+        study_with("test: {split: test, limit: 2, n: 2, temp: 1}\n"),
+        r"test: unknown field\(s\) \['temp'\]",
+    ),
 }
 
 
@@ -332,10 +496,6 @@ def test_library_misuse_is_a_value_error_naming_the_argument():
         pass_at_k(4, 1, 8)
     with pytest.raises(ValueError, match="len"):
         maj_at_k(["1", "2"], [True], 1)
-    with pytest.raises(ValueError, match="data.jsonl: dataset has no 'prompt' column"):
-        require_prompt_column(Dataset.from_dict({"question": ["q"]}), "data.jsonl")
-    with pytest.raises(ValueError, match="data.jsonl: dataset is empty"):
-        require_prompt_column(Dataset.from_dict({"prompt": []}), "data.jsonl")
 
 
 def test_documented_fallbacks_none_and_nan_mean_missing():
