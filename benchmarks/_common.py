@@ -18,9 +18,13 @@ from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
+from grpo_ext.io import portable_path
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "bitsandbytes", "lm_eval", "numpy", "grpo-ext")
+#: The `params` fields that hold a path of the machine that ran the benchmark (recorded portable: see write_results).
+PATH_PARAMS = ("model", "workdir")
 
 
 def set_threads(n: int = 1) -> None:
@@ -79,8 +83,15 @@ def quartiles(xs: Sequence[float]) -> tuple[float, float]:
 def summary(xs: Sequence[float]) -> dict:
     """Median, quartiles, min, max and the raw values of a list of measurements."""
     q1, q3 = quartiles(xs)
-    return {"median": median(xs), "q1": q1, "q3": q3, "min": float(min(xs)), "max": float(max(xs)), "n": len(xs),
-            "values": [float(x) for x in xs]}
+    return {
+        "median": median(xs),
+        "q1": q1,
+        "q3": q3,
+        "min": float(min(xs)),
+        "max": float(max(xs)),
+        "n": len(xs),
+        "values": [float(x) for x in xs],
+    }
 
 
 def paired_ratio(num: Sequence[float], den: Sequence[float]) -> dict:
@@ -88,8 +99,13 @@ def paired_ratio(num: Sequence[float], den: Sequence[float]) -> dict:
     repetitions) with its quartiles, and the ratio of the medians."""
     ratios = [a / b for a, b in zip(num, den, strict=True)]
     q1, q3 = quartiles(ratios)
-    return {"median_of_ratios": median(ratios), "q1": q1, "q3": q3, "ratio_of_medians": median(num) / median(den),
-            "values": ratios}
+    return {
+        "median_of_ratios": median(ratios),
+        "q1": q1,
+        "q3": q3,
+        "ratio_of_medians": median(num) / median(den),
+        "values": ratios,
+    }
 
 
 # ---- timing ------------------------------------------------------------------------------------------------------
@@ -150,9 +166,18 @@ def verdict(ok: bool) -> str:
     return "pass" if ok else "FAIL"
 
 
+def portable_params(params: dict) -> dict:
+    """``params`` with its :data:`PATH_PARAMS` as :func:`grpo_ext.io.portable_path` gives them (relative to the
+    repository when inside it): a committed result names no folder of the machine that ran it."""
+    return {k: portable_path(v) if k in PATH_PARAMS and isinstance(v, str) else v for k, v in params.items()}
+
+
 def write_results(name: str, payload: dict, table: str) -> Path:
-    """Print the table and write ``benchmarks/results/<name>.json`` (payload + table + machine facts)."""
+    """Print the table and write ``benchmarks/results/<name>.json`` (payload + table + machine facts; the paths in
+    ``payload["params"]`` portable, see :func:`portable_params`)."""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    if isinstance(payload.get("params"), dict):
+        payload = {**payload, "params": portable_params(payload["params"])}
     record = {
         "benchmark": name,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),

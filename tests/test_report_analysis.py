@@ -1,6 +1,6 @@
 """The harness report's numbers on synthetic results whose answers are known: per-problem scoring, means, intervals,
-B-against-A comparisons (differences, solved-set overlap, pass@k crossover), report files, and scoring problem by
-problem without holding the samples."""
+B-against-A comparisons (differences, solved-set overlap, pass@k crossover), report files (complete or refused,
+portable model paths), and scoring problem by problem without holding the samples (with and without a cache)."""
 
 import json
 import math
@@ -10,6 +10,8 @@ import tracemalloc
 import numpy as np
 import pytest
 
+from grpo_ext.errors import UserError
+from grpo_ext.evaluation import report as report_module
 from grpo_ext.evaluation.analysis import BootstrapSettings, compare_models, model_intervals, per_problem_values
 from grpo_ext.evaluation.backends import Backend
 from grpo_ext.evaluation.bootstrap import bootstrap_mean_ci, bootstrap_paired_difference_ci
@@ -18,6 +20,7 @@ from grpo_ext.evaluation.metrics import cover_at, maj_at_k, pass_at_k, pass_hat_
 from grpo_ext.evaluation.report import read_comparisons, read_report, write_reports
 from grpo_ext.evaluation.sampling import SamplingParams
 from grpo_ext.evaluation.scoring import score_problem, summarize
+from grpo_ext.io import REPO_ROOT
 from grpo_ext.tasks import get_task
 
 TASK = get_task("arithmetic")
@@ -167,6 +170,26 @@ def test_models_are_paired_by_problem_id():
     assert compare_models(a, dict(b, per_problem=[]), FAST) is None  # nothing per problem: nothing to pair
 
 
+def test_study_stats_read_the_same_per_problem_values():
+    """methods/study/stats.py takes its per-problem values and bootstrap settings from analysis (one source)."""
+    from grpo_ext.methods.study.stats import BOOTSTRAP, per_problem
+
+    result = {
+        "n": 4,
+        "per_problem": [
+            {"problem_id": "b", "n_correct": 1, "maj@k": {"2": 0.25}},
+            {"problem_id": "a", "n_correct": 4, "maj@k": {"2": 1.0}},
+        ],
+    }
+    assert per_problem(result, "pass@2").tolist() == [1.0, 0.5]  # problem-id order; b: 1 - C(3, 2) / C(4, 2)
+    assert per_problem(result, "maj@2").tolist() == [1.0, 0.25]
+    with pytest.raises(ValueError, match="expected pass@k or maj@k"):
+        per_problem(result, "pass^2")
+    with pytest.raises(ValueError, match="maj@4"):
+        per_problem(result, "maj@4")
+    assert BOOTSTRAP == {"n_resamples": 10_000, "seed": 0, "confidence": 0.95}  # what study reports record
+
+
 # ---- report files ------------------------------------------------------------------------------------------------
 
 
@@ -224,6 +247,58 @@ def test_reports_written_before_the_new_metrics_still_read_and_render(tmp_path):
     assert "| k | pass@k | maj@k |\n" in md and "B against A" not in md
 
 
+def test_report_json_is_written_last_and_a_report_left_incomplete_is_refused(tmp_path, monkeypatch):
+    a, b = _result("base", [1] * 6 + [8] * 2), _result("rl", [8] * 4 + [0] * 4)
+    writes = []
+    real_text, real_bytes = report_module.atomic_write_text, report_module.atomic_write_bytes
+
+    def text(path, data):
+        writes.append((path.name, json.loads(data)["complete"] if path.name == "report.json" else None))
+        return real_text(path, data)
+
+    def png(path, data):
+        writes.append((path.name, None))
+        return real_bytes(path, data)
+
+    monkeypatch.setattr(report_module, "atomic_write_text", text)
+    monkeypatch.setattr(report_module, "atomic_write_bytes", png)
+    write_reports([a, b], tmp_path, bootstrap=FAST)
+    assert writes[0] == ("report.json", False) and writes[-1] == ("report.json", True)
+    assert {name for name, _ in writes[1:-1]} == {"report.md", "passk_majk.png", "per_problem_accuracy.png"}
+    assert json.loads((tmp_path / "report.json").read_text())["complete"] is True
+    assert read_report(tmp_path, "rl")["model"] == "rl"
+
+    def full_disk(path, data):  # the disk fills up at the first PNG of the next run (one model this time)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(report_module, "atomic_write_bytes", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        write_reports([_result("other", [2] * 8)], tmp_path, bootstrap=FAST)
+    for read in (lambda: read_report(tmp_path), lambda: read_comparisons(tmp_path / "report.json")):
+        with pytest.raises(UserError, match="incomplete") as info:
+            read()
+        assert str(tmp_path / "report.json") in str(info.value) and "\n" not in str(info.value)
+
+    monkeypatch.setattr(report_module, "atomic_write_bytes", real_bytes)  # the next run finishes: one model, no pairs
+    write_reports([_result("other", [2] * 8)], tmp_path, bootstrap=FAST)
+    assert read_report(tmp_path)["model"] == "other"
+    assert not (tmp_path / "per_problem_accuracy.png").exists()  # the earlier run's scatter is not left behind
+
+
+def test_reports_name_local_models_relative_to_the_repository(tmp_path):
+    inside = str(REPO_ROOT / "grpo_ext" / "assets" / "embedded")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    a, b = _result(inside, [1] * 6 + [8] * 2), _result(str(outside), [8] * 4 + [0] * 4)
+    write_reports([a, b], tmp_path / "out", bootstrap=FAST)
+    payload = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert [m["model"] for m in payload["models"]] == ["grpo_ext/assets/embedded", str(outside)]
+    assert payload["comparisons"][0]["a"] == "grpo_ext/assets/embedded"
+    assert inside not in (tmp_path / "out" / "report.md").read_text()
+    assert read_report(tmp_path / "out", "embedded")["per_problem"] == a["per_problem"]
+    assert a["model"] == inside  # the caller's results are left as they were
+
+
 # ---- scoring as samples arrive -----------------------------------------------------------------------------------
 
 
@@ -254,3 +329,32 @@ def test_evaluate_model_scores_each_problem_as_it_arrives_and_keeps_no_samples()
     assert result["per_problem"] == per_problem
     assert all(result[key] == value for key, value in summary.items())
     assert result["pass@k"]["1"] == pytest.approx(21 / 32) and math.isclose(result["distinct_answers"], 2)
+
+
+def test_a_cached_run_keeps_only_its_own_samples_and_a_fresh_one_none(tmp_path):
+    """With a cache file, drawing keeps nothing (records are written, not remembered); a rerun from the cache holds
+    its own model's samples at most, not the other models' records in the same file, and scores the same."""
+    problems = _problems(24)
+    params = SamplingParams(n=32, temperature=1.0, max_new_tokens=8, batch_size=1)
+    total = 24 * 32 * 20_000  # 15 MB of completions per model
+    path = tmp_path / "samples.jsonl"
+
+    class _Other(_BigSamples):
+        name = "other"
+
+    def peak_of(backend):
+        tracemalloc.start()
+        try:
+            result = evaluate_model(backend, TASK, params, [1, 4, 32], path, problems=problems, progress=False)
+            return result, tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    evaluate_model(_Other(), TASK, params, [1, 4, 32], path, problems=problems, progress=False)
+    fresh, peak = peak_of(_BigSamples())
+    assert fresh["samples"]["generated"] == 24 * 32
+    # a problem's samples, its records and their JSON line: a few problems' worth, whatever the number of problems
+    assert peak < total / 24 * 5, f"drawing: peak {peak / 1e6:.1f} MB for {total / 1e6:.0f} MB of samples"
+    cached, peak = peak_of(_BigSamples())
+    assert cached["samples"]["from_cache"] == 24 * 32 and cached["per_problem"] == fresh["per_problem"]
+    assert peak < 1.5 * total, f"from the cache: peak {peak / 1e6:.1f} MB for {total / 1e6:.0f} MB (two models' worth)"

@@ -103,6 +103,17 @@ def test_samples_do_not_depend_on_batching_or_n(tiny):
     assert [x[:2] for x in reference] == sample(model, tok, PROMPTS, params.replace(n=2), progress=False)
 
 
+def test_samples_do_not_depend_on_the_number_of_slots(tiny, monkeypatch):
+    """The sampler's slots are capped (MAX_SLOTS: its KV-cache memory at large n); fewer slots than samples make rows
+    wait for a slot, and change no sample."""
+    model, tok = tiny
+    params = SamplingParams(n=6, temperature=1.0, max_new_tokens=10, seed=7, batch_size=2)  # 12 slots uncapped
+    reference = sample(model, tok, PROMPTS, params, progress=False)
+    for cap in (1, 5):
+        monkeypatch.setattr(sampling, "MAX_SLOTS", cap)
+        assert sample(model, tok, PROMPTS, params, progress=False) == reference
+
+
 def test_continuous_falls_back_to_generate_when_the_model_does_not_allow_it(tiny, monkeypatch):
     from grpo_ext.evaluation import continuous
 
@@ -205,6 +216,49 @@ def test_records_of_other_params_models_or_prompts_are_ignored(setup):
     evaluate_model(fresh, changed, params, [1], path, limit=4, progress=False)
     assert fresh.samples == 16
     assert len(SampleCache(path)) == 16 * 4 + 8
+
+
+def _record(model="m", problem="0", index=0, completion="#1", params="p"):
+    return {
+        "model": model,
+        "model_fingerprint": "fp",
+        "task": "t",
+        "problem_id": problem,
+        "sample_index": index,
+        "params": params,
+        "prompt": f"{problem}=",
+        "completion": completion,
+    }
+
+
+def test_cache_with_only_keeps_one_group_and_append_can_write_without_keeping(tmp_path, caplog):
+    path = tmp_path / "samples.jsonl"
+    mine = [_record(problem=str(i), index=j, completion=f"#{i}.{j}") for i in range(3) for j in range(2)]
+    others = [_record(model="other", problem=str(i)) for i in range(3)] + [_record(params="q")]
+    full = SampleCache(path)
+    full.append(mine[:3] + others + mine[3:])
+    assert len(full) == len(mine) + len(others)
+
+    only = SampleCache(path, only=("m", "fp", "t", "p"))
+    assert len(only) == len(mine)  # the other groups were read past, not kept
+    assert only.lookup("m", "fp", "t", "p")[("1", "1=")] == {0: "#1.0", 1: "#1.1"}
+    with pytest.raises(ValueError, match="keeps only"):
+        only.lookup("other", "fp", "t", "p")
+    only.append([_record(problem="9")], remember=False)  # written, not kept
+    assert len(only) == len(mine) and ("9", "9=") not in only.lookup("m", "fp", "t", "p")
+    only.append([_record(problem="8"), _record(model="other", problem="8")])  # kept: this group's record only
+    assert len(only) == len(mine) + 1
+    assert len(SampleCache(path)) == len(mine) + len(others) + 3  # every record is in the file
+
+    # read a line at a time: an invalid line in the middle is skipped, a torn last line is cut before appending
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(lines[0] + b"not json\n" + b"".join(lines[1:]) + b'{"model": "m", "prob')
+    with caplog.at_level(logging.WARNING):
+        torn = SampleCache(path, only=("m", "fp", "t", "p"))
+    assert "line 2 is not a valid sample record" in caplog.text and "torn last line" in caplog.text
+    assert torn.dropped_lines == 2 and len(torn) == len(mine) + 2
+    torn.append([_record(problem="7")], remember=False)
+    assert path.read_bytes().endswith(b"\n") and len(SampleCache(path)) == len(mine) + len(others) + 4
 
 
 def test_harness_drops_k_above_n_with_a_recorded_warning_and_names_bad_rows(setup, caplog):

@@ -13,6 +13,10 @@ loses at most the batch in flight. On load, a last line without its newline (a w
 does not parse is dropped with a warning and cut from the file before anything is appended; the harness then
 draws the missing ``(problem_id, sample_index)`` pairs again. Records for other models, tasks or sampling
 parameters are left in the file and ignored. One writer at a time per file.
+
+Memory: the file is read a line at a time, and a cache opened with ``only=`` keeps the records of that one group
+(model, fingerprint, task, params) and skips the rest; ``append(..., remember=False)`` writes without keeping. The
+harness uses both, so a run holds its own model's cached samples, never the whole file, and not what it draws.
 """
 
 from __future__ import annotations
@@ -101,11 +105,15 @@ class SampleCache:
     """The samples of a JSONL file (or of memory only, with ``path=None``), grouped by (model, task, params).
 
     ``lookup(...)`` gives ``{(problem_id, prompt key): {sample_index: completion}}`` for one group; ``append(records)``
-    adds records and makes them durable before returning.
+    adds records and makes them durable before returning. ``only=(model, fingerprint, task, params_key)`` keeps that
+    group alone in memory (records of other groups are read past, and stay in the file).
     """
 
-    def __init__(self, path: str | os.PathLike | None):
+    def __init__(self, path: str | os.PathLike | None, *, only: tuple | None = None):
         self.path = Path(path) if path is not None else None
+        if only is not None and len(only) != 4:
+            raise ValueError(f"only must be (model, fingerprint, task, params_key), got {only!r}")
+        self.only = _group_key(*only) if only is not None else None
         self._groups: dict[tuple, dict[tuple, dict[int, str]]] = {}
         self.dropped_lines = 0
         self._good_size = 0  # bytes of the file made of complete, valid lines (appends start here)
@@ -115,33 +123,33 @@ class SampleCache:
 
     # ---- reading -------------------------------------------------------------------------------------------
     def _load(self) -> None:
-        data = self.path.read_bytes()
-        self._known_size = len(data)
-        offset, n_lines = 0, 0
-        while offset < len(data):
-            end = data.find(b"\n", offset)
-            torn = end == -1
-            line_end = len(data) if torn else end + 1
-            raw = data[offset:line_end]
-            n_lines += 1
-            record = None if torn else self._parse(raw)
-            if record is None:
-                if torn or line_end == len(data):
-                    logger.warning(
-                        "%s: dropping a torn last line (%d bytes, line %d; a crash mid-write?): its samples will be "
-                        "drawn again",
-                        self.path,
-                        len(raw),
-                        n_lines,
-                    )
+        """Read the file a line at a time (a cache of millions of samples is never in memory at once)."""
+        with self.path.open("rb") as handle:
+            self._known_size = os.fstat(handle.fileno()).st_size
+            offset = 0
+            for n_lines, raw in enumerate(iter(handle.readline, b""), start=1):
+                line_end = offset + len(raw)
+                if line_end > self._known_size:  # grew while being read: another writer (append will say so)
+                    break
+                torn = not raw.endswith(b"\n")
+                record = None if torn else self._parse(raw)
+                if record is None:
+                    if torn or line_end == self._known_size:
+                        logger.warning(
+                            "%s: dropping a torn last line (%d bytes, line %d; a crash mid-write?): its samples will "
+                            "be drawn again",
+                            self.path,
+                            len(raw),
+                            n_lines,
+                        )
+                        self.dropped_lines += 1
+                        break  # the file is cut back to _good_size before the next append
+                    logger.warning("%s: line %d is not a valid sample record: ignored", self.path, n_lines)
                     self.dropped_lines += 1
-                    break  # the file is cut back to _good_size before the next append
-                logger.warning("%s: line %d is not a valid sample record: ignored", self.path, n_lines)
-                self.dropped_lines += 1
-            else:
-                self._add(record)
-            offset = line_end
-            self._good_size = offset
+                else:
+                    self._add(record)
+                offset = line_end
+                self._good_size = offset
 
     @staticmethod
     def _parse(raw: bytes) -> dict | None:
@@ -156,23 +164,31 @@ class SampleCache:
         return record
 
     def _add(self, record: dict) -> None:
-        group = self._groups.setdefault(
-            _group_key(record["model"], record["model_fingerprint"], record["task"], record["params"]), {}
-        )
+        key = _group_key(record["model"], record["model_fingerprint"], record["task"], record["params"])
+        if self.only is not None and key != self.only:
+            return  # another group's record: left in the file, not kept
+        group = self._groups.setdefault(key, {})
         samples = group.setdefault((str(record["problem_id"]), prompt_key(record["prompt"])), {})
         samples.setdefault(record["sample_index"], record["completion"])  # first one wins
 
     def lookup(self, model: str, fingerprint: str | None, task: str, params_key: str) -> dict[tuple, dict[int, str]]:
         """``{(problem_id, prompt key): {sample_index: completion}}`` of one model, task and sampling-parameter key
-        (the prompt key is the prompt, or its JSON for a conversation: see :func:`prompt_key`)."""
-        return self._groups.get(_group_key(model, fingerprint, task, params_key), {})
+        (the prompt key is the prompt, or its JSON for a conversation: see :func:`prompt_key`).
+
+        The dict is the cache's own: a caller done with a problem may pop it to let its samples go."""
+        key = _group_key(model, fingerprint, task, params_key)
+        if self.only is not None and key != self.only:
+            raise ValueError(f"this cache keeps only {self.only}; looked up {key}")
+        return self._groups.setdefault(key, {})
 
     def __len__(self) -> int:
         return sum(len(samples) for group in self._groups.values() for samples in group.values())
 
     # ---- writing -------------------------------------------------------------------------------------------
-    def append(self, records: Iterable[dict]) -> None:
-        """Add records (dicts with :data:`RECORD_FIELDS`) and, with a file, write them durably (flush + fsync)."""
+    def append(self, records: Iterable[dict], *, remember: bool = True) -> None:
+        """Add records (dicts with :data:`RECORD_FIELDS`) and, with a file, write them durably (flush + fsync).
+
+        ``remember=False``: write only, keep nothing in memory (a caller that holds the samples itself)."""
         records = list(records)
         for record in records:
             missing = [field for field in RECORD_FIELDS if field not in record]
@@ -197,5 +213,6 @@ class SampleCache:
                 os.fsync(handle.fileno())
             self._good_size += len(payload)
             self._known_size = self._good_size
-        for record in records:
-            self._add(record)
+        if remember:
+            for record in records:
+                self._add(record)

@@ -159,22 +159,8 @@ def evaluate_model(
     task_id = task_id or task_id_for(task.name, split)
     n, key = params.n, params.key()
 
-    # No cache path: nothing is kept at all (an in-memory SampleCache would hold every completion of the run).
-    cache = SampleCache(cache_path) if cache_path is not None else None
-    cached = cache.lookup(backend.name, backend.fingerprint, task_id, key) if cache is not None else {}
-    samples: list[dict[int, str] | None] = []
-    for problem in problems:
-        have = cached.get((problem["problem_id"], prompt_key(problem["prompt"])), {})
-        samples.append({index: completion for index, completion in have.items() if 0 <= index < n})
-    wanted = {(p["problem_id"], prompt_key(p["prompt"])) for p in problems}
-    ids = {p["problem_id"] for p in problems}
-    stale = sum(len(v) for (pid, prompt), v in cached.items() if pid in ids and (pid, prompt) not in wanted)
-    if stale:
-        warnings.append(f"{stale} cached samples were drawn for another prompt under the same problem id: ignored")
-        logger.warning(warnings[-1])
-    from_cache = sum(len(s) for s in samples)
-
     # A problem is scored once all n of its samples are in, then its completions are dropped: only counts stay.
+    samples: list[dict[int, str] | None] = []
     scored: list[dict | None] = [None] * len(problems)
     memo: dict = {}  # maj@k by answer signature, shared by the problems of this run
     scoring_seconds = 0.0
@@ -187,12 +173,30 @@ def evaluate_model(
         samples[pos] = None
         scoring_seconds += time.perf_counter() - began
 
+    # The cache keeps this run's group only and nothing of what is drawn (the run holds that itself); no cache path:
+    # nothing is kept at all. Each problem's cached samples move out of the cache (popped) and, when all n are there,
+    # are scored and let go at once: memory holds the samples of the problems not scored yet, no more.
+    group = (backend.name, backend.fingerprint, task_id, key)
+    cache = SampleCache(cache_path, only=group) if cache_path is not None else None
+    cached = cache.lookup(*group) if cache is not None else {}
+    from_cache = 0
     # Work units: (problem position, missing sample indices); problems missing the same indices are sampled in one
     # call (the backend keeps its batch full across them), longest prompts first (less padding).
-    units = [(i, tuple(j for j in range(n) if j not in have)) for i, have in enumerate(samples)]
-    for pos, missing in units:
-        if not missing:
+    units = []
+    for pos, problem in enumerate(problems):
+        have = cached.pop((problem["problem_id"], prompt_key(problem["prompt"])), {})
+        samples.append({index: completion for index, completion in have.items() if 0 <= index < n})
+        from_cache += len(samples[pos])
+        units.append((pos, tuple(j for j in range(n) if j not in samples[pos])))
+        if not units[-1][1]:
             finish(pos)
+    ids = {p["problem_id"] for p in problems}
+    # what is left of the group under this run's problem ids was drawn for other prompts
+    stale = sum(len(v) for (pid, _), v in cached.items() if pid in ids)
+    cached.clear()
+    if stale:
+        warnings.append(f"{stale} cached samples were drawn for another prompt under the same problem id: ignored")
+        logger.warning(warnings[-1])
     units = [u for u in units if u[1]]
     units.sort(key=lambda u: (u[1], -len(prompt_key(problems[u[0]]["prompt"]))))
     groups: dict[tuple[int, ...], list[int]] = {}
@@ -204,7 +208,7 @@ def evaluate_model(
 
     def save(records: list[dict]) -> None:
         if cache is not None:
-            cache.append(records)
+            cache.append(records, remember=False)
         bar.update(len(records))
 
     try:

@@ -1,15 +1,19 @@
 """Reports of :func:`grpo_ext.evaluation.harness.evaluate_model` results: ``report.md``, ``report.json``,
 ``passk_majk.png`` (Pass@K solid, Maj@K dashed, one colour per model, interval bands: DeepSeekMath's Figure 7) and,
 with two or more models, ``per_problem_accuracy.png`` (model B against model A, problem by problem). Every file is
-written atomically (temporary name, then ``os.replace``).
+written atomically (temporary name, then ``os.replace``), and the folder as a whole can be told from a mix of two
+runs: ``report.json`` is written first with ``"complete": false``, then the other files, then ``report.json`` again
+with ``"complete": true``. A write that fails part-way (a full disk) leaves a report.json that :func:`read_report`
+refuses; a report.json without the key (written before it existed) reads as before. Model paths are recorded as
+:func:`grpo_ext.io.portable_path` gives them (relative to the repository when inside it).
 
 :func:`write_reports` writes them, with the intervals and model comparisons of :mod:`grpo_ext.evaluation.analysis`;
 :func:`read_report` is the one reader of ``report.json`` (the model card, the method comparison and anything else
 that consumes harness results go through it).
 
-``report.json``: ``{"task", "command", ..., "bootstrap": {"n_resamples", "seed", "confidence", "method", "unit"},
-"models": [each result, plus "intervals": {metric: {key: [low, high]}}], "comparisons": [{"a", "b", "difference",
-"solved_overlap", "crossover", ...}]}``. Each per-problem record sits on one line.
+``report.json``: ``{"complete", "task", "command", ..., "bootstrap": {"n_resamples", "seed", "confidence", "method",
+"unit"}, "models": [each result, plus "intervals": {metric: {key: [low, high]}}], "comparisons": [{"a", "b",
+"difference", "solved_overlap", "crossover", ...}]}``. Each per-problem record sits on one line.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from grpo_ext.errors import UserError
 from grpo_ext.evaluation.analysis import (
     DEFAULT_BOOTSTRAP,
     SOLVED_THRESHOLD,
@@ -28,7 +33,7 @@ from grpo_ext.evaluation.analysis import (
     per_problem_values,
 )
 from grpo_ext.evaluation.plots import describe_task, plot_passk_majk, plot_problem_accuracy
-from grpo_ext.io import atomic_write_bytes, atomic_write_text
+from grpo_ext.io import atomic_write_bytes, atomic_write_text, portable_path
 
 __all__ = [
     "crossover_text",
@@ -247,13 +252,19 @@ def write_reports(
 ) -> dict[str, Path]:
     """Write ``report.md``, ``report.json``, ``passk_majk.png`` and (two or more comparable models)
     ``per_problem_accuracy.png`` into ``out_dir``; returns their paths. ``bootstrap`` draws every interval (recorded
-    in the report); a model *solves* a problem at k when its pass@k is >= ``solved_threshold``."""
+    in the report); a model *solves* a problem at k when its pass@k is >= ``solved_threshold``.
+
+    ``report.json`` is written first marked ``"complete": false`` and last marked ``"complete": true`` (see the
+    module's docstring); a ``per_problem_accuracy.png`` of an earlier run that this report has no pairs for is
+    removed. A model that is a local path is named as :func:`~grpo_ext.io.portable_path` gives it."""
     if not results:
         raise ValueError("no results to report")
+    results = [{**r, "model": portable_path(r["model"])} for r in results]
     analysis = analyze(results, bootstrap, solved_threshold)
     out = Path(out_dir)
     models = [{**r, "intervals": iv} for r, iv in zip(results, analysis["intervals"], strict=True)]
     payload = {
+        "complete": False,
         "task": results[0]["task_id"],
         "command": command,
         **(extra or {}),
@@ -261,16 +272,19 @@ def write_reports(
         "models": models,
         "comparisons": [c for c in analysis["comparisons"] if c is not None],
     }
-    paths = {
-        "md": atomic_write_text(out / REPORT_MD, render_markdown(results, analysis, command=command)),
-        "json": atomic_write_text(out / REPORT_JSON, json_text(payload)),
-        "png": atomic_write_bytes(
-            out / REPORT_PNG, plot_passk_majk(results, analysis["intervals"], bootstrap=analysis["bootstrap"])
-        ),
-    }
+    # Everything is rendered before the first write, so only a write can stop part-way; from the first write to the
+    # last, the folder may hold files of two runs, and report.json says so.
+    markdown = render_markdown(results, analysis, command=command)
+    png = plot_passk_majk(results, analysis["intervals"], bootstrap=analysis["bootstrap"])
     pairs = _accuracy_pairs(results, analysis["comparisons"])
-    if pairs:
-        paths["scatter"] = atomic_write_bytes(out / SCATTER_PNG, plot_problem_accuracy(pairs))
+    scatter = plot_problem_accuracy(pairs) if pairs else None
+    atomic_write_text(out / REPORT_JSON, json_text(payload))
+    paths = {"md": atomic_write_text(out / REPORT_MD, markdown), "png": atomic_write_bytes(out / REPORT_PNG, png)}
+    if scatter is not None:
+        paths["scatter"] = atomic_write_bytes(out / SCATTER_PNG, scatter)
+    else:
+        (out / SCATTER_PNG).unlink(missing_ok=True)  # an earlier run's: not this report's
+    paths["json"] = atomic_write_text(out / REPORT_JSON, json_text({**payload, "complete": True}))
     return paths
 
 
@@ -301,16 +315,23 @@ def metric_table(result: dict, metric: str, where: str = "result") -> dict[int, 
 
 
 def _report_file(path: str | os.PathLike) -> tuple[Path, object]:
-    """``(file, parsed JSON)`` of a report folder (its report.json) or a JSON file; errors name the file."""
+    """``(file, parsed JSON)`` of a report folder (its report.json) or a JSON file; errors name the file, and a
+    report.json marked ``"complete": false`` is one (a ``UserError``)."""
     given = Path(path)
     file = given / REPORT_JSON if given.is_dir() else given
     if not file.is_file():
         where = f"no {REPORT_JSON} in {given}" if given.is_dir() else f"no such file: {given}"
         raise FileNotFoundError(f"eval report: {where}")
     try:
-        return file, json.loads(file.read_text())
+        payload = json.loads(file.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"eval report {file}: not valid JSON ({err})") from err
+    if isinstance(payload, dict) and payload.get("complete", True) is not True:
+        raise UserError(
+            f'eval report {file}: incomplete ("complete": {json.dumps(payload["complete"])}): writing the report '
+            "stopped part-way (a full disk?), so its folder may mix files of two runs; run the evaluation again"
+        )
+    return file, payload
 
 
 def read_comparisons(path: str | os.PathLike) -> list[dict]:
@@ -331,7 +352,8 @@ def read_report(path: str | os.PathLike, model: str | None = None, *, require: I
     ``task`` / ``task_id`` takes the report's ``task``, and one without ``params_key`` gets it from ``params``
     (results written before those keys existed stay readable). ``pass@k`` / ``maj@k`` are checked (see
     :func:`metric_table`; their ks stay strings, as written) and at least one must be there; ``require`` names
-    further keys the caller needs. Errors are ``FileNotFoundError`` / ``ValueError`` naming the file.
+    further keys the caller needs. Errors are ``FileNotFoundError`` / ``ValueError`` naming the file (a
+    ``UserError`` for a report that :func:`write_reports` did not finish writing).
     """
     file, payload = _report_file(path)
     if isinstance(payload, dict) and "models" not in payload and ("pass@k" in payload or "maj@k" in payload):

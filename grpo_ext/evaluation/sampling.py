@@ -1,8 +1,8 @@
 """Transformers sampling backend: many samples per prompt, batched, seeded, with a progress bar.
 
-Decoding is continuous batching (:mod:`grpo_ext.evaluation.continuous`): ``batch_size * n`` slots share one KV
-cache and a slot whose sample ends takes the next sample at once, instead of a batch running until its longest
-row stops; each prompt is prefilled once for its ``n`` samples (lm-eval's HF backend, and
+Decoding is continuous batching (:mod:`grpo_ext.evaluation.continuous`): ``batch_size * n`` slots (at most
+:data:`MAX_SLOTS`) share one KV cache and a slot whose sample ends takes the next sample at once, instead of a batch
+running until its longest row stops; each prompt is prefilled once for its ``n`` samples (lm-eval's HF backend, and
 ``generate(num_return_sequences=n)``, prefill every copy). Where a model cannot be decoded that way
 (encoder-decoder models, caches that are not plain per-layer keys/values) the sampler falls back to
 ``model.generate``.
@@ -38,6 +38,10 @@ __all__ = [
     "sample_completions",
     "sample_stream",
 ]
+
+#: At most this many slots (rows decoding at once) share the sampler's KV cache, whatever ``batch_size * n``: its
+#: memory grows with the slots (n = 1024 would otherwise decode 1024 rows at once). The samples do not depend on it.
+MAX_SLOTS = 512
 
 
 @dataclass(frozen=True)
@@ -154,8 +158,9 @@ def sample_stream(
     """Yield ``(prompt index, its params.n completions)`` as each prompt's samples are done (not in prompt order).
 
     ``continuous``: None (default) decodes with continuous batching (:mod:`grpo_ext.evaluation.continuous`,
-    ``batch_size * n`` slots) where the model allows it and falls back to ``generate`` otherwise; True asks for it
-    (a warning when it cannot run); False always uses ``generate``. The model is in eval mode while sampling.
+    ``batch_size * n`` slots, at most :data:`MAX_SLOTS`) where the model allows it and falls back to ``generate``
+    otherwise; True asks for it (a warning when it cannot run); False always uses ``generate``. The model is in eval
+    mode while sampling.
     """
     prompts = list(prompts)
     if not prompts:
@@ -177,7 +182,7 @@ def sample_stream(
                 max_new_tokens=params.max_new_tokens,
                 temperature=float(params.temperature),
                 top_p=float(params.top_p),
-                slots=params.batch_size * params.n,
+                slots=min(params.batch_size * params.n, MAX_SLOTS),
                 prefill_batch=params.batch_size,
                 eos_ids=[] if eos is None else [eos],
                 pad_id=pad,

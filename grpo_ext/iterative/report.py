@@ -1,14 +1,34 @@
-"""The loop's report: a markdown table, the rows as JSON and a plot of RM and policy accuracy per iteration."""
+"""The loop's report: a markdown table, the rows as JSON and a plot of RM and policy accuracy per iteration.
+
+Model folders (the base, each iteration's policy and reference) are recorded as :func:`grpo_ext.io.portable_path`
+gives them: relative to the repository when inside it, so a committed report names no folder of the machine that
+ran it. The loop's own state keeps its absolute paths (a resume needs them)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from grpo_ext.io import atomic_write_bytes, atomic_write_json, atomic_write_text, figure_png
+from grpo_ext.io import atomic_write_bytes, atomic_write_json, atomic_write_text, figure_png, portable_path
 
 REPORT_MD, REPORT_JSON, REPORT_PNG = "report.md", "report.json", "iterative.png"
 
-__all__ = ["plot_report", "render_report", "write_report"]
+__all__ = ["plot_report", "portable_state", "render_report", "write_report"]
+
+#: The fields holding a model folder: in the config, and in each row of the history.
+_CONFIG_PATHS, _ROW_PATHS = ("base",), ("policy", "reference")
+
+
+def portable_state(state: dict) -> dict:
+    """``{"config", "history"}`` of ``state`` with every model folder as :func:`~grpo_ext.io.portable_path` gives it
+    (``state`` itself is left as it is)."""
+
+    def portable(record: dict, fields: tuple[str, ...]) -> dict:
+        return {k: portable_path(v) if k in fields and isinstance(v, str) else v for k, v in record.items()}
+
+    return {
+        "config": portable(state["config"], _CONFIG_PATHS),
+        "history": [portable(row, _ROW_PATHS) for row in state["history"]],
+    }
 
 
 def _fmt(value) -> str:
@@ -86,8 +106,10 @@ def plot_report(state: dict, k: int) -> bytes:
 
 
 def write_report(state: dict, report_dir: str | Path, k: int) -> Path:
-    """``report.md`` (table), ``report.json`` (rows) and ``iterative.png`` (RM and policy accuracy per iteration)."""
+    """``report.md`` (table), ``report.json`` (rows) and ``iterative.png`` (RM and policy accuracy per iteration),
+    model folders portable (see :func:`portable_state`)."""
     report_dir = Path(report_dir)
+    state = portable_state(state)
     atomic_write_text(report_dir / REPORT_MD, render_report(state, k))
     atomic_write_json(report_dir / REPORT_JSON, {"config": state["config"], "rows": state["history"]})
     atomic_write_bytes(report_dir / REPORT_PNG, plot_report(state, k))

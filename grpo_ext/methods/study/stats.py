@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from grpo_ext.evaluation.analysis import DEFAULT_BOOTSTRAP, per_problem_values
 from grpo_ext.evaluation.bootstrap import bootstrap_mean_ci, bootstrap_paired_difference_ci
-from grpo_ext.evaluation.metrics import pass_at_k_many
 
 __all__ = [
     "BOOTSTRAP",
@@ -25,20 +25,22 @@ __all__ = [
     "samples_to_reach",
 ]
 
-#: Every interval of a study report: 95% percentile bootstrap over problems, this many resamples, this seed.
-BOOTSTRAP = {"n_resamples": 10_000, "seed": 0, "confidence": 0.95}
+#: Every interval of a study report: the harness report's settings (95% percentile bootstrap over problems, 10,000
+#: resamples, seed 0), as the keyword arguments of :mod:`grpo_ext.evaluation.bootstrap`.
+BOOTSTRAP = DEFAULT_BOOTSTRAP.kwargs()
 
 
 def per_problem(result: dict, metric: str) -> np.ndarray:
-    """One value per problem of ``metric`` (``pass@k`` or ``maj@k``) from a harness result, in problem-id order."""
+    """One value per problem of ``metric`` (``pass@k`` or ``maj@k``) from a harness result, in problem-id order
+    (the values of :func:`grpo_ext.evaluation.analysis.per_problem_values`)."""
     name, _, k = metric.partition("@")
-    rows = sorted(result["per_problem"], key=lambda p: p["problem_id"])
-    if name == "pass":
-        n = np.full(len(rows), result["n"])
-        return np.asarray(pass_at_k_many(n, np.array([p["n_correct"] for p in rows]), int(k)), dtype=float)
-    if name == "maj":
-        return np.array([p["maj@k"][k] for p in rows], dtype=float)
-    raise ValueError(f"metric {metric!r}: expected pass@k or maj@k")
+    if name not in ("pass", "maj"):
+        raise ValueError(f"metric {metric!r}: expected pass@k or maj@k")
+    ids = [str(p["problem_id"]) for p in sorted(result["per_problem"], key=lambda p: p["problem_id"])]
+    values = per_problem_values(result, f"{name}@k", [k], ids)
+    if values is None:
+        raise ValueError(f"metric {metric!r}: the result has no per-problem counts or {metric} values")
+    return values[:, 0]
 
 
 def _seed_matrix(results: Sequence[dict], metric: str) -> np.ndarray:
