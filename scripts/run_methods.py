@@ -51,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> dict:
     args = build_parser().parse_args(argv)
+    from grpo_ext.errors import UserError
     from grpo_ext.io import atomic_write_json
     from grpo_ext.methods.study.config import load_study, pick_settings
     from grpo_ext.methods.study.runs import Job, read_score, run_jobs
@@ -65,7 +66,7 @@ def main(argv: list[str]) -> dict:
         keep = [a.strip() for a in args.arms.split(",") if a.strip()]
         study.arms = [study.arm(name) for name in keep]
     if args.jobs < 1:
-        raise ValueError(f"--jobs: must be >= 1, got {args.jobs}")
+        raise UserError(f"--jobs: must be >= 1, got {args.jobs}")
     resolve_model_path(study.base)  # a missing base model fails before any training
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ import pytest
 from grpo_ext.methods.study.config import Setting, load_study, pick_settings
 from grpo_ext.methods.study.stats import finding_beats, paired_difference, samples_to_reach
 
+METHODS = ("sft", "rft", "online_rft", "dpo", "grpo_outcome", "grpo_process")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STUDY = os.path.join(ROOT, "configs", "compare.yaml")
 
@@ -93,13 +94,14 @@ def test_samples_to_reach_interpolates_between_evaluations():
 
 
 @pytest.mark.slow
-def test_quick_run_picks_on_validation_before_any_test_number(tmp_path):
-    """The driver end to end on two arms: the picks are the best validation scores, and test results exist only
-    for the picked settings, each written after the picks."""
+def test_quick_run_of_every_method_picks_on_validation_before_any_test_number(tmp_path):
+    """The driver end to end on the six methods of the paradigm: equal budgets, the picks are the best validation
+    scores, test results exist only for the picked settings (each written after the picks); then the ad-hoc
+    comparison (evals/compare.py) reads the picked runs."""
     out = tmp_path / "study"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "scripts/run_methods.py", "--quick", "--arms", "sft,grpo_outcome", "--jobs", "1"]
-    proc = subprocess.run([*cmd, "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    cmd = [sys.executable, "scripts/run_methods.py", "--quick", "--arms", ",".join(METHODS), "--jobs", "1"]
+    proc = subprocess.run([*cmd, "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     search = json.loads((out / "search.json").read_text())
     picked_at = (out / "search.json").stat().st_mtime
@@ -115,6 +117,18 @@ def test_quick_run_picks_on_validation_before_any_test_number(tmp_path):
                 assert len(tests) == 2 and all(t.stat().st_mtime >= picked_at for t in tests)
             else:
                 assert tests == []  # a setting that was not picked is never scored on test
+        cost = json.loads((out / "runs" / arm / best / "seed0" / "training_cost.json").read_text())
+        assert cost["optimizer_steps"] == 2 and cost["samples_generated"] == (0 if arm == "sft" else 32)
     report = (out / "report.md").read_text()
     assert "## Search (validation)" in report and "(pick)" in report and "95% percentile bootstrap" in report
+    assert "Online RFT beats RFT" in report and "raises Maj@K more than Pass@K" in report
     assert (out / "curves.png").stat().st_size > 0 and (out / "passk_majk.png").stat().st_size > 0
+
+    from grpo_ext.methods.compare.cli import main as compare
+
+    runs = ["base=embedded"] + [f"{m}@seed0={out / 'runs' / m / search['picks'][m]['slug'] / 'seed0'}" for m in METHODS]
+    argv = [a for r in runs for a in ("--run", r)] + ["--out", str(tmp_path / "compare"), "--no-progress"]
+    compare([*argv, "--n", "4", "--k", "1,2,4", "--limit", "6", "--max-new-tokens", "32"])
+    compared = json.loads((tmp_path / "compare" / "report.json").read_text())
+    assert {r["name"] for r in compared["runs"]} == {"base", *(f"{m}@seed0" for m in METHODS)}
+    assert len(compared["findings"]) == 4

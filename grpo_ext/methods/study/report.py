@@ -78,6 +78,8 @@ def compute(study: Study, data: dict) -> dict:
         arms[name]["below_base"] = arms[name]["metrics"]["pass@1"]["high"] < base["pass@1"]["mean"]
     extensions = {}
     for label, spec in study.extensions.items():
+        if spec["arm"] not in data["arms"] or spec["against"] not in data["arms"]:
+            continue  # a run of some arms only (--arms)
         a, b = data["arms"][spec["arm"]], data["arms"][spec["against"]]
         reach = _reach(a["curves"], b["curves"])
         extensions[label] = {
