@@ -1,0 +1,346 @@
+"""GRPO step time and peak GPU memory on a CUDA GPU: full fine-tuning, LoRA and QLoRA, extensions off and on at the
+same beta, and TRL's `cache_implementation: static` against the default cache for generation.
+
+    python -m benchmarks.gpu_step [--shapes 0.5b,1.5b] [--kinds full,lora,qlora] [--reps 3] [--warmup 1]
+                                  [--batch 64] [--group 8] [--completion 128]
+
+Without a CUDA device it prints why and writes nothing (exit 0), so a CPU run never overwrites a committed GPU
+result. Each shape writes ``benchmarks/results/gpu_step_<shape>.json`` as soon as it is done (a run cut short keeps
+the shapes it finished; ``--shapes 1.5b`` runs one). ``--device cpu`` rehearses the code paths on the CPU (with
+``--shapes tiny``) and prints the table without writing it.
+
+Models: random-weight Qwen2 models of Qwen2.5-0.5B / -1.5B's shapes with the real vocabulary (151,936), built here
+and saved as bf16 safetensors with the embedded character tokenizer (benchmarks/_gpu.py); the policy is loaded from
+that folder the way `scripts/train.py` loads it (`grpo_ext.modeling.policy_init` from TRL's `ModelConfig`):
+
+- full: bf16 weights, every parameter trained (AdamW), a reference copy for the KL term (TRL builds it at beta > 0);
+- lora: bf16 base + LoRA r16 / alpha 32 on every attention and MLP projection; the reference is the adapter-disabled
+  base (no copy);
+- qlora: the same on a 4-bit nf4 base (double quantisation, bf16 compute).
+
+Per kind, one fresh process builds three `GRPOExtTrainer`s on the same folder, task and settings:
+
+- off: every extension off, beta 0.04 (fixed): TRL's GRPO;
+- on: process advantages from the step verifier + the outcome as a last step, `zero_std_groups: skip`, adaptive
+  beta starting at 0.04 (configs/process.yaml + configs/adaptive_kl.yaml + skip: benchmarks/overhead.py's `all_on`);
+- static: `off` with `cache_implementation: static` (TRL passes it to `generate`, with compilation disabled).
+
+Settings (configs/gpu/qlora_qwen2.5-1.5b_gsm8k.yaml's GRPO settings, smaller): ``--batch`` completions a step =
+``--batch / --group`` prompts of the embedded arithmetic task x ``--group`` generations, up to ``--completion`` new
+tokens at T = 1 (random weights rarely draw EOS: nearly every completion runs to the limit), loss `grpo`, activation
+checkpointing, bf16. Rewards: the task's verifier (0 for the random policy's output) plus the share of even token ids
+in the completion, so every group has reward variance: no group is skipped and both sides back-propagate every row
+(for `on`, its most expensive case).
+
+A step is `training_step` (generation, rewards, advantages, loss, backward) + optimizer step + scheduler step +
+`zero_grad` (benchmarks/overhead.py's `one_step`), ended by `torch.cuda.synchronize()`. The first ``--warmup``
+steps of each trainer are timed apart (CUDA kernels load, the optimizer state is allocated); then ``--reps``
+repetitions run the three trainers in rotating order, torch seeded per repetition. Time: median with quartiles and
+each variant over `off` (median of per-repetition ratios). Memory (torch's allocator, bytes held by tensors, not
+what the allocator caches): `resident` = what building the trainer and its first step left allocated (weights,
+reference, LoRA, optimizer state); `peak` = resident + the most a timed step added on top of what was allocated
+before it: the peak the variant would reach alone on the GPU.
+
+No target: this records GPU costs (issue 21).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks import _common as C
+from benchmarks import _gpu as G
+
+NAME = "gpu_step"
+MARK = "@@RESULT@@"
+KINDS = ("full", "lora", "qlora")
+VARIANTS = ("off", "on", "static")
+BETA = 0.04
+LORA = {"lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.0}
+
+
+def token_parity_reward(completions, completion_ids, **kwargs) -> list[float]:
+    """Share of even token ids: varies within every group of a random policy (so no group is without signal)."""
+    return [sum(1 for t in ids if t % 2 == 0) / max(len(ids), 1) for ids in completion_ids]
+
+
+def settings_for(args) -> dict:
+    return {
+        "per_device_train_batch_size": args.batch,
+        "num_generations": args.group,
+        "max_completion_length": args.completion,
+        "gradient_accumulation_steps": 1,
+        "learning_rate": 2e-5,
+        "loss_type": "grpo",
+        "temperature": 1.0,
+        "top_k": 0,
+        "beta": BETA,
+        "activation_checkpointing": True,
+        "seed": 0,
+    }
+
+
+# ---- one kind, in its own process -----------------------------------------------------------------------------
+
+
+def build_trainer(folder: str, kind: str, variant: str, settings: dict, device: str, out_dir: Path):
+    from trl import ModelConfig
+
+    from benchmarks.overhead import ALL_ON
+    from grpo_ext.config import GRPOExtConfig
+    from grpo_ext.modeling import policy_init
+    from grpo_ext.tasks import get_task
+    from grpo_ext.trainer import GRPOExtTrainer
+
+    task = get_task("arithmetic")
+    cuda = device == "cuda"
+    extra = {"on": {k: v for k, v in ALL_ON.items() if k != "beta"}, "static": {"cache_implementation": "static"}}
+    args = GRPOExtConfig(
+        output_dir=str(out_dir / variant),
+        use_cpu=not cuda,
+        bf16=cuda,
+        max_steps=10_000,
+        logging_steps=10_000,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        step_separator=task.step_separator,
+        # on the CPU, say so: bitsandbytes would otherwise put a 4-bit model on a GPU it sees, whatever use_cpu says
+        model_init_kwargs=None if cuda else {"device_map": {"": "cpu"}},
+        **settings,
+        **extra.get(variant, {}),
+    )
+    model_args = ModelConfig(
+        model_name_or_path=folder,
+        dtype="bfloat16" if cuda else "float32",
+        load_in_4bit=kind == "qlora",
+        bnb_4bit_quant_type="nf4",
+        use_bnb_nested_quant=True,
+        use_peft=kind != "full",
+        **LORA,
+    )
+    model_id, quantization, peft = policy_init(model_args, args)
+    trainer = GRPOExtTrainer(
+        model=model_id,
+        reward_funcs=[task.outcome_reward, token_parity_reward],
+        args=args,
+        train_dataset=task.load("train", 4096),
+        quantization_config=quantization,
+        peft_config=peft,
+        process_reward_funcs=[task.step_reward] if variant == "on" else None,
+    )
+    trainer.current_gradient_accumulation_steps = 1  # set by train() otherwise
+    trainer.create_optimizer_and_scheduler(num_training_steps=args.max_steps)
+    trainer.model.train()
+    return trainer
+
+
+def run_kind(folder: str, kind: str, settings: dict, *, device: str, reps: int, warmup: int, variants=VARIANTS) -> dict:
+    """Build the variants' trainers, warm each up, time ``reps`` alternated steps; times, memory and errors."""
+    from transformers import set_seed
+
+    from benchmarks.overhead import make_batches, one_step
+
+    errors: dict[str, str] = {}
+    trainers, resident, warmup_seconds = {}, {}, {}
+    with tempfile.TemporaryDirectory(prefix="grpo_ext_gpu_step_") as tmp:
+        for variant in variants:
+            start_bytes = G.allocated(device)
+            try:
+                set_seed(0)
+                trainer = build_trainer(folder, kind, variant, settings, device, Path(tmp))
+                batches = make_batches(trainer.train_dataset, settings, warmup + reps)
+                seconds = []
+                for w in range(warmup):
+                    G.synchronize(device)
+                    start = time.perf_counter()
+                    one_step(trainer, batches[w])
+                    G.synchronize(device)
+                    seconds.append(time.perf_counter() - start)
+            except Exception as err:  # one variant failing (e.g. a static cache TRL cannot use) keeps the others
+                errors[variant] = f"{type(err).__name__}: {err}"
+                print(f"  {kind}/{variant} failed: {errors[variant]}", file=sys.stderr, flush=True)
+                continue
+            trainers[variant] = (trainer, batches)
+            warmup_seconds[variant] = seconds
+            end_bytes = G.allocated(device)
+            resident[variant] = None if start_bytes is None else end_bytes - start_bytes
+
+        step_extra: dict[str, list[int]] = {v: [] for v in trainers}
+        lengths: dict[str, list[float]] = {v: [] for v in trainers}
+        losses: dict[str, list[float]] = {v: [] for v in trainers}
+
+        def runner(variant: str):
+            trainer, batches = trainers[variant]
+
+            def fn(r: int) -> None:
+                if variant in errors:
+                    return
+                set_seed(1000 + r)
+                before = G.allocated(device)
+                G.reset_peak(device)
+                try:
+                    losses[variant].append(one_step(trainer, batches[warmup + r]))
+                    G.synchronize(device)
+                except Exception as err:
+                    errors[variant] = f"{type(err).__name__}: {err}"
+                    print(f"  {kind}/{variant} failed: {errors[variant]}", file=sys.stderr, flush=True)
+                    return
+                peak = G.max_allocated(device)
+                if peak is not None:
+                    step_extra[variant].append(peak - before)
+                lengths[variant].append(trainer._metrics["train"]["completions/mean_length"][-1])
+
+            return fn
+
+        times = C.alternate({v: runner(v) for v in trainers}, reps=reps, warmup=0) if trainers else {}
+    ok = [v for v in times if v not in errors]
+    out = {"kind": kind, "errors": errors, "variants": {}}
+    for v in ok:
+        peak = None if resident[v] is None or not step_extra[v] else resident[v] + max(step_extra[v])
+        out["variants"][v] = {
+            "warmup_seconds": warmup_seconds[v],
+            "seconds": C.summary(times[v]),
+            "resident_bytes": resident[v],
+            "step_extra_bytes": step_extra[v],
+            "peak_bytes": peak,
+            "mean_completion_length": C.median(lengths[v]),
+            "losses": losses[v],
+        }
+    if "off" in ok:
+        out["time_over_off"] = {v: C.paired_ratio(times[v], times["off"]) for v in ok if v != "off"}
+    return out
+
+
+# ---- workers and driver ------------------------------------------------------------------------------------------
+
+
+def run_worker(*args: str) -> dict:
+    """One worker in a fresh interpreter (a clean CUDA allocator for each kind); its JSON result."""
+    cmd = [sys.executable, "-m", "benchmarks.gpu_step", "--worker", *args]
+    print(f"  $ {' '.join(cmd[1:4])} {' '.join(a[:60] for a in cmd[4:])}", file=sys.stderr, flush=True)
+    proc = subprocess.run(cmd, cwd=C.ROOT, stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(MARK)]
+    if proc.returncode != 0 or not lines:
+        return {"error": f"worker exited with code {proc.returncode} (its stderr is above)"}
+    return json.loads(lines[-1][len(MARK) :])
+
+
+def mib(n) -> str:
+    return "" if n is None else f"{n / 2**20:,.0f} MiB"
+
+
+def table(shape: str, kinds: dict) -> str:
+    rows = []
+    for kind, res in kinds.items():
+        if "error" in res:
+            rows.append([shape, kind, "", res["error"], "", "", "", ""])
+            continue
+        for v in VARIANTS:
+            if v in res["errors"]:
+                rows.append([shape, kind, v, f"failed: {res['errors'][v][:200]}", "", "", "", ""])
+                continue
+            if v not in res["variants"]:
+                continue
+            r = res["variants"][v]
+            s = r["seconds"]
+            ratio = res.get("time_over_off", {}).get(v)
+            rows.append(
+                [
+                    shape,
+                    kind,
+                    v,
+                    f"{s['median']:.3g} ({s['q1']:.3g}-{s['q3']:.3g})",
+                    "1" if v == "off" else ("" if ratio is None else f"{ratio['median_of_ratios']:.3f}x"),
+                    " / ".join(f"{x:.3g}" for x in r["warmup_seconds"]),
+                    mib(r["peak_bytes"]),
+                    mib(r["resident_bytes"]),
+                ]
+            )
+    headers = ["shape", "kind", "variant", "step s (IQR)", "time / off", "warm-up s", "peak memory", "resident"]
+    return C.markdown_table(headers, rows)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", default="0.5b,1.5b")
+    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--batch", type=int, default=64, help="completions a step")
+    parser.add_argument("--group", type=int, default=8, help="completions per prompt (num_generations)")
+    parser.add_argument("--completion", type=int, default=128, help="max_completion_length")
+    parser.add_argument(
+        "--device", default="cuda", choices=("cuda", "cpu"), help="cpu: rehearse on the CPU, print, write nothing"
+    )
+    parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        name, *rest = args.worker
+        if name == "build":
+            out = {
+                "folder": str(G.build_random_model(rest[0], rest[1], device=rest[2])),
+                "device": G.device_facts(rest[2]),
+            }
+        else:
+            folder, kind, settings, device = rest[0], rest[1], json.loads(rest[2]), rest[3]
+            out = run_kind(folder, kind, settings, device=device, reps=int(rest[4]), warmup=int(rest[5]))
+        print(MARK + json.dumps(out), flush=True)
+        return out
+
+    shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    bad = [s for s in shapes if s not in G.SHAPES] + [k for k in kinds if k not in KINDS]
+    if bad:
+        raise SystemExit(f"--shapes / --kinds: unknown {bad}; shapes {sorted(G.SHAPES)}, kinds {list(KINDS)}")
+    if args.batch % args.group:
+        raise SystemExit(f"--batch ({args.batch}) must be a multiple of --group ({args.group})")
+    if args.device == "cuda":
+        reason = G.cuda_unavailable_reason()
+        if reason is not None:
+            print(f"{NAME}: needs a CUDA GPU: {reason}. Nothing measured, nothing written.")
+            return {"skipped": reason}
+
+    settings = settings_for(args)
+    payloads = {}
+    for shape in shapes:
+        with tempfile.TemporaryDirectory(prefix="grpo_ext_gpu_step_model_") as tmp:
+            folder = str(Path(tmp) / f"qwen2.5-{shape}-random")
+            built = run_worker("build", shape, folder, args.device)
+            results = {}
+            for kind in kinds:
+                if "error" in built:
+                    results[kind] = {"error": f"model build failed: {built['error']}"}
+                    continue
+                results[kind] = run_worker(
+                    "kind", folder, kind, json.dumps(settings), args.device, str(args.reps), str(args.warmup)
+                )
+        text = table(shape, results) + (
+            f"\n\n{args.batch} completions a step ({args.group} per prompt), up to {args.completion} new tokens, "
+            f"beta {BETA}, loss grpo, activation checkpointing; times are medians of {args.reps} alternated steps"
+        )
+        payload = {
+            "device": built.get("device"),
+            "shape": shape,
+            "model": f"random-weight Qwen2.5-{shape} shape, vocabulary {G.SHAPES[shape]['vocab_size']}",
+            "params": {k: v for k, v in vars(args).items() if k != "worker"} | {"settings": settings, "lora": LORA},
+            "kinds": results,
+        }
+        payloads[shape] = payload
+        if args.device == "cuda":
+            C.write_results(f"{NAME}_{shape}", payload, text)
+        else:
+            print(text)
+            print(f"\n{NAME}: CPU rehearsal, not written (GPU results only)")
+    return payloads
+
+
+if __name__ == "__main__":
+    main()
