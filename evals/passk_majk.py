@@ -67,6 +67,7 @@ def main(argv: list[str]) -> dict:
     from grpo_ext.evaluation.backends import load_backend, vllm_available
     from grpo_ext.evaluation.harness import evaluate_model, load_problems
     from grpo_ext.evaluation.report import crossover_text, read_comparisons, write_reports
+    from grpo_ext.io import portable_path
     from grpo_ext.models import resolve_model_path
 
     settings = harness_settings(args)
@@ -106,7 +107,7 @@ def main(argv: list[str]) -> dict:
         results,
         out,
         command=command.strip(),
-        extra={"cache": str(out / CACHE_NAME)},
+        extra={"cache": portable_path(out / CACHE_NAME)},
         bootstrap=report.bootstrap,
         solved_threshold=report.solved_threshold,
     )

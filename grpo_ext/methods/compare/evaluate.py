@@ -13,6 +13,7 @@ from pathlib import Path
 
 from grpo_ext.evaluation.cli import CACHE_NAME
 from grpo_ext.evaluation.sampling import SamplingParams
+from grpo_ext.io import portable_path
 from grpo_ext.methods.compare.findings import DEFAULT_TOLERANCE
 from grpo_ext.methods.compare.render import write_comparison
 from grpo_ext.methods.compare.runs import (
@@ -127,7 +128,6 @@ def compare_runs(
         progress=progress,
     )
     out = Path(out_dir)
-    paths = write_comparison(
-        runs, out, warnings=warnings, command=command, tolerance=tolerance, extra={"cache": str(out / CACHE_NAME)}
-    )
+    cache = {"cache": portable_path(out / CACHE_NAME)}
+    paths = write_comparison(runs, out, warnings=warnings, command=command, tolerance=tolerance, extra=cache)
     return {"runs": list(runs), "paths": paths, "warnings": warnings}
