@@ -136,17 +136,25 @@ def make_vllm(llm, prompt_ids: list[list[int]], n: int, max_new_tokens: int):
 # ---- one configuration -----------------------------------------------------------------------------------------
 
 
-def measure(sides: dict, device, reps: int) -> tuple[dict, dict]:
-    """Warm-up (timed apart) then alternated repetitions; returns (warm-up seconds, times) per side."""
+def measure(sides: dict, device, reps: int) -> tuple[dict, dict, dict]:
+    """Warm-up (timed apart) then alternated repetitions; returns (warm-up seconds, times, errors) per side. A side
+    that raises (e.g. a compiler missing on the machine) is recorded with its error and left out; the others go on."""
+    errors: dict[str, str] = {}
 
-    def timed(fn):
+    def timed(name: str, fn):
         def call(r: int):
-            fn(r)
-            G.synchronize(device)
+            if name in errors:
+                return
+            try:
+                fn(r)
+                G.synchronize(device)
+            except Exception as err:
+                errors[name] = f"{type(err).__name__}: {err}"
+                print(f"  {name} failed: {errors[name]}", file=sys.stderr, flush=True)
 
         return call
 
-    calls = {name: timed(fn) for name, fn in sides.items()}
+    calls = {name: timed(name, fn) for name, fn in sides.items()}
     warmup = {}
     for name, call in calls.items():
         G.synchronize(device)
@@ -155,7 +163,8 @@ def measure(sides: dict, device, reps: int) -> tuple[dict, dict]:
         warmup[name] = time.perf_counter() - start
         print(f"  warm-up {name}: {warmup[name]:.3g} s", file=sys.stderr, flush=True)
     times = C.alternate(calls, reps=reps, warmup=0)
-    return warmup, times
+    ok = [name for name in times if name not in errors]
+    return {k: warmup[k] for k in ok}, {k: times[k] for k in ok}, errors
 
 
 def run_config(model, tokenizer, folder, problems, prompts_n: int, n: int, args, device, llm_cache: dict) -> dict:
@@ -178,9 +187,10 @@ def run_config(model, tokenizer, folder, problems, prompts_n: int, n: int, args,
             sides["vllm"] = make_vllm(llm_cache["llm"], encode_prompt_ids(tokenizer, prompts), n, args.max_new_tokens)
         except Exception as err:  # vLLM cannot be tested here (no GPU): record why, keep the other results
             vllm = f"failed: {type(err).__name__}: {err}"
-    warmup, times = measure(sides, device, args.reps)
+    warmup, times, errors = measure(sides, device, args.reps)
     summaries = {name: C.summary(t) for name, t in times.items()}
-    ratios = {name: C.paired_ratio(times[name], times["ours"]) for name in times if name != "ours"}
+    ours = times.get("ours")
+    ratios = {name: C.paired_ratio(t, ours) for name, t in times.items() if name != "ours" and ours is not None}
     return {
         "prompts": prompts_n,
         "samples_per_prompt": n,
@@ -192,16 +202,25 @@ def run_config(model, tokenizer, folder, problems, prompts_n: int, n: int, args,
         "time_over_ours": ratios,
         "generate_mean_new_tokens": {k: C.median(v) for k, v in lengths.items() if v},
         "vllm": vllm,
+        "errors": errors,
     }
 
 
 # ---- driver ------------------------------------------------------------------------------------------------------
 
 
+def _ratio_cell(ratio: dict | None) -> str:
+    return "" if ratio is None else f"{ratio['median_of_ratios']:.3f}x ({ratio['q1']:.3f}-{ratio['q3']:.3f})"
+
+
 def table(results: list[dict]) -> str:
     rows = []
     for res in results:
         for name in METHODS:
+            if name in res["errors"]:
+                rows.append([f"{res['prompts']} x {res['samples_per_prompt']}", res["slots"], name,
+                             f"failed: {res['errors'][name][:200]}", "", "", "", ""])  # fmt: skip
+                continue
             if name not in res["seconds"]:
                 continue
             s = res["seconds"][name]
@@ -215,7 +234,7 @@ def table(results: list[dict]) -> str:
                     f"{s['median']:.3g} ({s['q1']:.3g}-{s['q3']:.3g})",
                     f"{res['ms_per_decode_step'][name]:.3g}",
                     f"{res['samples_per_second'][name]:.4g}",
-                    "1" if ratio is None else f"{ratio['median_of_ratios']:.3f}x ({ratio['q1']:.3f}-{ratio['q3']:.3f})",
+                    "1" if name == "ours" else _ratio_cell(ratio),
                 ]
             )
     headers = ["prompts x samples", "slots", "method", "warm-up s", "median s (IQR)", "ms / decode step",

@@ -10,6 +10,7 @@ that it needs a GPU, reports every step as "skipped (no CUDA)" and exits 0. Noth
 have no hub access.
 
 Steps (each a fresh process, as a user would run it; logs in --workdir/logs/):
+0. packages: every package the steps import is installed, in pyproject.toml's range (reported, not fatal).
 1. prepare: a random-weight model of Qwen2.5-1.5B's shape with the real vocabulary (151,936) and the embedded
    character tokenizer (benchmarks/_gpu.py; initialised on the GPU), a random step-tag PRM of the embedded model's
    size (benchmarks/prm_scoring.py), and 64 GSM8K-format rows (the arithmetic task's problems as questions).
@@ -21,6 +22,13 @@ Steps (each a fresh process, as a user would run it; logs in --workdir/logs/):
    (configs/default.yaml + skip) and refilled (configs/refill.yaml), adaptive KL (configs/adaptive_kl.yaml).
 5. gpu_config: configs/gpu/qlora_qwen2.5-1.5b_gsm8k_no_vllm.yaml as written (8 questions x 16 completions of up to
    512 tokens a step, activation checkpointing) for 2 steps, on the 1.5B-shape model and the local GSM8K rows.
+
+A bare GPU machine (no registry; a Python without trl, bitsandbytes, datasets or transformers >= 5.23) takes the
+wheels from where there is a registry, in a folder git ignores, installed without dependencies:
+    pip download --no-deps --only-binary=:all: -d outputs/gpu_wheels trl==1.16.0 bitsandbytes==0.50.2 \
+        transformers==5.23.0 datasets==5.2.0 dill==0.4.1 math-verify==0.9.0 latex2sympy2_extended==1.11.0 \
+        antlr4-python3-runtime==4.13.2     # + multiprocess for that machine's Python (--python-version)
+    pip install --no-deps outputs/gpu_wheels/*.whl && python scripts/gpu_check.py
 
 --dry-run builds tiny stand-ins (a Qwen2 model of hidden size 64) in place of the 1.5B model, then checks that each
 training command parses (`scripts/train.py`'s parser, forced to `--use_cpu true --bf16 false` where there is no
@@ -56,6 +64,11 @@ EXTENSIONS = {  # name: (config, extra flags)
     "ext_refill": ("configs/refill.yaml", []),
     "ext_adaptive_kl": ("configs/adaptive_kl.yaml", []),
 }
+
+
+# What the steps import (pyproject.toml gives the ranges). A bare GPU machine may lack some: carry their wheels.
+NEEDED_PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "bitsandbytes", "datasets", "safetensors",
+                   "huggingface_hub", "pyyaml", "tqdm", "matplotlib")  # fmt: skip
 
 
 @dataclass
@@ -154,6 +167,31 @@ def prepare(work: Path, shape: str, device: str) -> None:
             raise RuntimeError(f"building the {shape}-shape policy failed: {last_line(proc.stderr)}")
     build_prm("step_tag", work / "prm")
     write_gsm8k_rows(work / "gsm8k.jsonl")
+
+
+def check_packages() -> tuple[str | None, str]:
+    """(None or what is wrong, the versions found): every package of ``NEEDED_PACKAGES`` installed, in the range
+    pyproject.toml requires (a wrong transformers, say, fails later with a message about something else)."""
+    import tomllib
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    requirements = [
+        Requirement(r) for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    ]
+    ranges = {r.name: r.specifier for r in requirements}
+    problems, found = [], []
+    for name in NEEDED_PACKAGES:
+        try:
+            version = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            problems.append(f"{name} missing")
+            continue
+        found.append(f"{name} {version}")
+        if name in ranges and not ranges[name].contains(version, prereleases=True):
+            problems.append(f"{name} {version} (pyproject.toml needs {ranges[name]})")
+    return ("; ".join(problems) or None), ", ".join(found)
 
 
 # ---- running and checking --------------------------------------------------------------------------------------
@@ -258,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     cuda = torch.cuda.is_available()
     work = Path(args.workdir)
     steps = plan(work, cpu=args.rehearse_on_cpu)  # a dry run checks the GPU commands as they are written
-    names = ["prepare", *(s.name for s in steps)]
+    names = ["packages", "prepare", *(s.name for s in steps)]
     if not cuda and not (args.dry_run or args.rehearse_on_cpu):
         print("gpu-check needs a CUDA GPU: torch.cuda.is_available() is False here. Nothing was run.")
         for name in names:
@@ -273,6 +311,12 @@ def main(argv: list[str] | None = None) -> int:
     what = "dry run" if args.dry_run else ("CPU rehearsal" if args.rehearse_on_cpu else torch.cuda.get_device_name(0))
     print(f"gpu-check ({what}); logs in {logs}", flush=True)
     failed, start = [], time.perf_counter()
+    why, versions = check_packages()  # reported, not fatal: the steps that need a missing package fail by name
+    if why is None:
+        print(f"PASS  {'packages':16s} {0:6.1f} s  {versions}", flush=True)
+    else:
+        failed.append("packages")
+        print(f"FAIL  {'packages':16s} {0:6.1f} s  {why} (carry the wheels: see scripts/gpu_check.py)", flush=True)
     t0 = time.perf_counter()
     try:
         prepare(work, "tiny" if small else "1.5b", "cpu" if small else "cuda")
@@ -301,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.keep_models:
         for folder in ["policy", "prm", *(s.name for s in steps)]:
             shutil.rmtree(work / folder, ignore_errors=True)
-    print(f"{len(steps) + 1 - len(failed)}/{len(steps) + 1} passed in {total / 60:.1f} min" + (
+    print(f"{len(steps) + 2 - len(failed)}/{len(steps) + 2} passed in {total / 60:.1f} min" + (
         f"; failed: {', '.join(failed)}" if failed else ""))  # fmt: skip
     return 1 if failed else 0
 

@@ -53,7 +53,7 @@ def test_gpu_check_without_cuda_reports_every_step_skipped(no_cuda, tmp_path, ca
     assert gpu_check.main(["--workdir", str(tmp_path / "w")]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("gpu-check needs a CUDA GPU")
-    names = ["prepare", *(step.name for step in gpu_check.plan(tmp_path, cpu=False))]
+    names = ["packages", "prepare", *(step.name for step in gpu_check.plan(tmp_path, cpu=False))]
     assert [line for line in lines if line.startswith("skipped")] == [f"skipped (no CUDA)  {n}" for n in names]
     assert not (tmp_path / "w").exists()  # nothing was built or run
 
@@ -85,6 +85,25 @@ def test_gpu_sampling_rehearsal_times_every_side(results_dir, capsys):
             assert res["samples_per_second"][side] == pytest.approx(prompts * n / median)
         assert set(res["time_over_ours"]) == {"generate", "generate_static"}
         assert all(0 < length <= 6 for length in res["generate_mean_new_tokens"].values())
+
+
+def test_gpu_sampling_records_a_failing_side_and_times_the_others(capsys):
+    calls = []
+
+    def compiler_missing(r):
+        raise RuntimeError("no C compiler")
+
+    warmup, times, errors = gpu_sampling.measure(
+        {"ours": calls.append, "generate_static": compiler_missing}, torch.device("cpu"), reps=3
+    )
+    assert errors == {"generate_static": "RuntimeError: no C compiler"}
+    assert set(warmup) == set(times) == {"ours"} and len(times["ours"]) == 3 and calls == [-1, 0, 1, 2]
+    assert (
+        gpu_sampling.table(
+            [{"prompts": 2, "samples_per_prompt": 4, "slots": 8, "errors": errors, "seconds": {}}]
+        ).count("failed: RuntimeError: no C compiler")
+        == 1
+    )
 
 
 def test_gpu_sampling_sides_return_every_sample(tiny_model):
@@ -170,9 +189,9 @@ def test_gpu_check_plan_runs_what_the_issue_names(tmp_path):
 def test_gpu_check_dry_run_parses_every_step(tmp_path, capsys):
     assert gpu_check.main(["--dry-run", "--workdir", str(tmp_path / "w")]) == 0
     printed = capsys.readouterr().out
-    for name in ["prepare", *(step.name for step in gpu_check.plan(tmp_path, cpu=False))]:
+    for name in ["packages", "prepare", *(step.name for step in gpu_check.plan(tmp_path, cpu=False))]:
         assert f"PASS  {name} " in printed
-    assert "9/9 passed" in printed
+    assert "10/10 passed" in printed
     from grpo_ext.tasks import get_task
 
     rows = [json.loads(line) for line in (tmp_path / "w" / "gsm8k.jsonl").read_text().splitlines()]
@@ -201,7 +220,7 @@ def test_gpu_check_dry_run_names_a_broken_step(tmp_path, capsys, monkeypatch):
     assert set(failed) == {"harness", "ext_process_prm"}
     assert "zero_std_groups" in failed["ext_process_prm"] and "sometimes" in failed["ext_process_prm"]
     assert "16" in failed["harness"]
-    assert lines[-1].startswith("7/9 passed") and lines[-1].endswith("failed: harness, ext_process_prm")
+    assert lines[-1].startswith("8/10 passed") and lines[-1].endswith("failed: harness, ext_process_prm")
 
 
 def test_gpu_check_outcome_reads_the_run(tmp_path):
@@ -222,6 +241,22 @@ def test_gpu_check_outcome_reads_the_run(tmp_path):
         assert result is None if why is None else why in result
     step.expect_files = ["adapter_model.safetensors"]
     assert gpu_check.outcome(step, 0) == f"missing adapter_model.safetensors in {tmp_path}"
+
+
+def test_gpu_check_names_missing_and_out_of_range_packages(monkeypatch):
+    from importlib import metadata
+
+    real = metadata.version
+
+    def version(name):
+        if name == "matplotlib":
+            raise metadata.PackageNotFoundError(name)
+        return "5.17.0" if name == "transformers" else real(name)
+
+    monkeypatch.setattr(metadata, "version", version)
+    why, found = gpu_check.check_packages()
+    assert why == "transformers 5.17.0 (pyproject.toml needs <6,>=5.23); matplotlib missing"
+    assert "trl " in found and "matplotlib" not in found
 
 
 # ---- the GPU config without vLLM ---------------------------------------------------------------------------------
