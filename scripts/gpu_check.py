@@ -51,6 +51,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# The environment the user gave, before importing `benchmarks` (which pins one thread and quiet logs for timing):
+# the steps run as the user would run them.
+USER_ENV = dict(os.environ)
 if str(ROOT) not in sys.path:  # runs from a checkout without `pip install -e .` (e.g. a bare GPU machine)
     sys.path.insert(0, str(ROOT))
 
@@ -151,13 +154,16 @@ def write_gsm8k_rows(path: Path, n: int = 64) -> Path:
     return path
 
 
-def prepare(work: Path, shape: str, device: str) -> None:
-    """The policy folder (built in a child process: the parent never holds CUDA memory), the PRM and the data."""
+def prepare(work: Path, shape: str, device: str, in_process: bool = False) -> str:
+    """The policy folder (built in a child process, so that this one never holds CUDA memory; ``in_process`` for tiny
+    CPU stand-ins), the PRM and the data; returns the name of the device the policy was built on."""
     from benchmarks._gpu import build_random_model
+    from benchmarks.gpu_step import MARK
     from benchmarks.prm_scoring import build_prm
 
-    if device == "cpu":
+    if in_process:
         build_random_model(shape, work / "policy", device="cpu")
+        name = "cpu"
     else:
         proc = subprocess.run(
             [sys.executable, "-m", "benchmarks.gpu_step", "--worker", "build", shape, str(work / "policy"), device],
@@ -165,8 +171,11 @@ def prepare(work: Path, shape: str, device: str) -> None:
         )  # fmt: skip
         if proc.returncode != 0:
             raise RuntimeError(f"building the {shape}-shape policy failed: {last_line(proc.stderr)}")
+        result = [line for line in proc.stdout.splitlines() if line.startswith(MARK)][-1]
+        name = json.loads(result[len(MARK) :])["device"]["name"]
     build_prm("step_tag", work / "prm")
     write_gsm8k_rows(work / "gsm8k.jsonl")
+    return name
 
 
 def check_packages() -> tuple[str | None, str]:
@@ -198,7 +207,7 @@ def check_packages() -> tuple[str | None, str]:
 
 
 def child_env() -> dict:
-    env = dict(os.environ)
+    env = dict(USER_ENV)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -308,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     logs = work / "logs"
     logs.mkdir(parents=True)
     small = args.dry_run or args.rehearse_on_cpu
-    what = "dry run" if args.dry_run else ("CPU rehearsal" if args.rehearse_on_cpu else torch.cuda.get_device_name(0))
+    what = "dry run" if args.dry_run else ("CPU rehearsal" if args.rehearse_on_cpu else "CUDA")
     print(f"gpu-check ({what}); logs in {logs}", flush=True)
     failed, start = [], time.perf_counter()
     why, versions = check_packages()  # reported, not fatal: the steps that need a missing package fail by name
@@ -319,8 +328,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"FAIL  {'packages':16s} {0:6.1f} s  {why} (carry the wheels: see scripts/gpu_check.py)", flush=True)
     t0 = time.perf_counter()
     try:
-        prepare(work, "tiny" if small else "1.5b", "cpu" if small else "cuda")
-        print(f"PASS  {'prepare':16s} {time.perf_counter() - t0:6.1f} s", flush=True)
+        device_name = prepare(work, "tiny" if small else "1.5b", "cpu" if small else "cuda", in_process=small)
+        print(f"PASS  {'prepare':16s} {time.perf_counter() - t0:6.1f} s  (device: {device_name})", flush=True)
     except Exception as err:  # every later step needs these inputs
         print(f"FAIL  {'prepare':16s} {time.perf_counter() - t0:6.1f} s  {type(err).__name__}: {err}", flush=True)
         return 1

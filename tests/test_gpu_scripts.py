@@ -204,6 +204,14 @@ def test_gpu_check_dry_run_parses_every_step(tmp_path, capsys):
     )
 
 
+def test_gpu_check_prepare_builds_the_policy_in_a_child_process(tmp_path):
+    """The GPU path of `prepare` (a child process builds the policy and reports its device), with a CPU stand-in."""
+    assert gpu_check.prepare(tmp_path, "tiny", "cpu", in_process=False) == "cpu"
+    config = json.loads((tmp_path / "policy" / "config.json").read_text())
+    assert config["model_type"] == "qwen2" and config["vocab_size"] == G.SHAPES["tiny"]["vocab_size"]
+    assert (tmp_path / "prm" / "model.safetensors").is_file() and (tmp_path / "gsm8k.jsonl").is_file()
+
+
 def test_gpu_check_dry_run_names_a_broken_step(tmp_path, capsys, monkeypatch):
     plan = gpu_check.plan
 
