@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 # On 2 CPU cores one thread per process is fastest for GRPO (thread contention otherwise).
 THREADS ?= 1
 
-.PHONY: train test setup base-model lint iterative compare compare-quick bench
+.PHONY: train test setup base-model lint iterative compare compare-quick bench gpu-check
 
 setup: $(STAMP)
 
@@ -51,3 +51,8 @@ compare-quick: $(STAMP)
 # Side-by-side performance measurements (tables + benchmarks/results/*.json), ~15 min.
 bench: $(STAMP)
 	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(BIN)/python -m benchmarks.run_all
+
+# GPU smoke check (one CUDA GPU, <= 10 min): one PASS/FAIL line per step; without CUDA it says so and exits 0.
+# `python scripts/gpu_check.py --dry-run` checks every step's command on any machine.
+gpu-check: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python scripts/gpu_check.py

@@ -105,6 +105,8 @@ def policy_init(model_args, training_args):
         "dtype": model_args.dtype,
         "use_safetensors": True,  # never unpickle weights
     }
+    if getattr(training_args, "use_cpu", False) and (model_args.load_in_4bit or model_args.load_in_8bit):
+        init_kwargs["device_map"] = {"": "cpu"}  # bitsandbytes would put the weights on a visible GPU otherwise
     init_kwargs.update(training_args.model_init_kwargs or {})
     training_args.model_init_kwargs = init_kwargs
     if getattr(training_args, "use_vllm", False) and importlib.util.find_spec("vllm") is None:
