@@ -6,6 +6,11 @@ module: on 2 shared cores, thread contention makes timings swing by 100x.
 
 import os
 
-for _name, _value in (("OMP_NUM_THREADS", "1"), ("MKL_NUM_THREADS", "1"), ("HF_HUB_OFFLINE", "1"),
-                      ("TOKENIZERS_PARALLELISM", "false"), ("TRANSFORMERS_VERBOSITY", "error")):
+for _name, _value in (
+    ("OMP_NUM_THREADS", "1"),
+    ("MKL_NUM_THREADS", "1"),
+    ("HF_HUB_OFFLINE", "1"),
+    ("TOKENIZERS_PARALLELISM", "false"),
+    ("TRANSFORMERS_VERBOSITY", "error"),
+):
     os.environ.setdefault(_name, _value)

@@ -101,12 +101,22 @@ def main(argv: list[str] | None = None) -> dict:
     table = C.markdown_table(
         ["measure", "value", "target", "result", "load avg (1/5/15 min)"],
         [
-            [f"process_advantages, N={args.n} T={args.t} ~{steps_per_row:.1f} steps/row, 1 thread, median of "
-             f"{len(ours_times)} (IQR)", f"{ours_ms:.1f} ms ({ours_s['q1'] * 1e3:.1f}-{ours_s['q3'] * 1e3:.1f}); "
-             f"CPU time {ours_cpu['median'] * 1e3:.1f} ms", f"<= {TARGET_MS:.0f} ms", C.verdict(passed),
-             " / ".join(map(str, load))],
-            [f"per-sequence Python loop reference, median of {ref_s['n']}", f"{ref_s['median'] * 1e3:.0f} ms",
-             "", "", ""],
+            [
+                f"process_advantages, N={args.n} T={args.t} ~{steps_per_row:.1f} steps/row, 1 thread, median of "
+                f"{len(ours_times)} (IQR)",
+                f"{ours_ms:.1f} ms ({ours_s['q1'] * 1e3:.1f}-{ours_s['q3'] * 1e3:.1f}); "
+                f"CPU time {ours_cpu['median'] * 1e3:.1f} ms",
+                f"<= {TARGET_MS:.0f} ms",
+                C.verdict(passed),
+                " / ".join(map(str, load)),
+            ],
+            [
+                f"per-sequence Python loop reference, median of {ref_s['n']}",
+                f"{ref_s['median'] * 1e3:.0f} ms",
+                "",
+                "",
+                "",
+            ],
             ["speed-up (reference / ours)", f"{speedup:.0f}x", "report", "", ""],
         ],
     )

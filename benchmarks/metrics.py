@@ -99,8 +99,10 @@ def make_large_problems(n_problems: int, n: int, seed: int = 0):
         p_right = p_none + p_single + (1 - p_none - p_single) * accuracy
         kind = np.select([u < p_none, u < p_none + p_single, u < p_right], [0, 1, 2], 3).tolist()
         wrong = rng.choice(n_wrong, size=n, p=weights / weights.sum()).tolist()
-        row = [None if kd == 0 else f"{p}s{i}" if kd == 1 else str(p) if kd == 2 else f"{p}w{wrong[i]}"
-               for i, kd in enumerate(kind)]
+        row = [
+            None if kd == 0 else f"{p}s{i}" if kd == 1 else str(p) if kd == 2 else f"{p}w{wrong[i]}"
+            for i, kd in enumerate(kind)
+        ]
         answers.append(row)
         correct.append([kd == 2 for kd in kind])
     return answers, correct
@@ -194,8 +196,13 @@ def main(argv: list[str] | None = None) -> dict:
     _, _, means = run_all(answers[:50], correct[:50], ks)
     for p in range(5):
         for k in (1, 8, 64):
-            assert abs(metrics.maj_at_k_many([answers[p]], [correct[p]], [k])[0, 0]
-                       - metrics.maj_at_k(answers[p], correct[p], k)) < 1e-12
+            assert (
+                abs(
+                    metrics.maj_at_k_many([answers[p]], [correct[p]], [k])[0, 0]
+                    - metrics.maj_at_k(answers[p], correct[p], k)
+                )
+                < 1e-12
+            )
 
     split: dict[str, dict[str, list[float]]] = {r: {"pass": [], "maj": []} for r in REGIMES}
     results_means = {}
@@ -207,27 +214,35 @@ def main(argv: list[str] | None = None) -> dict:
                 split[regime]["pass"].append(t_pass)
                 split[regime]["maj"].append(t_maj)
             results_means[regime] = m
+
         return fn
 
-    times = C.alternate({r: runner(r) for r in REGIMES}, reps=args.reps, warmup=1,
-                        before=lambda name, r: clear_caches())
+    times = C.alternate(
+        {r: runner(r) for r in REGIMES}, reps=args.reps, warmup=1, before=lambda name, r: clear_caches()
+    )
     load = C.load_average()
     rows, summaries = [], {}
     for regime in REGIMES:
         total = C.summary(times[regime])
-        summaries[regime] = {"total_seconds": total, "pass_seconds": C.summary(split[regime]["pass"]),
-                             "maj_seconds": C.summary(split[regime]["maj"]), "distinct_signatures": distinct[regime],
-                             "metric_means": results_means[regime]}
+        summaries[regime] = {
+            "total_seconds": total,
+            "pass_seconds": C.summary(split[regime]["pass"]),
+            "maj_seconds": C.summary(split[regime]["maj"]),
+            "distinct_signatures": distinct[regime],
+            "metric_means": results_means[regime],
+        }
         is_target = regime == "realistic"
-        rows.append([
-            f"pass@k + maj@k, {args.problems} problems, n={args.n}, k=1..{ks[-1]} ({regime}; "
-            f"{distinct[regime]} distinct signatures), cold caches, median of {total['n']}",
-            f"{total['median']:.2f} s (pass {summaries[regime]['pass_seconds']['median']:.3f} s, "
-            f"maj {summaries[regime]['maj_seconds']['median']:.2f} s)",
-            f"<= {TARGET_S:.0f} s" if is_target else "(info)",
-            C.verdict(total["median"] <= TARGET_S) if is_target else "",
-            " / ".join(map(str, load)) if is_target else "",
-        ])
+        rows.append(
+            [
+                f"pass@k + maj@k, {args.problems} problems, n={args.n}, k=1..{ks[-1]} ({regime}; "
+                f"{distinct[regime]} distinct signatures), cold caches, median of {total['n']}",
+                f"{total['median']:.2f} s (pass {summaries[regime]['pass_seconds']['median']:.3f} s, "
+                f"maj {summaries[regime]['maj_seconds']['median']:.2f} s)",
+                f"<= {TARGET_S:.0f} s" if is_target else "(info)",
+                C.verdict(total["median"] <= TARGET_S) if is_target else "",
+                " / ".join(map(str, load)) if is_target else "",
+            ]
+        )
     passed = summaries["realistic"]["total_seconds"]["median"] <= TARGET_S
 
     # 2. every metric, 1,000 problems x n = 1024
@@ -246,26 +261,38 @@ def main(argv: list[str] | None = None) -> dict:
         large_means.update(means)
 
     large_load = C.load_average()
-    large_times = C.alternate({"large": large}, reps=args.large_reps, warmup=0,
-                              before=lambda name, r: clear_caches())["large"]
+    large_times = C.alternate({"large": large}, reps=args.large_reps, warmup=0, before=lambda name, r: clear_caches())[
+        "large"
+    ]
     large_total = C.summary(large_times)
     large_passed = large_total["median"] <= LARGE_TARGET_S
     part_medians = {name: C.median([p[name] for p in large_parts]) for name in large_parts[0]}
-    rows.append([
-        f"every metric (pass@k, pass^k, maj@k, Cover@tau, diversity, 95% bootstrap CI of each mean), "
-        f"{args.large_problems} problems, n={args.large_n}, k=1..{large_ks[-1]} (answers per problem: median "
-        f"{int(np.median(shape))}, max {max(shape)}), cold caches, median of {large_total['n']}",
-        f"{large_total['median']:.1f} s (maj@k {part_medians['maj@k']:.1f} s, "
-        f"bootstrap {part_medians['bootstrap']:.2f} s)",
-        f"<= {LARGE_TARGET_S:.0f} s", C.verdict(large_passed), " / ".join(map(str, large_load)),
-    ])
+    rows.append(
+        [
+            f"every metric (pass@k, pass^k, maj@k, Cover@tau, diversity, 95% bootstrap CI of each mean), "
+            f"{args.large_problems} problems, n={args.large_n}, k=1..{large_ks[-1]} (answers per problem: median "
+            f"{int(np.median(shape))}, max {max(shape)}), cold caches, median of {large_total['n']}",
+            f"{large_total['median']:.1f} s (maj@k {part_medians['maj@k']:.1f} s, "
+            f"bootstrap {part_medians['bootstrap']:.2f} s)",
+            f"<= {LARGE_TARGET_S:.0f} s",
+            C.verdict(large_passed),
+            " / ".join(map(str, large_load)),
+        ]
+    )
 
     # 3. single slow problems (information)
     singles = time_single_cases(args.large_n, args.exact_baseline)
     for name, row in singles.items():
         old = f"; exact engine {row['exact_engine_seconds']:.1f} s" if "exact_engine_seconds" in row else ""
-        rows.append([f"maj@k of one problem, n={args.large_n}, {name} ({row['n_ks']} k)",
-                     f"{row['seconds']:.2f} s{old}", "(info)", "", ""])
+        rows.append(
+            [
+                f"maj@k of one problem, n={args.large_n}, {name} ({row['n_ks']} k)",
+                f"{row['seconds']:.2f} s{old}",
+                "(info)",
+                "",
+                "",
+            ]
+        )
 
     table = C.markdown_table(["measure", "value", "target", "result", "load avg (1/5/15 min)"], rows)
     payload = {
@@ -276,12 +303,20 @@ def main(argv: list[str] | None = None) -> dict:
         "target": f"<= {TARGET_S} s total (realistic regime)",
         "pass": passed,
         "large": {
-            "problems": args.large_problems, "n": args.large_n, "ks": list(large_ks), "taus": list(TAUS),
+            "problems": args.large_problems,
+            "n": args.large_n,
+            "ks": list(large_ks),
+            "taus": list(TAUS),
             "bootstrap": {"n_resamples": 10_000, "seed": 0, "confidence": 0.95},
-            "answer_classes_per_problem": {"median": float(np.median(shape)), "p90": float(np.percentile(shape, 90)),
-                                           "max": max(shape)},
-            "total_seconds": large_total, "part_seconds_median": part_medians,
-            "target": f"<= {LARGE_TARGET_S} s", "pass": large_passed,
+            "answer_classes_per_problem": {
+                "median": float(np.median(shape)),
+                "p90": float(np.percentile(shape, 90)),
+                "max": max(shape),
+            },
+            "total_seconds": large_total,
+            "part_seconds_median": part_medians,
+            "target": f"<= {LARGE_TARGET_S} s",
+            "pass": large_passed,
             "metric_means_with_ci": large_means,
         },
         "single_problems": singles,

@@ -47,9 +47,18 @@ from grpo_ext.trainer import GRPOExtTrainer
 
 TARGETS = {"off": ("trl", 1.02), "all_on": ("trl_kl", 1.10)}
 GRPO_KEYS = (
-    "learning_rate", "lr_scheduler_type", "warmup_steps", "per_device_train_batch_size",
-    "gradient_accumulation_steps", "num_generations", "max_completion_length", "temperature", "top_k", "loss_type",
-    "activation_checkpointing", "seed",
+    "learning_rate",
+    "lr_scheduler_type",
+    "warmup_steps",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "num_generations",
+    "max_completion_length",
+    "temperature",
+    "top_k",
+    "loss_type",
+    "activation_checkpointing",
+    "seed",
 )
 ALL_ON = {  # configs/process.yaml + configs/adaptive_kl.yaml + zero_std_groups: skip
     "advantage_mode": "process",
@@ -71,8 +80,14 @@ def base_settings(batch: int | None) -> tuple[dict, dict]:
     if batch is not None:
         settings["per_device_train_batch_size"] = batch
     settings.update(
-        use_cpu=True, bf16=False, max_steps=10_000, logging_steps=10_000, save_strategy="no", report_to="none",
-        disable_tqdm=True, beta=0.0,
+        use_cpu=True,
+        bf16=False,
+        max_steps=10_000,
+        logging_steps=10_000,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        beta=0.0,
     )
     return settings, config.get("task_kwargs", {})
 
@@ -85,16 +100,21 @@ def build_trainers(model: str, batch: int | None, out_dir: Path, names: list[str
         "trl": (GRPOTrainer, GRPOConfig, {}, {}),
         "off": (GRPOExtTrainer, GRPOExtConfig, {"step_separator": task.step_separator}, {}),
         "trl_kl": (GRPOTrainer, GRPOConfig, {"beta": 0.04}, {}),
-        "all_on": (GRPOExtTrainer, GRPOExtConfig, {**ALL_ON, "step_separator": task.step_separator},
-                   {"process_reward_funcs": [task.step_reward]}),
+        "all_on": (
+            GRPOExtTrainer,
+            GRPOExtConfig,
+            {**ALL_ON, "step_separator": task.step_separator},
+            {"process_reward_funcs": [task.step_reward]},
+        ),
     }
     trainers = {}
     for name in names:
         trainer_cls, config_cls, extra, kwargs = specs[name]
         set_seed(settings["seed"])
         args = config_cls(output_dir=str(out_dir / name), **{**settings, **extra})
-        trainer = trainer_cls(model=model, reward_funcs=[task.outcome_reward], args=args, train_dataset=dataset,
-                              **kwargs)
+        trainer = trainer_cls(
+            model=model, reward_funcs=[task.outcome_reward], args=args, train_dataset=dataset, **kwargs
+        )
         trainer.current_gradient_accumulation_steps = args.gradient_accumulation_steps  # set by train() otherwise
         trainer.create_optimizer_and_scheduler(num_training_steps=args.max_steps)
         trainer.model.train()
@@ -124,8 +144,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--batch", type=int, default=None, help="samples a step (default: configs/default.yaml's)")
     parser.add_argument("--model", default=None, help="model folder (default: the embedded model)")
-    parser.add_argument("--profile", default=None, choices=["trl", "off", "trl_kl", "all_on"],
-                        help="instead of the benchmark: cProfile --reps steps of one trainer and print the top")
+    parser.add_argument(
+        "--profile",
+        default=None,
+        choices=["trl", "off", "trl_kl", "all_on"],
+        help="instead of the benchmark: cProfile --reps steps of one trainer and print the top",
+    )
     args = parser.parse_args(argv)
     C.set_threads(1)
     model = args.model or C.model_dir()
@@ -156,8 +180,9 @@ def main(argv: list[str] | None = None) -> dict:
         if args.profile:
             return profile(trainers[args.profile], batches, args.reps, before, args.profile)
         cpu: dict[str, list[float]] = {}
-        times = C.alternate({n: runner(n) for n in trainers}, reps=args.reps, warmup=args.warmup, before=before,
-                            cpu_times=cpu)
+        times = C.alternate(
+            {n: runner(n) for n in trainers}, reps=args.reps, warmup=args.warmup, before=before, cpu_times=cpu
+        )
 
     load = C.load_average()
     reps = range(args.reps)
@@ -177,8 +202,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     def ratio_cell(key):
         r, c = ratios[key], cpu_ratios[key]
-        return (f"{r['median_of_ratios']:.3f}x (IQR {r['q1']:.3f}-{r['q3']:.3f}); CPU time "
-                f"{c['median_of_ratios']:.3f}x (IQR {c['q1']:.3f}-{c['q3']:.3f})")
+        return (
+            f"{r['median_of_ratios']:.3f}x (IQR {r['q1']:.3f}-{r['q3']:.3f}); CPU time "
+            f"{c['median_of_ratios']:.3f}x (IQR {c['q1']:.3f}-{c['q3']:.3f})"
+        )
 
     def verdict_cell(key):
         return f"{C.verdict(verdicts[key])} (CPU time: {C.verdict(cpu_verdicts[key])})"
@@ -186,18 +213,33 @@ def main(argv: list[str] | None = None) -> dict:
     rows = [
         ["TRL GRPOTrainer, beta 0: step time", ms("trl"), "", "", ""],
         ["GRPOExtTrainer, extensions off, beta 0: step time", ms("off"), "", "", ""],
-        ["**off / TRL**" + ("" if identical else " (losses differ!)"), ratio_cell("off"), "<= 1.02x",
-         verdict_cell("off"), load_cell],
+        [
+            "**off / TRL**" + ("" if identical else " (losses differ!)"),
+            ratio_cell("off"),
+            "<= 1.02x",
+            verdict_cell("off"),
+            load_cell,
+        ],
         ["TRL GRPOTrainer, beta 0.04: step time", ms("trl_kl"), "", "", ""],
         ["GRPOExtTrainer, all on (process + skip + adaptive beta 0.04): step time", ms("all_on"), "", "", ""],
         ["**all on / TRL (beta 0.04)**", ratio_cell("all_on"), "<= 1.10x", verdict_cell("all_on"), load_cell],
         ["all on / TRL (beta 0), for information", ratio_cell("all_on_vs_trl_beta0"), "", "", ""],
     ]
-    table = C.markdown_table([f"measure (median of {args.reps} alternated steps, IQR)", "value", "target",
-                              "result", "load avg (1/5/15 min)"], rows)
-    table += (f"\n\n{settings['per_device_train_batch_size']} samples a step ({group} per prompt), max "
-              f"{settings['max_completion_length']} completion tokens, 1 thread; off/TRL losses bit-identical: "
-              f"{'yes' if identical else 'NO'}; same completion lengths in all four: {'yes' if same_lengths else 'no'}")
+    table = C.markdown_table(
+        [
+            f"measure (median of {args.reps} alternated steps, IQR)",
+            "value",
+            "target",
+            "result",
+            "load avg (1/5/15 min)",
+        ],
+        rows,
+    )
+    table += (
+        f"\n\n{settings['per_device_train_batch_size']} samples a step ({group} per prompt), max "
+        f"{settings['max_completion_length']} completion tokens, 1 thread; off/TRL losses bit-identical: "
+        f"{'yes' if identical else 'NO'}; same completion lengths in all four: {'yes' if same_lengths else 'no'}"
+    )
     payload = {
         "params": vars(args) | {"model": model, "settings": settings},
         "load_average_start": load_start,
