@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> dict:
     args = build_parser().parse_args(argv)
     from grpo_ext.errors import UserError
-    from grpo_ext.io import atomic_write_json
+    from grpo_ext.io import atomic_write_json, portable_path
     from grpo_ext.methods.study.config import load_study, pick_settings
     from grpo_ext.methods.study.runs import Job, read_score, run_jobs
     from grpo_ext.models import resolve_model_path
@@ -110,7 +110,7 @@ def main(argv: list[str]) -> dict:
     end = time.perf_counter()
     record = {
         "command": "python scripts/run_methods.py " + " ".join(argv),
-        "study": args.study,
+        "study": portable_path(args.study),
         "quick": args.quick,
         "search_seconds": round(search_done - start, 1),
         "final_seconds": round(trained - search_done, 1),
