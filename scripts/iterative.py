@@ -1,10 +1,12 @@
-"""Iterative RL with GRPO (DeepSeekMath 4.1.4): the reward model is retrained on the policy's samples with ~10%
-replay and the reference is reset to the policy every iteration (YAML through TrlParser; flags override it).
+"""Iterative RL with GRPO (DeepSeekMath 4.1.4), three arms over the same budget and seeds: the reward model
+retrained every iteration on the policy's samples with ~10% replay (`iterative`), the iteration-0 RM throughout
+(`frozen`), the rule-based verifier (`verifier`); the reference is reset to the policy every iteration. YAML
+through TrlParser; flags override it.
 
-    python scripts/iterative.py --config configs/iterative.yaml [--report_dir results/iterative]
-    python scripts/iterative.py --config configs/iterative.yaml --iterations 1 --max_steps 3 ...   # quick
+    python scripts/iterative.py --config configs/iterative.yaml --report_dir results/iterative   # ~30 min, 2 cores
+    python scripts/iterative.py --config configs/iterative_quick.yaml                            # ~2 min
 
-A killed run restarted with the same command resumes after its last finished iteration.
+A killed run started again with the same command resumes: no finished iteration of an arm and seed is redone.
 """
 
 from __future__ import annotations
@@ -21,16 +23,16 @@ def parse_args(argv: list[str]):
 
 
 def main(argv: list[str]) -> None:
-    import time
+    from transformers.utils import logging as hf_logging
 
-    from grpo_ext.iterative import render_report, run_iterative
+    from grpo_ext.iterative import Experiment
 
+    hf_logging.disable_progress_bar()  # no bar for every model load (policy, RM) of every iteration
     it_args, training_args, model_args = parse_args(argv)
-    start = time.perf_counter()
-    state = run_iterative(it_args, training_args, model_args)
-    print(render_report(state, it_args.eval_samples))
-    report_dir = it_args.report_dir or f"{training_args.output_dir}/report"
-    print(f"[iterative] done in {time.perf_counter() - start:.0f} s; report in {report_dir}")
+    experiment = Experiment(it_args, training_args, model_args)
+    experiment.run()
+    print((experiment.report_dir / "report.md").read_text())
+    print(f"[iterative] report in {experiment.report_dir}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,6 @@
-"""Iterative RL (issue 7): replay sampler, reference reset, resume after an interrupted iteration, bad input."""
+"""Iterative RL (issues 7 and 16): replay sampler, arms, guard, logged rewards and hacking gap, summary and targets,
+resume after an interrupted iteration, reference reset, bad input. The quick config end to end (with a real kill)
+is tests/test_iterative_quick.py."""
 
 from __future__ import annotations
 
@@ -6,18 +8,33 @@ import json
 import math
 import subprocess
 
+import numpy as np
 import pytest
 import torch
 from datasets import Dataset
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from transformers import TrainerControl, TrainerState
 from trl import ModelConfig
 
 from grpo_ext.config import GRPOExtConfig
-from grpo_ext.iterative import IterativeArguments, build_policy_trainer, check_verifier, load_state, run_iterative
+from grpo_ext.errors import UserError
+from grpo_ext.evaluation.bootstrap import bootstrap_mean_ci, bootstrap_paired_difference_ci
+from grpo_ext.iterative import (
+    CollapseGuard,
+    Experiment,
+    IterativeArguments,
+    build_policy_trainer,
+    check_verifier,
+    first_collapse,
+    load_state,
+)
 from grpo_ext.iterative import loop as iterative_loop
+from grpo_ext.iterative.arms import parse_arms, parse_seeds
+from grpo_ext.iterative.policy import LastCallCache, StepMean, gap_of, training_curve
 from grpo_ext.iterative.replay import mix_with_replay, replay_count, sample_replay
-from grpo_ext.steps import step_texts
+from grpo_ext.iterative.summary import summarize, training_gap_curve
+from grpo_ext.rewards.prm import ProcessRewardModel
 from grpo_ext.tasks import get_task
 from tests.test_reward_models import make_tiny_policy
 
@@ -73,10 +90,37 @@ def test_replay_ratio_outside_unit_interval_is_refused(ratio):
 
 
 # ---- bad input -------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("iterations", [0, -1])
-def test_zero_iterations_is_refused(iterations):
-    with pytest.raises(ValueError, match="iterations: must be an integer >= 1"):
-        IterativeArguments(iterations=iterations)
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"iterations": 0}, "iterations: must be an integer >= 1"),
+        ({"iterations": -1}, "iterations: must be an integer >= 1"),
+        ({"arms": "iterative,ppo"}, "arms: unknown arm 'ppo'"),
+        ({"arms": "frozen,frozen"}, "arms: 'frozen,frozen' names an item twice"),
+        ({"arms": "iterative,"}, "arms: expected a comma-separated list without empty items"),
+        ({"seeds": "0,x"}, "seeds: 'x' is not an integer"),
+        ({"seeds": "-1"}, "seeds: must be >= 0"),
+        ({"workers": 0}, "workers: must be an integer >= 1"),
+        ({"rm_init": "random"}, "rm_init: unknown value 'random'"),
+        ({"reward_model_type": "pairwise"}, "reward_model_type: unknown value 'pairwise'"),
+        ({"collapse_guard_margin": 0.0}, "collapse_guard_margin: must be > 0"),
+        ({"collapse_guard_margin": 0.1, "log_verifier_reward": False}, "the guard watches the verifier reward"),
+        ({"rm_heldout_prompts": -1}, "rm_heldout_prompts: must be an integer >= 0"),
+        ({"train_offset": -5}, "train_offset: must be >= 0"),
+        ({"rm_initial_epochs": 0.0}, "rm_initial_epochs: must be > 0"),
+    ],
+)
+def test_bad_iterative_arguments_are_user_errors(overrides, message):
+    with pytest.raises(UserError, match=message):
+        IterativeArguments(**overrides)
+
+
+def test_arms_and_seeds_parse():
+    assert parse_arms("verifier, iterative") == ["iterative", "verifier"]  # the report's fixed order
+    assert parse_arms(["frozen"]) == ["frozen"]
+    assert parse_seeds("3,0") == [3, 0] and parse_seeds(5) == [5]
+    args = IterativeArguments(arms="iterative,frozen,verifier", seeds="0,1")
+    assert args.arm_list == ["iterative", "frozen", "verifier"] and args.seed_list == [0, 1]
 
 
 def test_task_without_a_verifier_is_refused():
@@ -95,37 +139,149 @@ def test_task_without_a_verifier_is_refused():
 def test_cli_bad_input_gets_one_readable_line(python, root, tmp_path):
     # one subprocess (imports cost ~10 s on 2 shared cores); the other checks run in-process above
     proc = subprocess.run(
-        [
-            python,
-            "scripts/iterative.py",
-            "--config",
-            "configs/iterative.yaml",
-            "--output_dir",
-            str(tmp_path),
-            "--replay_ratio",
-            "1.5",
-        ],
+        [python, "scripts/iterative.py", "--config", "configs/iterative.yaml", "--output_dir", str(tmp_path)]
+        + ["--arms", "iterative,ppo"],
         cwd=root,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert "replay_ratio: must be in [0, 1]" in proc.stderr and "Traceback" not in proc.stderr
+    assert "arms: unknown arm 'ppo'" in proc.stderr and "Traceback" not in proc.stderr
 
 
-# ---- the loop: a quick variant, interrupted and resumed ----------------------------------------------------------
+# ---- the collapse guard ----------------------------------------------------------------------------------------
+def test_first_collapse_is_the_first_value_beyond_the_margin():
+    assert first_collapse([0.5, 0.45, 0.41, 0.39, 0.2], margin=0.1) == 3  # 0.5 - 0.39 = 0.11 > 0.1
+    assert first_collapse([0.5, 0.4, 0.45, 0.6], margin=0.1) is None  # exactly 0.1 below is not beyond it
+    assert first_collapse([], margin=0.1) is None
+    with pytest.raises(ValueError, match="collapse_guard_margin"):
+        first_collapse([1.0], margin=0)
+
+
+def test_guard_stops_training_at_the_collapse():
+    guard, state, control = CollapseGuard(0.1), TrainerState(), TrainerControl()
+    for step, value in ((5, 0.6), (10, 0.55), (15, 0.52)):
+        state.global_step = step
+        control = guard.on_log(None, state, control, logs={"rewards/outcome_reward/mean": value, "loss": 0.1})
+        assert not control.should_training_stop
+    guard.on_log(None, state, control, logs={"loss": 0.2})  # a log without the verifier reward changes nothing
+    state.global_step = 20
+    control = guard.on_log(None, state, control, logs={"rewards/outcome_reward/mean": 0.45})
+    assert control.should_training_stop and guard.stopped_at == 20 and guard.history == [0.6, 0.55, 0.52, 0.45]
+
+
+# ---- logged rewards and the hacking gap ------------------------------------------------------------------------
+def test_last_call_cache_scores_a_batch_once():
+    calls = []
+
+    def scorer(prompts, completions, **kwargs):
+        calls.append(len(completions))
+        return [[0.2, 0.8], [], [0.5]]
+
+    cached = LastCallCache(scorer)
+    args = {"prompts": ["a", "b", "c"], "completions": ["x", "y", "z"]}
+    assert StepMean(cached, "m")(**args) == [0.5, None, 0.5]
+    assert StepMean(cached, "lo", reduce=min, empty=0.0)(**args) == [0.2, 0.0, 0.5]
+    assert cached(**args) == [[0.2, 0.8], [], [0.5]] and calls == [3]  # three readers, one call
+    cached(prompts=["a", "b", "c"], completions=["x", "y", "w"])
+    assert calls == [3, 3]  # other completions: scored again
+
+
+def test_training_curve_and_gap_from_log_history():
+    logs = [
+        {"step": 5, "rewards/rm_steps/mean": 0.8, "rewards/verifier_steps/mean": 0.7, "kl": 0.01, "loss": 1.0},
+        {"step": 10, "rewards/rm_outcome/mean": 0.6, "rewards/outcome_reward/mean": 0.4},
+        {"step": 10, "train_runtime": 3.0},
+    ]
+    curve = training_curve(logs)
+    assert curve == [
+        {"step": 5, "rm_steps": 0.8, "verifier_steps": 0.7, "kl": 0.01},
+        {"step": 10, "rm_outcome": 0.6, "verifier_outcome": 0.4},
+    ]
+    assert gap_of(curve[0]) == pytest.approx(0.1) and gap_of(curve[1]) == pytest.approx(0.2)
+    assert gap_of({"step": 1, "verifier_outcome": 0.5}) is None
+    history = [{"iteration": 0}, {"training_curve": curve, "grpo_steps": 10}, {"training_curve": curve[:1]}]
+    assert training_gap_curve(history) == [(5, pytest.approx(0.1)), (10, pytest.approx(0.2)), (15, pytest.approx(0.1))]
+
+
+def test_process_rm_arm_logs_rm_and_verifier_rewards_side_by_side(tmp_path):
+    """The PRM's minimum and mean step scores train / log, the verifier's outcome and step mean log with weight 0."""
+    from grpo_ext.iterative.rm_training import init_reward_model
+
+    policy = make_tiny_policy(tmp_path / "policy")
+    prm, tokenizer = init_reward_model("process", policy)
+    prm.save_pretrained(tmp_path / "prm")
+    tokenizer.save_pretrained(tmp_path / "prm")
+    task = get_task("arithmetic", max_operands=3)
+    args = GRPOExtConfig(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, max_steps=1, report_to="none")
+    args.model_init_kwargs = {"dtype": "float32"}
+    trainer = build_policy_trainer(
+        policy, tmp_path / "prm", "process", task, task.load("train", 8), args, tmp_path / "out"
+    )
+    assert trainer.reward_func_names == ["rm_outcome", "rm_steps", "outcome_reward", "verifier_steps"]
+    assert trainer.reward_weights.tolist() == [1.0, 0.0, 0.0, 0.0] and trainer.args.advantage_mode == "process"
+    prompts, completions = ["12+30-2="] * 2, ["12+30=42;42-2=40;#40", "12+30=43;43-2=41;#41"]
+    direct = ProcessRewardModel(str(tmp_path / "prm"), ";")(prompts=prompts, completions=completions)
+    kwargs = {"prompts": prompts, "completions": completions, "answer": ["40", "40"]}
+    values = [f(**kwargs) for f in trainer.reward_funcs]
+    assert values[0] == pytest.approx([min(s) for s in direct])
+    assert values[1] == pytest.approx([np.mean(s) for s in direct])
+    assert values[2] == [1.0, 0.0] and values[3] == pytest.approx([1.0, 1 / 3])  # 43 wrong; 43-2=41 right; #41 wrong
+    verifier = build_policy_trainer(policy, "verifier", "process", task, task.load("train", 8), args, tmp_path / "v")
+    assert verifier.reward_func_names == ["outcome_reward", "verifier_steps"]
+    assert verifier.process_reward_funcs == [task.step_reward] and verifier.reward_weights.tolist() == [1.0, 0.0]
+
+
+# ---- the summary: intervals and targets ------------------------------------------------------------------------
+def _row(iteration: int, n_correct: list[int], k: int = 4) -> dict:
+    return {
+        "iteration": iteration,
+        "pass@1": sum(n_correct) / (k * len(n_correct)),
+        "test_n_correct": n_correct,
+        f"test_maj@{k}": [float(c >= 2) for c in n_correct],
+    }
+
+
+def test_summary_intervals_and_targets_match_the_bootstrap_helpers():
+    start = [0, 1, 2, 3, 4, 2, 1, 0]
+    iterative_end = [1, 2, 3, 4, 4, 3, 2, 1]  # +1 right sample on 7 of 8 problems: +0.219 pass@1
+    frozen_end = [0, 1, 2, 3, 4, 2, 1, 1]
+    states = {
+        "iterative": {0: {"history": [_row(0, start), _row(1, iterative_end)]}},
+        "frozen": {0: {"history": [_row(0, start), _row(1, frozen_end)]}},
+        "verifier": {0: {"history": [_row(0, start)]}},  # not finished: the means and targets take what is there
+    }
+    s = summarize(states, ["iterative", "frozen", "verifier"], [0], 4)
+    end = s["arms"]["iterative"]["0"][1]["pass@1"]
+    ci = bootstrap_mean_ci(np.array(iterative_end) / 4, n_resamples=10_000, seed=0)
+    assert (end["estimate"], end["low"], end["high"]) == pytest.approx((ci.estimate, ci.low, ci.high))
+    (target,) = s["targets"]
+    gain = bootstrap_paired_difference_ci(np.array(iterative_end) / 4, np.array(start) / 4, n_resamples=10_000, seed=0)
+    assert target["gain"]["estimate"] == pytest.approx(7 / 32) and target["gain"]["low"] == pytest.approx(gain.low)
+    assert target["gain_target_met"] is True
+    assert target["vs_frozen"]["estimate"] == pytest.approx(6 / 32)
+    assert target["above_frozen_beyond_noise"] is (target["vs_frozen"]["low"] > 0)
+    assert [m["iteration"] for m in s["means"]["verifier"]] == [0]
+    assert s["means"]["iterative"][1]["pass@1"]["mean"] == pytest.approx(sum(iterative_end) / 32)
+
+
+# ---- the loop on a tiny model: three arms, two seeds, interrupted and resumed -----------------------------------
 def quick_args(run_dir, policy_dir, iterations=2, **overrides):
     it_args = IterativeArguments(
         task="arithmetic",
         task_kwargs={"max_operands": 2},
+        train_offset=10,
         train_size=32,
+        arms="iterative,frozen,verifier",
+        seeds="0,1",
         iterations=iterations,
         rm_prompts=4,
         rm_samples_per_prompt=2,
         rm_epochs=1,
         rm_batch_size=8,
         rm_eval_prompts=4,
+        rm_heldout_prompts=3,
         rm_eval_samples_per_prompt=2,
         eval_prompts=4,
         eval_samples=2,
@@ -155,18 +311,23 @@ def quick_args(run_dir, policy_dir, iterations=2, **overrides):
     return it_args, training_args, model_args
 
 
+def run_quick(run_dir, policy_dir, **overrides):
+    return Experiment(*quick_args(run_dir, policy_dir, **overrides)).run()
+
+
 @pytest.fixture(scope="module")
 def interrupted_run(tmp_path_factory):
-    """A 2-iteration run killed in iteration 2 (while retraining the RM), then resumed with the same settings."""
+    """Seed 0 killed in the iterative arm's iteration 2 (while retraining the RM), then resumed with the same
+    settings; seed 1 runs after the resume."""
     root = tmp_path_factory.mktemp("iterative")
     base = make_tiny_policy(root / "base")
     run_dir = root / "run"
     calls = {"rm": 0, "grpo": 0}
-    real_train, real_build = iterative_loop.train_reward_model, iterative_loop.build_policy_trainer
+    real_train, real_build = iterative_loop.train_rm, iterative_loop.build_policy_trainer
 
     def failing_train(*args, **kwargs):
         calls["rm"] += 1
-        if calls["rm"] == 3:  # iteration 0 and 1 trained the RM; iteration 2 dies here
+        if calls["rm"] == 2:  # the iterative arm's iteration 1 retrained the RM; its iteration 2 dies here
             raise KeyboardInterrupt("killed")
         return real_train(*args, **kwargs)
 
@@ -175,17 +336,17 @@ def interrupted_run(tmp_path_factory):
         return real_build(*args, **kwargs)
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(iterative_loop, "train_reward_model", failing_train)
+    mp.setattr(iterative_loop, "train_rm", failing_train)
     mp.setattr(iterative_loop, "build_policy_trainer", counting_build)
     with pytest.raises(KeyboardInterrupt):
-        run_iterative(*quick_args(run_dir, base))
-    after_kill = load_state(run_dir)
-    policy_1 = run_dir / "iter_1" / "policy" / "model.safetensors"
+        run_quick(run_dir, base)
+    after_kill = load_state(run_dir / "seed_0" / "iterative")
+    policy_1 = run_dir / "seed_0" / "iterative" / "iter_1" / "policy" / "model.safetensors"
     stamp = policy_1.stat().st_mtime_ns
-    leftover = (run_dir / "iter_2").exists()
+    leftover = (run_dir / "seed_0" / "iterative" / "iter_2").exists()
     calls["grpo_before_resume"] = calls["grpo"]
-    mp.setattr(iterative_loop, "train_reward_model", real_train)
-    final = run_iterative(*quick_args(run_dir, base))
+    mp.setattr(iterative_loop, "train_rm", real_train)
+    final = run_quick(run_dir, base)
     mp.undo()
     return {
         "base": base,
@@ -202,48 +363,63 @@ def test_resume_after_an_interrupted_iteration(interrupted_run):
     r = interrupted_run
     after_kill, final, run_dir = r["after_kill"], r["final"], r["run_dir"]
     assert after_kill["iteration"] == 1 and r["leftover"]  # iteration 2 was half done when it died
-    assert final["iteration"] == 2 and [row["iteration"] for row in final["history"]] == [0, 1, 2]
-    assert final["history"][:2] == after_kill["history"]  # finished iterations are not redone...
-    assert (run_dir / "iter_1/policy/model.safetensors").stat().st_mtime_ns == r["policy_1_mtime"]
-    assert r["calls"]["grpo"] - r["calls"]["grpo_before_resume"] == 1  # ...only iteration 2 trains the policy
-    assert final["buffer"] == ["iter_0/rm_data.jsonl", "iter_1/rm_data.jsonl", "iter_2/rm_data.jsonl"]
-    assert final["policy"] == final["reference"] == str(run_dir / "iter_2" / "policy")
-    assert load_state(run_dir) == json.loads(json.dumps(final))
+    state = final["iterative"][0]
+    assert state["iteration"] == 2 and [row["iteration"] for row in state["history"]] == [0, 1, 2]
+    assert state["history"][:2] == after_kill["history"]  # finished iterations are not redone...
+    assert (run_dir / "seed_0/iterative/iter_1/policy/model.safetensors").stat().st_mtime_ns == r["policy_1_mtime"]
+    # ...only the iterative arm's iteration 2 of seed 0, then the other 2 + 2 + 2 x 3 GRPO runs
+    assert r["calls"]["grpo"] - r["calls"]["grpo_before_resume"] == 1 + 2 + 2 + 6
+    assert state["buffer"] == [
+        "start/rm_data.jsonl",
+        "iterative/iter_1/rm_data.jsonl",
+        "iterative/iter_2/rm_data.jsonl",
+    ]
+    assert state["policy"] == state["reference"] == str(run_dir / "seed_0" / "iterative" / "iter_2" / "policy")
+    assert load_state(run_dir / "seed_0" / "iterative") == json.loads(json.dumps(state))
     assert not list(run_dir.rglob("*.tmp"))
-    # a finished run started again does nothing but rewrite the report
-    again = run_iterative(*quick_args(run_dir, r["base"]))
-    assert again["history"] == final["history"]
+    again = run_quick(run_dir, r["base"])  # a finished run started again does nothing but rewrite the report
+    assert again["iterative"][0]["history"] == state["history"]
 
 
-def test_each_iteration_reports_rm_policy_and_replay(interrupted_run):
-    rows = interrupted_run["final"]["history"]
-    for row in rows:
-        for key in (
-            "rm_accuracy_before",
-            "rm_accuracy_after",
-            "rm_auc_before",
-            "rm_auc_after",
-            "pass@1",
-            "maj@2",
-            "replay_ratio_used",
-            "n_new",
-            "n_replay",
-        ):
-            assert key in row
-        assert 0 <= row["rm_accuracy_after"] <= 1 and 0 <= row["pass@1"] <= 1
-    assert [row["n_replay"] for row in rows] == [0, 1, 1]  # 10% of 8 new records, rounded
-    assert rows[1]["reference_reset"] is True and rows[2]["reference_reset"] is True
-    assert rows[2]["reference"] == rows[1]["policy"]
+def test_arms_share_iteration_0_and_differ_in_their_reward(interrupted_run):
+    final, run_dir = interrupted_run["final"], interrupted_run["run_dir"]
+    for seed in (0, 1):
+        start = json.loads((run_dir / f"seed_{seed}" / "start" / "start_state.json").read_text())
+        rows = {arm: final[arm][seed]["history"] for arm in ("iterative", "frozen", "verifier")}
+        for arm, history in rows.items():
+            assert history[0]["pass@1"] == start["row"]["pass@1"] and history[0]["arm"] == arm
+            assert [row["iteration"] for row in history] == [0, 1, 2]
+            assert all(row["reference_reset"] is True for row in history[1:])
+            assert history[2]["reference"] == history[1]["policy"]
+        assert final["frozen"][seed]["reward_model"] == start["reward_model"]  # RM_0 throughout
+        assert final["iterative"][seed]["reward_model"].endswith("iterative/iter_2/reward_model")
+        assert final["verifier"][seed]["reward_model"] is None
+        iterative, frozen, verifier = rows["iterative"], rows["frozen"], rows["verifier"]
+        assert [row["n_replay"] for row in iterative] == [0, 1, 1]  # 10% of 8 new records, rounded
+        assert "rm_auc_after" in iterative[2] and "rm_auc_after" not in frozen[2] and "rm_accuracy_before" in frozen[2]
+        assert "rm_accuracy_before" not in verifier[1] and "rm_steps" not in verifier[1]["training_curve"][0]
+        point = iterative[1]["training_curve"][0]
+        assert {"rm_steps", "verifier_steps", "rm_outcome", "verifier_outcome"} <= set(point)
+        assert frozen[1]["test_n_correct"] == iterative[1]["test_n_correct"]  # same RM_0, same seeds: same policy
+        assert set(iterative[1]["time"]) == {"grpo", "sampling", "evaluation", "reward_model"}
+
+
+def test_the_report_shows_every_arm_and_the_targets(interrupted_run):
     report = interrupted_run["run_dir"] / "report"
+    payload = json.loads((report / "report.json").read_text())
+    assert set(payload["rows"]) == {"iterative", "frozen", "verifier"}
+    assert set(payload["rows"]["frozen"]) == {"0", "1"} and "test_n_correct" not in payload["rows"]["frozen"]["0"][1]
+    assert [t["seed"] for t in payload["summary"]["targets"]] == [0, 1]
+    text = (report / "report.md").read_text()
+    assert "## Targets (reported, not asserted)" in text and "| verifier | 1 |" in text
     assert (report / "iterative.png").stat().st_size > 0
-    assert "| 2 |" in (report / "report.md").read_text()
-    assert len(json.loads((report / "report.json").read_text())["rows"]) == 3
+    assert (interrupted_run["run_dir"] / "seed_1" / "frozen" / "report" / "report.md").is_file()  # one run's report
 
 
 def test_resume_with_other_settings_is_refused(interrupted_run):
     r = interrupted_run
-    with pytest.raises(ValueError, match="holds a run with other settings \\(replay_ratio\\)"):
-        run_iterative(*quick_args(r["run_dir"], r["base"], replay_ratio=0.5))
+    with pytest.raises(UserError, match="holds a run with other settings \\(replay_ratio\\)"):
+        run_quick(r["run_dir"], r["base"], replay_ratio=0.5)
 
 
 def _logps(trainer, model, ids):
@@ -255,44 +431,21 @@ def _logps(trainer, model, ids):
 
 def test_reference_is_reset_to_the_current_policy(interrupted_run, tmp_path):
     r = interrupted_run
-    state = r["final"]
+    state = r["final"]["iterative"][0]
     task = get_task("arithmetic", max_operands=2)
     _, training_args, _ = quick_args(tmp_path, r["base"])
     training_args.model_init_kwargs = {"dtype": "float32"}
     policy_1 = state["history"][1]["policy"]  # what iteration 2 started from
-    trainer = build_policy_trainer(
-        policy_1,
-        state["reward_model"],
-        "outcome",
-        task,
-        task.load("train", 8),
-        training_args,
-        tmp_path / "out",
-        log_verifier_reward=False,
-    )
+
+    def trainer_from(policy, out):
+        return build_policy_trainer(
+            policy, state["reward_model"], "process", task, task.load("train", 8), training_args, tmp_path / out
+        )
+
+    trainer = trainer_from(policy_1, "out")
     ids = torch.tensor([trainer.processing_class("12+34=12+34=46;#46")["input_ids"]])
     policy_logps, ref_logps = _logps(trainer, trainer.model, ids), _logps(trainer, trainer.ref_model, ids)
     assert torch.allclose(policy_logps, ref_logps, atol=1e-6, rtol=0)  # right after the reset: equal
-    base = build_policy_trainer(
-        r["base"],
-        state["reward_model"],
-        "outcome",
-        task,
-        task.load("train", 8),
-        training_args,
-        tmp_path / "out_base",
-        log_verifier_reward=False,
-    )
+    base = trainer_from(r["base"], "out_base")
     base_logps = _logps(base, base.ref_model, ids)
     assert not torch.allclose(ref_logps, base_logps, atol=1e-4)  # the reference moved on from the base
-
-
-def test_process_reward_model_loop_runs(tmp_path):
-    base = make_tiny_policy(tmp_path / "base", seed=3)
-    state = run_iterative(*quick_args(tmp_path / "run", base, iterations=1, reward_model_type="process"))
-    rows = state["history"]
-    assert [row["iteration"] for row in rows] == [0, 1] and rows[1]["reference_reset"] is True
-    assert "rm_outcome_accuracy_after" in rows[1]
-    assert (tmp_path / "run/iter_1/reward_model/config.json").is_file()
-    data = [json.loads(line) for line in (tmp_path / "run/iter_1/rm_data.jsonl").read_text().splitlines()]
-    assert data and all(len(r["step_labels"]) == len(step_texts(r["completion"], ";")) for r in data)

@@ -170,3 +170,18 @@ def test_bad_reward_model_input(policy_dir, tmp_path):
     with pytest.raises(ValueError, match="no records"):
         train_reward_model("outcome", rm, tokenizer, [], tmp_path / "rm")
     assert math.isfinite(float(score_outcome(rm, tokenizer, ["1+1="], ["2"])[0]))
+
+
+def test_scratch_init_keeps_the_architecture_not_the_weights(policy_dir):
+    policy = AutoModelForCausalLM.from_pretrained(policy_dir)
+    rm, tokenizer = init_reward_model("process", policy_dir, init="scratch", seed=1)
+    again, _ = init_reward_model("process", policy_dir, init="scratch", seed=1)
+    other, _ = init_reward_model("process", policy_dir, init="scratch", seed=2)
+    policy_body, body = dict(policy.model.named_parameters()), dict(rm.model.named_parameters())
+    assert policy_body.keys() == body.keys() and rm.config.num_labels == 2
+    weights = [k for k in body if k.endswith("proj.weight")]
+    assert weights and not any(torch.equal(policy_body[k], body[k]) for k in weights)  # random, not the policy's
+    assert all(torch.equal(body[k], dict(again.model.named_parameters())[k]) for k in body)  # seeded
+    assert not torch.equal(body[weights[0]], dict(other.model.named_parameters())[weights[0]])
+    with pytest.raises(ValueError, match="rm_init: unknown value 'random'"):
+        init_reward_model("process", policy_dir, init="random")

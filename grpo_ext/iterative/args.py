@@ -1,4 +1,4 @@
-"""The iterative loop's own arguments (the policy's GRPO settings are GRPOExtConfig's)."""
+"""The iterative experiment's own arguments (the policy's GRPO settings are GRPOExtConfig's)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import math
 from dataclasses import dataclass, field
 
 from grpo_ext.errors import UserError
+from grpo_ext.iterative.arms import ARMS, parse_arms, parse_seeds
 from grpo_ext.iterative.replay import check_replay_ratio
-from grpo_ext.iterative.rm_training import REWARD_MODEL_TYPES, check_reward_model_type
+from grpo_ext.iterative.rm_training import REWARD_MODEL_TYPES, RM_INITS, check_reward_model_type
 from grpo_ext.script_args import parse_task_kwargs
 
 __all__ = ["IterativeArguments"]
@@ -21,15 +22,17 @@ _POSITIVE_INTS = (
     "eval_prompts",
     "eval_samples",
     "sampling_batch_size",
+    "workers",
 )
 
 
 @dataclass
 class IterativeArguments:
-    """The iterative-RL loop: task, iterations, reward model, replay and evaluation sizes.
+    """The iterative-RL experiment: task, arms, seeds, iterations, reward model, replay, evaluation and guard.
 
     The policy's GRPO settings are GRPOExtConfig's (``max_steps`` = GRPO steps per iteration, ``output_dir`` =
-    the run folder) and the base policy is ModelConfig's ``model_name_or_path``.
+    the run folder; its ``seed`` is replaced by each of ``seeds``) and the base policy is ModelConfig's
+    ``model_name_or_path``.
     """
 
     task: str = field(
@@ -38,33 +41,90 @@ class IterativeArguments:
     task_kwargs: dict | str | None = field(
         default=None, metadata={"help": "Task knobs, e.g. {max_operands: 3} in YAML or a JSON string."}
     )
-    train_size: int | None = field(default=None, metadata={"help": "Number of training prompts (task default)."})
+    train_size: int | None = field(
+        default=None,
+        metadata={"help": "The RL prompt pool: train prompts GRPO trains on and the RM's data is sampled on."},
+    )
+    train_offset: int = field(
+        default=0,
+        metadata={
+            "help": "Train prompts skipped before the pool (the embedded base was fine-tuned on the first 2,500: "
+            "RL on them would start from memorised answers)."
+        },
+    )
+    arms: str = field(
+        default="iterative",
+        metadata={
+            "help": f"Comma-separated arms, some of {', '.join(ARMS)}: the RM retrained every iteration, the "
+            "iteration-0 RM throughout, the rule-based verifier (grpo_ext.iterative.arms)."
+        },
+    )
+    seeds: str | None = field(
+        default=None,
+        metadata={"help": "Comma-separated seeds, one run of every arm each (default: the training seed)."},
+    )
+    workers: int = field(
+        default=1, metadata={"help": "Runs (arm x seed) at a time, each in its own process (one per core)."}
+    )
     iterations: int = field(default=2, metadata={"help": "Iterations of (train policy, resample, retrain RM); >= 1."})
     reward_model_type: str = field(
-        default="outcome",
+        default="process",
         metadata={
-            "help": "`outcome`: sequence-classification RM, one logit, used as a reward function; `process`: "
-            "token-classification PRM (TRL's PRM format) scored at step ends, trained with advantage_mode process.",
+            "help": "`process`: token-classification PRM (TRL's PRM format) trained on the step verifier's labels, "
+            "scored at step ends, with advantage_mode process; `outcome`: sequence-classification RM, one logit, "
+            "trained on the verifier's verdicts, used as a reward function.",
             "choices": list(REWARD_MODEL_TYPES),
+        },
+    )
+    rm_init: str = field(
+        default="policy",
+        metadata={
+            "help": "The RM's weights at iteration 0: `policy` (the base policy's body, a new head) or `scratch` "
+            "(the policy's architecture, random weights).",
+            "choices": list(RM_INITS),
         },
     )
     replay_ratio: float = field(
         default=0.1,
         metadata={"help": "Historical records replayed per new RM record (a fraction of the new set), in [0, 1]."},
     )
-    rm_prompts: int = field(default=512, metadata={"help": "Train prompts sampled per iteration for RM data."})
+    rm_prompts: int = field(default=512, metadata={"help": "Pool prompts sampled per iteration for RM data."})
     rm_samples_per_prompt: int = field(default=8, metadata={"help": "Policy samples per prompt for RM data."})
-    rm_epochs: float = field(default=2.0, metadata={"help": "RM training epochs over each iteration's set."})
+    rm_epochs: float = field(default=2.0, metadata={"help": "RM training epochs over each later iteration's set."})
+    rm_initial_epochs: float | None = field(
+        default=None, metadata={"help": "RM epochs at iteration 0, from its initial weights (default rm_epochs)."}
+    )
     rm_learning_rate: float = field(default=5e-4, metadata={"help": "RM learning rate (AdamW, linear decay)."})
     rm_batch_size: int = field(default=64, metadata={"help": "RM training batch size."})
-    rm_eval_prompts: int = field(default=200, metadata={"help": "Held-out (test-split) prompts for RM accuracy."})
-    rm_eval_samples_per_prompt: int = field(default=4, metadata={"help": "Fresh policy samples per held-out prompt."})
+    rm_eval_prompts: int = field(
+        default=256,
+        metadata={
+            "help": "Pool prompts of the RM's measurement set: fresh samples of the current policy, never trained "
+            "on, on the prompts GRPO is rewarded on."
+        },
+    )
+    rm_heldout_prompts: int = field(
+        default=256,
+        metadata={"help": "Validation prompts of the RM's held-out measurement set (0: none, for tasks without one)."},
+    )
+    rm_eval_samples_per_prompt: int = field(default=2, metadata={"help": "Fresh policy samples per RM eval prompt."})
     eval_prompts: int = field(default=200, metadata={"help": "Test prompts for the policy's pass@1 / maj@k."})
     eval_samples: int = field(default=16, metadata={"help": "Samples per test prompt (k of maj@k); >= 1."})
     sampling_batch_size: int = field(default=16, metadata={"help": "Prompts per sampling batch."})
     log_verifier_reward: bool = field(
         default=True,
-        metadata={"help": "Also log the verifier's reward during GRPO (weight 0: it never trains the policy)."},
+        metadata={
+            "help": "Also log the verifier's rewards during GRPO (weight 0: they never train the policy): the "
+            "outcome verifier and, with a step verifier, its mean step score. The hacking gap is read from them."
+        },
+    )
+    collapse_guard_margin: float | None = field(
+        default=None,
+        metadata={
+            "help": "Off when unset. Stop an iteration's GRPO early when the verifier reward (each logged value: a "
+            "mean over logging_steps steps) falls more than this below its first logged value of the iteration; "
+            "the policy of that step is kept and the next iteration starts from it."
+        },
     )
     resume: bool = field(default=True, metadata={"help": "Resume from output_dir's state when there is one."})
     report_dir: str | None = field(
@@ -74,6 +134,10 @@ class IterativeArguments:
     def __post_init__(self):
         self.task_kwargs = parse_task_kwargs(self.task_kwargs)
         check_reward_model_type(self.reward_model_type)
+        if self.rm_init not in RM_INITS:
+            raise UserError(f"rm_init: unknown value {self.rm_init!r}; expected one of {', '.join(RM_INITS)}")
+        self.arm_list = parse_arms(self.arms)
+        self.seed_list = parse_seeds(self.seeds) if self.seeds is not None else None
         if isinstance(self.iterations, bool) or not isinstance(self.iterations, int) or self.iterations < 1:
             raise UserError(f"iterations: must be an integer >= 1, got {self.iterations!r}")
         check_replay_ratio(self.replay_ratio)
@@ -81,9 +145,19 @@ class IterativeArguments:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise UserError(f"{name}: must be an integer >= 1, got {value!r}")
-        if not (self.rm_epochs > 0 and math.isfinite(self.rm_epochs)):
-            raise UserError(f"rm_epochs: must be > 0, got {self.rm_epochs}")
-        if not (self.rm_learning_rate > 0 and math.isfinite(self.rm_learning_rate)):
-            raise UserError(f"rm_learning_rate: must be > 0, got {self.rm_learning_rate}")
+        for name in ("rm_epochs", "rm_initial_epochs", "rm_learning_rate"):
+            value = getattr(self, name)
+            if value is not None and not (value > 0 and math.isfinite(value)):
+                raise UserError(f"{name}: must be > 0, got {value}")
         if self.train_size is not None and self.train_size < 1:
             raise UserError(f"train_size: must be >= 1, got {self.train_size}")
+        if isinstance(self.rm_heldout_prompts, bool) or self.rm_heldout_prompts < 0:
+            raise UserError(f"rm_heldout_prompts: must be an integer >= 0, got {self.rm_heldout_prompts!r}")
+        if self.train_offset < 0:
+            raise UserError(f"train_offset: must be >= 0, got {self.train_offset}")
+        margin = self.collapse_guard_margin
+        if margin is not None:
+            if not (margin > 0 and math.isfinite(margin)):
+                raise UserError(f"collapse_guard_margin: must be > 0 (a drop in verifier reward), got {margin}")
+            if not self.log_verifier_reward:
+                raise UserError("collapse_guard_margin: the guard watches the verifier reward; set log_verifier_reward")

@@ -1,23 +1,90 @@
-"""The policy step of an iteration: GRPO against the current reward model, the reference reset to the policy."""
+"""The policy step of an iteration: GRPO against the arm's reward source, the reference reset to the policy.
+
+Next to the reward that trains the policy, the verifier's rewards are logged with weight 0 (they never train it), so
+every logged window of a run holds both views of the same training samples: the hacking gap is their difference.
+Logged reward names (TRL's ``rewards/<name>/mean``):
+
+- ``rm_outcome``: the RM's verdict on a whole completion (an outcome RM's score; a process RM's minimum step score);
+- ``rm_steps``: a process RM's mean step score per completion;
+- ``outcome_reward``: the task's verifier (1 right, 0 wrong);
+- ``verifier_steps``: the step verifier's mean step score per completion (tasks with a step verifier).
+"""
 
 from __future__ import annotations
 
 import copy
 
+from transformers import PrinterCallback, ProgressCallback, TrainerCallback
+
 from grpo_ext.advantages import get_gradient_coefficient
 from grpo_ext.rewards.orm import RMRewardFunction
-from grpo_ext.rewards.prm import PRMOutcomeReward, ProcessRewardModel
+from grpo_ext.rewards.prm import ProcessRewardModel
+from grpo_ext.tasks.base import completion_text
 
-__all__ = ["PROCESS_SUPERVISION", "build_policy_trainer", "reference_matches_policy", "training_reward_summary"]
+__all__ = [
+    "PROCESS_SUPERVISION",
+    "LastCallCache",
+    "StepMean",
+    "RewardLog",
+    "build_policy_trainer",
+    "gap_of",
+    "reference_matches_policy",
+    "training_curve",
+    "training_reward_summary",
+]
 
-# The gradient coefficient a PRM's step scores feed when the configured one reads no step rewards
-# (DeepSeekMath 4.1.3, process supervision).
+# The gradient coefficient step scores feed when the configured one reads no step rewards (DeepSeekMath 4.1.3).
 PROCESS_SUPERVISION = "process"
+#: Logged metric -> the name a training curve gives it.
+CURVE_METRICS = {
+    "rewards/rm_outcome/mean": "rm_outcome",
+    "rewards/rm_steps/mean": "rm_steps",
+    "rewards/outcome_reward/mean": "verifier_outcome",
+    "rewards/verifier_steps/mean": "verifier_steps",
+    "kl": "kl",
+}
+
+
+class LastCallCache:
+    """A step scorer that remembers its last answer: the PRM scores a batch once, however many reward functions
+    (the advantages' step scores, the logged minimum and mean) read it."""
+
+    def __init__(self, scorer):
+        self.scorer, self._key, self._value = scorer, None, None
+        self.__name__ = getattr(scorer, "__name__", "prm")
+
+    def __call__(self, prompts: list, completions: list, **kwargs) -> list[list[float]]:
+        key = (tuple(map(completion_text, prompts)), tuple(map(completion_text, completions)))
+        if key != self._key:
+            self._key, self._value = key, self.scorer(prompts=prompts, completions=completions, **kwargs)
+        return self._value
+
+
+class StepMean:
+    """A reward function (TRL's signature): a step scorer's scores reduced to one per completion, the mean by
+    default (``empty`` for a completion without a step: None, i.e. not counted, by default)."""
+
+    def __init__(self, scorer, name: str, reduce=None, empty: float | None = None):
+        self.scorer, self.__name__, self.empty = scorer, name, empty
+        self.reduce = reduce or (lambda steps: sum(steps) / len(steps))
+
+    def __call__(self, prompts: list, completions: list, **kwargs) -> list[float | None]:
+        rows = self.scorer(prompts=prompts, completions=completions, **kwargs)
+        return [float(self.reduce(steps)) if steps else self.empty for steps in rows]
+
+
+def _verifier_funcs(task, outcome: bool = True) -> list:
+    """The verifier's logged rewards: its outcome (``rewards/outcome_reward/mean``, unless it trains already) and,
+    with a step verifier, its mean step score."""
+    funcs = [task.outcome_reward] if outcome else []
+    if task.has_step_verifier:
+        funcs.append(StepMean(task.step_reward, "verifier_steps"))
+    return funcs
 
 
 def build_policy_trainer(
     policy_dir,
-    reward_model_dir,
+    reward_source,
     reward_model_type: str,
     task,
     train_dataset,
@@ -26,11 +93,14 @@ def build_policy_trainer(
     *,
     log_verifier_reward: bool = True,
     seed: int | None = None,
+    callbacks=None,
 ):
     """A GRPOExtTrainer for one iteration: the policy *and* its reference start from ``policy_dir`` (the reset:
-    TRL rebuilds the reference from ``model.config._name_or_path``); the reward is the RM in
-    ``reward_model_dir`` (outcome: :class:`RMRewardFunction`; process: the PRM's step scores, with its minimum
-    step score logged as the outcome reward). ``training_args`` is copied, never changed."""
+    TRL rebuilds the reference from ``model.config._name_or_path``).
+
+    ``reward_source``: an RM folder (outcome: :class:`RMRewardFunction`; process: :class:`ProcessRewardModel`'s
+    step scores feed the advantages) or ``"verifier"`` (the task's verifier; for a process RM type, its step
+    verifier). ``training_args`` is copied, never changed."""
     from grpo_ext.assembly import build_grpo_trainer
 
     args = copy.deepcopy(training_args)
@@ -38,29 +108,68 @@ def build_policy_trainer(
     if seed is not None:
         args.seed = seed
     args.save_strategy = "no"
-    process_reward_funcs = None  # the config's, as in any GRPO run
-    if reward_model_type == "outcome":
-        reward_funcs = [RMRewardFunction(reward_model_dir, name="orm")]
-    else:
+    process = reward_model_type == "process"
+    if process:
         args.step_separator = args.step_separator or task.step_separator
         if not get_gradient_coefficient(args.advantage_mode).needs_step_rewards:
             args.advantage_mode = PROCESS_SUPERVISION
-        prm = ProcessRewardModel(str(reward_model_dir), args.step_separator)
-        process_reward_funcs = [prm]
-        reward_funcs = [PRMOutcomeReward(prm)]
-    if log_verifier_reward:
-        reward_funcs.append(task.outcome_reward)  # logged as rewards/outcome_reward/mean, weight 0
-        args.reward_weights = [1.0] * (len(reward_funcs) - 1) + [0.0]
+    process_reward_funcs = None  # the config's, as in any GRPO run
+    verifier = reward_source == "verifier"
+    logged = _verifier_funcs(task, outcome=not verifier) if log_verifier_reward else []
+    if verifier:
+        reward_funcs = [task.outcome_reward]
+        if process:
+            process_reward_funcs = [task.step_reward]
+    elif not process:
+        reward_funcs = [RMRewardFunction(reward_source, name="rm_outcome")]
     else:
-        args.reward_weights = None
+        prm = LastCallCache(ProcessRewardModel(str(reward_source), args.step_separator, batch_size=64))
+        process_reward_funcs = [prm]
+        reward_funcs = [StepMean(prm, "rm_outcome", reduce=min, empty=0.0), StepMean(prm, "rm_steps")]
+        logged = [reward_funcs.pop(), *logged]  # rm_steps only logs
+    args.reward_weights = [1.0] * len(reward_funcs) + [0.0] * len(logged)
     return build_grpo_trainer(
         task,
         args,
         model=str(policy_dir),
-        reward_funcs=reward_funcs,
+        reward_funcs=reward_funcs + logged,
         process_reward_funcs=process_reward_funcs,
         train_dataset=train_dataset,
+        callbacks=callbacks,
     )
+
+
+def gap_of(point: dict) -> float | None:
+    """The hacking gap of one logged window: the RM's reward minus the verifier's on the same training samples,
+    at the step level when both step means were logged (a process RM), else at the outcome level; None when
+    neither pair was logged. Positive: the RM rates the policy's samples better than they are."""
+    if "rm_steps" in point and "verifier_steps" in point:
+        return point["rm_steps"] - point["verifier_steps"]
+    if "rm_outcome" in point and "verifier_outcome" in point:
+        return point["rm_outcome"] - point["verifier_outcome"]
+    return None
+
+
+class RewardLog(TrainerCallback):
+    """One line per logged window instead of Trainer's full log dicts: the RM's and the verifier's rewards side
+    by side, the hacking gap and the KL (:meth:`install` swaps it in for the printer / progress bar)."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+
+    def install(self, trainer):
+        for callback in (PrinterCallback, ProgressCallback):
+            trainer.remove_callback(callback)
+        trainer.add_callback(self)
+        return trainer
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        point = {name: float(logs[key]) for key, name in CURVE_METRICS.items() if logs and key in logs}
+        if point:
+            gap = gap_of(point)
+            parts = [f"{name} {value:.3f}" for name, value in point.items()]
+            parts += [f"gap {gap:+.3f}"] if gap is not None else []
+            print(f"{self.prefix} step {state.global_step}/{state.max_steps}: {', '.join(parts)}", flush=True)
 
 
 def reference_matches_policy(trainer) -> bool | None:
@@ -76,13 +185,23 @@ def reference_matches_policy(trainer) -> bool | None:
     return True
 
 
-def training_reward_summary(log_history: list[dict], rm_metric: str) -> dict:
-    """First and last logged training rewards (RM score, and the verifier's when logged)."""
-    rows = [r for r in log_history if "reward" in r]
+def training_curve(log_history: list[dict]) -> list[dict]:
+    """The logged windows of a GRPO run: ``step`` and each of :data:`CURVE_METRICS` that was logged."""
+    curve = []
+    for row in log_history:
+        point = {name: float(row[key]) for key, name in CURVE_METRICS.items() if key in row}
+        if point:
+            curve.append({"step": int(row["step"]), **point})
+    return curve
+
+
+def training_reward_summary(curve: list[dict]) -> dict:
+    """Per curve metric: the first, the last and the mean over the logged windows (``train_<name>_first`` ...)."""
     out = {}
-    for key, name in ((f"rewards/{rm_metric}/mean", "rm_reward"), ("rewards/outcome_reward/mean", "verifier_reward")):
-        values = [r[key] for r in rows if key in r]
+    for name in CURVE_METRICS.values():
+        values = [p[name] for p in curve if name in p]
         if values:
-            out[f"train_{name}_first"] = float(values[0])
-            out[f"train_{name}_last"] = float(values[-1])
+            out[f"train_{name}_first"] = values[0]
+            out[f"train_{name}_last"] = values[-1]
+            out[f"train_{name}_mean"] = sum(values) / len(values)
     return out

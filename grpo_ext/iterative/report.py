@@ -1,4 +1,5 @@
-"""The loop's report: a markdown table, the rows as JSON and a plot of RM and policy accuracy per iteration.
+"""One run's report (an arm of a seed, in its folder): a markdown table, the rows as JSON and a plot of RM and
+policy accuracy per iteration.
 
 Model folders (the base, each iteration's policy and reference) are recorded as :func:`grpo_ext.io.portable_path`
 gives them: relative to the repository when inside it, so a committed report names no folder of the machine that
@@ -45,43 +46,48 @@ def _first_to_last(row: dict, name: str) -> str:
     return f"{_fmt(row.get(f'train_{name}_first'))} → {_fmt(row.get(f'train_{name}_last'))}"
 
 
+def _before_after(row: dict, key: str) -> str:
+    before, after = row.get(f"{key}_before"), row.get(f"{key}_after")
+    return _fmt(before) if after is None else f"{_fmt(before)} → {_fmt(after)}"
+
+
 def render_report(state: dict, k: int) -> str:
-    """The markdown table of the loop's rows (``k``: samples per prompt of maj@k / pass@k)."""
+    """The markdown table of one run's rows (``k``: samples per prompt of maj@k / pass@k). The experiment's
+    combined report, with intervals and every arm, is :mod:`grpo_ext.iterative.arms_report`'s."""
     rows = state["history"]
     config = state["config"]
+    arm = config.get("arm", "iterative")
     lines = [
-        f"# Iterative RL: {config['reward_model_type']} reward model retrained on policy samples (DeepSeekMath 4.1.4)",
+        f"# Iterative RL, arm `{arm}`, seed {config.get('seed', '–')}: {config['reward_model_type']} reward model "
+        "(DeepSeekMath 4.1.4)",
         "",
         f"Task `{config['task']}` {config['task_kwargs'] or ''}, base `{config['base']}`, "
         f"{config['max_steps']} GRPO steps per iteration, replay_ratio {config['replay_ratio']}.",
         "",
-        "RM accuracy / AUC: on fresh samples of the iteration's policy on held-out (test) prompts, against the "
-        "verifier, before the RM update (the RM the policy was trained against) and after it; the held-out right "
-        "rate is the verifier's, so max(rate, 1 - rate) is what a constant RM would score. Iteration 0: the base "
-        "policy; `before` is the untrained RM. Policy metrics: evaluation harness on test prompts at the sampling "
-        "temperature.",
+        "RM accuracy / AUC: on fresh samples of the iteration's policy on pool prompts, against the verifier (step "
+        "level for a process RM), before the RM update (the RM the policy was trained against) and after it. "
+        "Iteration 0: the base policy; `before` is the untrained RM. Policy metrics: evaluation harness on test "
+        "prompts at the sampling temperature.",
         "",
-        f"| iteration | held-out right rate | RM acc before | RM acc after | RM AUC before | RM AUC after | "
-        f"policy pass@1 | maj@{k} | "
-        f"pass@{k} | policy acc on RM-data samples | RM data: new + replay (ratio used) | "
-        "RM reward in training (first → last) | verifier reward in training (first → last) | seconds |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|",
+        f"| iteration | RM accuracy | RM AUC | policy pass@1 | maj@{k} | pass@{k} | policy right rate, pool | "
+        "RM data: new + replay (ratio used) | RM reward in training (first → last) | "
+        "verifier reward in training (first → last) | seconds |",
+        "|---:|---|---|---:|---:|---:|---:|---|---|---|---:|",
     ]
     for r in rows:
+        data = f"{r['n_new']} + {r['n_replay']} ({_fmt(r['replay_ratio_used'])})" if "n_new" in r else "–"
         lines.append(
-            f"| {r['iteration']} | {_fmt(r.get('heldout_positive_rate'))} | {_fmt(r['rm_accuracy_before'])} | "
-            f"{_fmt(r['rm_accuracy_after'])} | "
-            f"{_fmt(r['rm_auc_before'])} | {_fmt(r['rm_auc_after'])} | {_fmt(r['pass@1'])} | {_fmt(r[f'maj@{k}'])} | "
-            f"{_fmt(r[f'pass@{k}'])} | {_fmt(r['policy_sample_accuracy'])} | "
-            f"{r['n_new']} + {r['n_replay']} ({_fmt(r['replay_ratio_used'])}) | "
-            f"{_first_to_last(r, 'rm_reward')} | {_first_to_last(r, 'verifier_reward')} | {r['seconds']:.0f} |"
+            f"| {r['iteration']} | {_before_after(r, 'rm_accuracy')} | {_before_after(r, 'rm_auc')} | "
+            f"{_fmt(r['pass@1'])} | {_fmt(r[f'maj@{k}'])} | {_fmt(r[f'pass@{k}'])} | "
+            f"{_fmt(r.get('policy_sample_accuracy'))} | {data} | {_first_to_last(r, 'rm_outcome')} | "
+            f"{_first_to_last(r, 'verifier_outcome')} | {r['seconds']:.0f} |"
         )
     lines.append("")
     return "\n".join(lines)
 
 
 def plot_report(state: dict, k: int) -> bytes:
-    """PNG: RM accuracy before/after each update (left), the policy's pass@1 and maj@k (right)."""
+    """PNG: RM AUC before/after each update (left), the policy's pass@1 and maj@k (right)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -90,10 +96,13 @@ def plot_report(state: dict, k: int) -> bytes:
     rows = state["history"]
     x = [r["iteration"] for r in rows]
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    left.plot(x, [r["rm_accuracy_before"] for r in rows], "o--", label="before update")
-    left.plot(x, [r["rm_accuracy_after"] for r in rows], "o-", label="after update")
-    left.set(title="RM accuracy vs verifier (fresh held-out samples)", xlabel="iteration", ylabel="accuracy")
-    left.legend()
+    for key, style, label in (("rm_auc_before", "o--", "before update"), ("rm_auc_after", "o-", "after update")):
+        points = [(r["iteration"], r[key]) for r in rows if r.get(key) is not None]
+        if points:
+            left.plot([p[0] for p in points], [p[1] for p in points], style, label=label)
+    left.set(title="RM AUC vs verifier (fresh samples)", xlabel="iteration", ylabel="AUC")
+    if left.get_legend_handles_labels()[0]:
+        left.legend()
     right.plot(x, [r["pass@1"] for r in rows], "o-", label="pass@1")
     right.plot(x, [r[f"maj@{k}"] for r in rows], "s--", label=f"maj@{k}")
     right.set(title="policy accuracy (test prompts)", xlabel="iteration", ylabel="accuracy")

@@ -32,16 +32,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from grpo_ext.errors import UserError
 from grpo_ext.rewards.classifier import load_classifier, right_pad, token_ids, with_pad_token
 from grpo_ext.rewards.orm import RMRewardFunction
 from grpo_ext.rewards.prm import ProcessRewardModel, step_end_positions
 
 REWARD_MODEL_TYPES = ("outcome", "process")
+#: Where the RM's weights start: the policy's body with a new head, or the policy's architecture at random.
+RM_INITS = ("policy", "scratch")
 IGNORE_INDEX = -100
 
 __all__ = [
     "IGNORE_INDEX",
     "REWARD_MODEL_TYPES",
+    "RM_INITS",
     "RewardModelCollator",
     "check_reward_model_type",
     "encode_outcome",
@@ -55,7 +59,7 @@ __all__ = [
 
 def check_reward_model_type(reward_model_type: str) -> None:
     if reward_model_type not in REWARD_MODEL_TYPES:
-        raise ValueError(
+        raise UserError(
             f"reward_model_type: unknown value {reward_model_type!r}; expected one of {', '.join(REWARD_MODEL_TYPES)}"
         )
 
@@ -69,11 +73,12 @@ def _auto_class(reward_model_type: str):
     return AutoModelForTokenClassification
 
 
-def init_reward_model(reward_model_type: str, policy_dir: str | os.PathLike):
-    """``(model, tokenizer)``: a fresh RM whose body is the policy's causal-LM body (the head is new).
+def init_reward_model(reward_model_type: str, policy_dir: str | os.PathLike, init: str = "policy", seed: int = 0):
+    """``(model, tokenizer)``: a fresh RM on the policy's architecture and tokenizer.
 
-    ``from_pretrained`` of a causal-LM folder into a classification class keeps every ``model.*`` weight and
-    initialises only ``score`` (the paper initialises its RMs from the base model the same way).
+    ``init="policy"``: ``from_pretrained`` of the causal-LM folder into a classification class keeps every
+    ``model.*`` weight and initialises only ``score`` (the paper initialises its RMs from the base model the same
+    way). ``init="scratch"``: the same architecture with random weights (``seed``).
     """
     from transformers import AutoConfig, AutoTokenizer
 
@@ -88,7 +93,20 @@ def init_reward_model(reward_model_type: str, policy_dir: str | os.PathLike):
         head = {"num_labels": 2}
     config = AutoConfig.from_pretrained(folder, pad_token_id=tokenizer.pad_token_id, **head)
     config.classifier_dropout = 0.0  # the token-classification head's dropout: off, like TRL's trainers do
-    model = auto_class.from_pretrained(folder, config=config, use_safetensors=True, dtype=torch.float32)
+    if init == "policy":
+        from transformers.utils import logging as hf_logging
+
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # the head is new by design: no "newly initialized weights" report
+        try:
+            model = auto_class.from_pretrained(folder, config=config, use_safetensors=True, dtype=torch.float32)
+        finally:
+            hf_logging.set_verbosity(verbosity)
+    elif init == "scratch":
+        torch.manual_seed(seed)
+        model = auto_class.from_config(config, dtype=torch.float32)
+    else:
+        raise UserError(f"rm_init: unknown value {init!r}; expected one of {', '.join(RM_INITS)}")
     return model, tokenizer
 
 

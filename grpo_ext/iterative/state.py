@@ -1,9 +1,10 @@
-"""The loop's state on disk, so a killed run resumes at its last finished iteration.
+"""The experiment's state on disk, so a killed run resumes at its last finished iteration.
 
-``iterative_state.json`` (the finished iteration, the policy / RM / reference folders, the replay-buffer files,
-the report rows and the settings that made them) is rewritten atomically at the end of each iteration. Each
-iteration works in its own ``iter_<k>`` folder; one beyond the saved iteration is a half-done one, discarded and
-redone.
+Layout of ``output_dir``: ``seed_<s>/start/`` holds a seed's iteration 0 (``start_state.json``: the base policy's
+row, RM_0, its data), shared by the seed's arms; ``seed_<s>/<arm>/`` holds an arm's run (``iterative_state.json``:
+the finished iteration, the policy / RM / reference folders, the replay-buffer files relative to the seed folder,
+the report rows and the settings that made them), rewritten atomically at the end of each iteration. Each iteration
+works in its own ``iter_<k>`` folder; one beyond the saved iteration is a half-done one, discarded and redone.
 """
 
 from __future__ import annotations
@@ -13,16 +14,18 @@ import logging
 import shutil
 from pathlib import Path
 
+from grpo_ext.errors import UserError
 from grpo_ext.io import atomic_write_bytes, atomic_write_json
 
 logger = logging.getLogger(__name__)
 
 LOOP_STATE_FILE = "iterative_state.json"
-LOOP_STATE_VERSION = 1
+LOOP_STATE_VERSION = 2  # 2: arms and seeds (iteration 0 shared by a seed's arms)
 
 __all__ = [
     "LOOP_STATE_FILE",
     "LOOP_STATE_VERSION",
+    "check_same_config",
     "iteration_dir",
     "load_state",
     "read_records",
@@ -37,51 +40,48 @@ def iteration_dir(run_dir: Path, iteration: int) -> Path:
     return run_dir / f"iter_{iteration}"
 
 
-def load_state(run_dir: str | Path) -> dict | None:
-    """The loop's state in ``run_dir`` (None when there is none)."""
-    path = Path(run_dir) / LOOP_STATE_FILE
+def load_state(run_dir: str | Path, name: str = LOOP_STATE_FILE) -> dict | None:
+    """The state file ``name`` in ``run_dir`` (None when there is none)."""
+    path = Path(run_dir) / name
     if not path.is_file():
         return None
     try:
         state = json.loads(path.read_text())
     except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: not valid JSON ({err}); delete it to start over") from None
+        raise UserError(f"{path}: not valid JSON ({err}); delete it to start over") from None
     if state.get("version") != LOOP_STATE_VERSION:
-        raise ValueError(f"{path}: state version {state.get('version')!r}, expected {LOOP_STATE_VERSION}")
+        raise UserError(f"{path}: state version {state.get('version')!r}, expected {LOOP_STATE_VERSION}")
     return state
 
 
-def save_state(run_dir: Path, state: dict) -> None:
-    atomic_write_json(run_dir / LOOP_STATE_FILE, state)
+def save_state(run_dir: Path, state: dict, name: str = LOOP_STATE_FILE) -> None:
+    atomic_write_json(run_dir / name, state)
 
 
-def resume_or_start(run_dir: Path, config: dict, base_policy: str, resume: bool = True) -> dict:
-    """The saved state when resuming a run made with the same ``config``, else a fresh one (iteration -1).
+def check_same_config(path: Path, saved: dict, config: dict) -> None:
+    """A saved run continues only with the settings that made it: else a `UserError` naming the changed ones."""
+    if saved != config:
+        changed = sorted(k for k in set(saved) | set(config) if saved.get(k) != config.get(k))
+        raise UserError(
+            f"output_dir: {path} holds a run with other settings ({', '.join(changed)}); "
+            "use another output_dir or --resume false"
+        )
+
+
+def resume_or_start(run_dir: Path, config: dict, initial: dict, resume: bool = True) -> dict:
+    """The saved state when resuming a run made with the same ``config``, else ``initial`` (a fresh state: its
+    ``iteration`` is the last one already done, its ``history`` their rows).
 
     A saved run with other settings is an error naming them. Iteration folders beyond the saved iteration are
     removed: they are what a killed iteration left behind.
     """
     state = load_state(run_dir) if resume else None
     if state is not None:
-        if state["config"] != config:
-            changed = sorted(k for k in set(state["config"]) | set(config) if state["config"].get(k) != config.get(k))
-            raise ValueError(
-                f"output_dir {run_dir} holds a run with other settings ({', '.join(changed)}); "
-                "use another output_dir or --resume false"
-            )
-        logger.info("resuming after iteration %d", state["iteration"])
-        print(f"[iterative] resuming {run_dir} after iteration {state['iteration']}")
+        check_same_config(run_dir, state["config"], config)
+        logger.info("resuming %s after iteration %d", run_dir, state["iteration"])
+        print(f"[iterative] resuming {run_dir} after iteration {state['iteration']}", flush=True)
     else:
-        state = {
-            "version": LOOP_STATE_VERSION,
-            "iteration": -1,
-            "config": config,
-            "buffer": [],
-            "policy": base_policy,
-            "reward_model": None,
-            "reference": None,
-            "history": [],
-        }
+        state = {"version": LOOP_STATE_VERSION, "config": config, **initial}
     if run_dir.is_dir():
         for folder in run_dir.glob("iter_*"):
             number = folder.name.removeprefix("iter_")

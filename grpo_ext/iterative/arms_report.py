@@ -1,0 +1,244 @@
+"""The experiment's combined report: ``report.md`` (tables with intervals), ``report.json`` (every number, the
+per-problem values left out) and ``iterative.png`` (the arms per iteration with seed bands, and the hacking gap)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grpo_ext.io import atomic_write_bytes, atomic_write_json, atomic_write_text, figure_png, portable_path
+from grpo_ext.iterative.arms import USES_RM
+from grpo_ext.iterative.summary import TARGET_GAIN, summarize, training_gap_curve
+
+__all__ = ["plot_arms", "render_arms", "write_experiment_report"]
+
+REPORT_MD, REPORT_JSON, REPORT_PNG = "report.md", "report.json", "iterative.png"
+ARM_STYLE = {"iterative": ("tab:blue", "o-"), "frozen": ("tab:orange", "s-"), "verifier": ("tab:green", "^-")}
+
+
+def _f(value, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _ci(interval: dict | None, signed: bool = False) -> str:
+    if interval is None:
+        return "–"
+    fmt = "+.3f" if signed else ".3f"
+    return f"{interval['estimate']:{fmt}} [{interval['low']:{fmt}}, {interval['high']:{fmt}}]"
+
+
+def _arrow(entry: dict, key: str) -> str:
+    before, after = entry.get(f"{key}_before"), entry.get(f"{key}_after")
+    if before is None and after is None:
+        return "–"
+    return _f(before) if after is None else f"{_f(before)} → {_f(after)}"
+
+
+def _policy_table(summary: dict, metric: str) -> list[str]:
+    arms = summary["arms"]
+    depth = max((len(s) for runs in arms.values() for s in runs.values()), default=0)
+    lines = [
+        "| arm | seed | " + " | ".join(f"iteration {i}" for i in range(depth)) + " |",
+        "|---|---:|" + "---:|" * depth,
+    ]
+    for arm, runs in arms.items():
+        for seed, series in runs.items():
+            cells = [_ci(e[metric]) for e in series] + [""] * (depth - len(series))
+            lines.append(f"| {arm} | {seed} | " + " | ".join(cells) + " |")
+        mean = summary["means"][arm]
+        cells = [_f(m[metric]["mean"]) if metric in m else "–" for m in mean] + [""] * (depth - len(mean))
+        lines.append(f"| **{arm}** | mean | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _rm_table(summary: dict) -> list[str]:
+    lines = [
+        "| arm | seed | iteration | step AUC, pool (before → after) | step accuracy, pool | step AUC, held-out | "
+        "outcome AUC (min step), pool | right steps, pool | policy right rate, pool |",
+        "|---|---:|---:|---|---|---|---|---:|---:|",
+    ]
+    for arm, runs in summary["arms"].items():
+        if arm not in USES_RM:
+            continue
+        for seed, series in runs.items():
+            for e in series:
+                lines.append(
+                    f"| {arm} | {seed} | {e['iteration']} | {_arrow(e, 'rm_auc')} | {_arrow(e, 'rm_accuracy')} | "
+                    f"{_arrow(e, 'rm_heldout_auc')} | {_arrow(e, 'rm_outcome_auc')} | "
+                    f"{_f(e.get('rm_positive_rate'))} | {_f(e.get('policy_sample_accuracy'))} |"
+                )
+    return lines
+
+
+def _first_last(e: dict, name: str) -> str:
+    if f"train_{name}_first" not in e:
+        return "–"
+    return f"{_f(e[f'train_{name}_first'])} → {_f(e[f'train_{name}_last'])}"
+
+
+def _hacking_table(summary: dict) -> list[str]:
+    lines = [
+        "| arm | seed | iteration | RM step reward | verifier step reward | RM outcome | verifier outcome | "
+        "gap (mean over training) | gap (last window) | guard stop | GRPO steps |",
+        "|---|---:|---:|---|---|---|---|---:|---:|---:|---:|",
+    ]
+    for arm, runs in summary["arms"].items():
+        for seed, series in runs.items():
+            for e in series[1:]:
+                lines.append(
+                    f"| {arm} | {seed} | {e['iteration']} | {_first_last(e, 'rm_steps')} | "
+                    f"{_first_last(e, 'verifier_steps')} | {_first_last(e, 'rm_outcome')} | "
+                    f"{_first_last(e, 'verifier_outcome')} | {_f(e.get('gap_mean'), 3)} | {_f(e.get('gap_last'), 3)} | "
+                    f"{e.get('guard_stopped_at') or '–'} | {e.get('grpo_steps', '–')} |"
+                )
+    return lines
+
+
+def _targets_table(summary: dict) -> list[str]:
+    lines = [
+        f"| seed | iterative pass@1: start → end | change [95% CI] | ≥ +{TARGET_GAIN}? | "
+        "iterative − frozen at the end [95% CI] | above frozen beyond the noise? |",
+        "|---:|---|---|---|---|---|",
+    ]
+    for t in summary["targets"]:
+        yes = {True: "yes", False: "**no**", None: "–"}
+        lines.append(
+            f"| {t['seed']} | {_f(t['start'])} → {_f(t['end'])} (iteration {t['iteration']}) | "
+            f"{_ci(t['gain'], signed=True)} | {yes[t['gain_target_met']]} | {_ci(t.get('vs_frozen'), signed=True)} | "
+            f"{yes[t.get('above_frozen_beyond_noise')]} |"
+        )
+    return lines
+
+
+def render_arms(summary: dict, config: dict, k: int) -> str:
+    """The markdown report of :func:`~grpo_ext.iterative.summary.summarize`'s ``summary``."""
+    b = summary["bootstrap"]
+    lines = [
+        f"# Iterative RL: {config.get('reward_model_type')} reward model, arms "
+        f"{', '.join(summary['arms'])} (DeepSeekMath 4.1.4)",
+        "",
+        f"Task `{config.get('task')}` {config.get('task_kwargs') or ''}, "
+        f"base `{portable_path(config.get('base', ''))}`, "
+        f"{config.get('max_steps')} GRPO steps per iteration (advantage_mode {config.get('advantage_mode')}), "
+        f"replay_ratio {config.get('replay_ratio')}, RL prompt pool: {config.get('train_size')} train prompts after "
+        f"the first {config.get('train_offset')}. Intervals: {b['confidence']:.0%} bootstrap over the "
+        f"{config.get('eval_prompts')} test problems ({b['n_resamples']} resamples, seed {b['seed']}); differences "
+        "paired by problem. Iteration 0 is the base policy, shared by the arms of a seed.",
+        "",
+        "## Targets (reported, not asserted)",
+        "",
+        *_targets_table(summary),
+        "",
+        "## The policy: test pass@1 per iteration",
+        "",
+        *_policy_table(summary, "pass@1"),
+        "",
+        f"## The policy: test maj@{k} per iteration",
+        "",
+        *_policy_table(summary, f"maj@{k}"),
+        "",
+        "## The reward model on fresh samples of the current policy",
+        "",
+        "Fresh samples (never trained on) of the iteration's policy, labelled by the step verifier: on pool prompts "
+        "(what GRPO is rewarded on) and on held-out (validation) prompts. `before`: the RM the policy was trained "
+        "against (iteration 0: the untrained RM); `after`: the retrained RM (iterative arm only; frozen keeps RM_0).",
+        "",
+        *_rm_table(summary),
+        "",
+        "## Reward hacking: the RM's reward against the verifier's on the training samples",
+        "",
+        "Logged during GRPO on the same samples (first → last logged window); the verifier's rewards have weight 0. "
+        "Gap: RM reward − verifier reward (step level for a process RM); > 0: the RM rates the samples better than "
+        "they are.",
+        "",
+        *_hacking_table(summary),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _columns(points: list[tuple]) -> tuple[list, list]:
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def plot_arms(summary: dict, states: dict, k: int) -> bytes:
+    """2 x 2: pass@1 and maj@k per iteration (mean over seeds, band = the seeds' range), the hacking gap over GRPO
+    steps (one line per seed), the RM's step AUC on fresh pool samples before each update."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    for ax, metric in ((axes[0, 0], "pass@1"), (axes[0, 1], f"maj@{k}")):
+        for arm, rows in summary["means"].items():
+            rows = [r for r in rows if metric in r]
+            color, style = ARM_STYLE.get(arm, (None, "o-"))
+            x = [r["iteration"] for r in rows]
+            ax.plot(x, [r[metric]["mean"] for r in rows], style, color=color, label=arm)
+            ax.fill_between(
+                x, [r[metric]["min"] for r in rows], [r[metric]["max"] for r in rows], color=color, alpha=0.2
+            )
+        ax.set(title=f"test {metric} (mean over seeds, band: seed range)", xlabel="iteration", ylabel=metric)
+    ax = axes[1, 0]
+    for arm, runs in states.items():
+        color, _ = ARM_STYLE.get(arm, (None, "o-"))
+        for i, (_, state) in enumerate(sorted(runs.items())):
+            curve = training_gap_curve(state["history"])
+            if curve:
+                ax.plot(*_columns(curve), "-", color=color, alpha=0.8, lw=1, label=arm if i == 0 else None)
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set(title="hacking gap: RM reward − verifier reward (training)", xlabel="GRPO step (all iterations)")
+    ax = axes[1, 1]
+    for arm, runs in summary["arms"].items():
+        color, style = ARM_STYLE.get(arm, (None, "o-"))
+        for i, series in enumerate(runs.values()):
+            points = [(e["iteration"], e["rm_auc_before"]) for e in series[1:] if e.get("rm_auc_before") is not None]
+            if points:
+                ax.plot(*_columns(points), style, color=color, alpha=0.8, label=f"{arm} (RM used)" if i == 0 else None)
+            after = [(e["iteration"], e["rm_auc_after"]) for e in series if e.get("rm_auc_after") is not None]
+            if arm == "iterative" and after:
+                label = "iterative (after update)" if i == 0 else None
+                ax.plot(*_columns(after), "x--", color=color, alpha=0.6, label=label)
+    ax.set(title="RM step AUC on fresh pool samples", xlabel="iteration", ylabel="AUC")
+    for ax in axes.flat:
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    return figure_png(fig, dpi=100)
+
+
+def _without_per_problem(summary_states: dict) -> dict:
+    drop = ("test_n_correct",)
+    return {
+        arm: {
+            str(seed): [
+                {
+                    key: (portable_path(v) if key in ("policy", "reference") and isinstance(v, str) else v)
+                    for key, v in row.items()
+                    if key not in drop and not key.startswith("test_maj@")
+                }
+                for row in state["history"]
+            ]
+            for seed, state in runs.items()
+        }
+        for arm, runs in summary_states.items()
+    }
+
+
+def write_experiment_report(states: dict, report_dir, it_args, arms: list[str], seeds: list[int]) -> Path:
+    """Writes the three report files to ``report_dir`` from ``{arm: {seed: state}}``; returns the folder."""
+    report_dir = Path(report_dir)
+    k = it_args.eval_samples
+    summary = summarize(states, arms, seeds, k)
+    config = next((s["config"] for runs in states.values() for s in runs.values()), {})
+    config = {**config, "base": portable_path(config.get("base", ""))}
+    curves = {
+        arm: {str(seed): training_gap_curve(state["history"]) for seed, state in runs.items()}
+        for arm, runs in states.items()
+    }
+    payload = {"config": config, "summary": summary, "rows": _without_per_problem(states), "gap_curves": curves}
+    atomic_write_json(report_dir / REPORT_JSON, payload)
+    atomic_write_text(report_dir / REPORT_MD, render_arms(summary, config, k))
+    atomic_write_bytes(report_dir / REPORT_PNG, plot_arms(summary, states, k))
+    return report_dir

@@ -1,0 +1,178 @@
+"""The experiment: every arm of every seed, resumable, ``workers`` runs at a time, one combined report.
+
+Jobs: a seed's iteration 0 (:mod:`grpo_ext.iterative.start`), then each of its arms (:class:`ArmRun`). A job
+is a process of its own when ``workers > 1`` (spawned: each imports torch once and uses the thread count its
+environment gives, ``OMP_NUM_THREADS=1`` on a shared CPU), else runs in this one. Every job saves its state after
+each iteration, so a killed experiment started again with the same command redoes no finished iteration. The report
+is rewritten whenever a job ends.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import asdict
+from pathlib import Path
+
+from grpo_ext.errors import UserError
+from grpo_ext.iterative.args import IterativeArguments
+from grpo_ext.iterative.arms import USES_RM
+from grpo_ext.iterative.start import START_DIR, START_STATE_FILE
+from grpo_ext.iterative.state import LOOP_STATE_FILE, load_state
+
+__all__ = ["Experiment", "run_experiment", "seed_dir"]
+
+#: GRPO settings that shape a run: a saved run only continues with the same values.
+_GRPO_FIELDS = (
+    "max_steps",
+    "learning_rate",
+    "beta",
+    "num_generations",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "max_completion_length",
+    "temperature",
+    "advantage_mode",
+    "loss_type",
+    "step_separator",
+)
+#: IterativeArguments fields that may change between a run and its resume.
+_FREE_FIELDS = ("resume", "report_dir", "iterations", "arms", "seeds", "workers")
+
+
+def seed_dir(run_dir: Path, seed: int) -> Path:
+    return run_dir / f"seed_{seed}"
+
+
+class Experiment:
+    """Checks the settings once (before any job starts) and knows where every job keeps its state."""
+
+    def __init__(self, it_args: IterativeArguments, training_args, model_args):
+        from grpo_ext.advantages import get_gradient_coefficient
+        from grpo_ext.modeling import policy_init
+
+        if any(getattr(model_args, f, False) for f in ("use_peft", "load_in_4bit", "load_in_8bit")):
+            raise UserError(
+                "use_peft/load_in_4bit/load_in_8bit: the iterative loop resets the reference to the full policy "
+                "saved after each iteration; run it in full precision"
+            )
+        mode = training_args.advantage_mode
+        if it_args.reward_model_type == "outcome" and get_gradient_coefficient(mode).needs_step_rewards:
+            raise UserError(
+                f"advantage_mode: `{mode}` needs step rewards, which only reward_model_type: process gives in the "
+                "iterative loop"
+            )
+        base_id, _, _ = policy_init(model_args, training_args)  # also sets the trainer's model_init_kwargs
+        if not Path(base_id).is_dir():
+            raise UserError(f"model_name_or_path: the iterative loop needs a local model folder, got {base_id}")
+        self.it_args, self.training_args = it_args, training_args
+        self.base = str(Path(base_id).resolve())
+        self.seeds = it_args.seed_list if it_args.seed_list is not None else [int(training_args.seed)]
+        self.arms = it_args.arm_list
+        self.run_dir = Path(training_args.output_dir).resolve()
+        self.report_dir = Path(it_args.report_dir).resolve() if it_args.report_dir else self.run_dir / "report"
+        from grpo_ext.iterative.measure import Setting
+
+        Setting(it_args, training_args, self.seeds[0])  # the task, its splits and verifier: checked before any job
+
+    def config(self, seed: int) -> dict:
+        """The settings a resumed run of ``seed`` must share with the saved one."""
+        snapshot = {k: v for k, v in asdict(self.it_args).items() if k not in _FREE_FIELDS}
+        snapshot.update({f: getattr(self.training_args, f) for f in _GRPO_FIELDS})
+        return {**snapshot, "base": self.base, "seed": seed}
+
+    def states(self) -> dict:
+        """``{arm: {seed: state}}`` of the runs saved so far (a seed's iteration 0 alone counts as a run at 0)."""
+        out: dict = {}
+        for seed in self.seeds:
+            start = load_state(seed_dir(self.run_dir, seed) / START_DIR, START_STATE_FILE)
+            for arm in self.arms:
+                state = load_state(seed_dir(self.run_dir, seed) / arm, LOOP_STATE_FILE)
+                if state is None and start is not None:
+                    state = {"config": start["config"], "iteration": 0, "history": [{**start["row"], "arm": arm}]}
+                if state is not None:
+                    out.setdefault(arm, {})[seed] = state
+        return out
+
+    def write_report(self) -> Path:
+        from grpo_ext.iterative.arms_report import write_experiment_report
+
+        return write_experiment_report(self.states(), self.report_dir, self.it_args, self.arms, self.seeds)
+
+    # ---- jobs ----------------------------------------------------------------------------------------------------
+    def jobs_after_start(self, seed: int) -> list[tuple[str, int]]:
+        """The arms of ``seed``, longest first (the RM-retraining arm, then the other RM arm, then the verifier)."""
+        return [(arm, seed) for arm in sorted(self.arms, key=lambda a: (a not in USES_RM, a != "iterative"))]
+
+    def run(self) -> dict:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        workers = min(self.it_args.workers, len(self.seeds) * len(self.arms))
+        if workers <= 1:
+            for seed in self.seeds:
+                run_job(self, "start", seed)
+                for arm, _ in self.jobs_after_start(seed):
+                    run_job(self, arm, seed)
+                    self.write_report()
+        else:
+            self._run_parallel(workers)
+        self.write_report()
+        print(
+            f"[iterative] {len(self.seeds)} seed(s) x {len(self.arms)} arm(s) in {time.perf_counter() - started:.0f} s"
+        )
+        return self.states()
+
+    def _run_parallel(self, workers: int) -> None:
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(
+            max_workers=workers, mp_context=context, initializer=exit_with_parent, initargs=(os.getpid(),)
+        ) as pool:
+            pending = {pool.submit(run_job, self, "start", seed): ("start", seed) for seed in self.seeds}
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    kind, seed = pending.pop(future)
+                    future.result()  # a failed job stops the experiment (finished iterations stay saved)
+                    if kind == "start":
+                        for arm, _ in self.jobs_after_start(seed):
+                            pending[pool.submit(run_job, self, arm, seed)] = (arm, seed)
+                    else:
+                        self.write_report()
+
+
+def exit_with_parent(parent_pid: int, poll_seconds: float = 1.0) -> None:
+    """A worker's initializer: end the worker when the experiment's process is gone (killed), so a restarted
+    experiment never shares its folders with the orphans of a killed one; no weight-loading progress bars."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+    def watch():
+        while os.getppid() == parent_pid:
+            time.sleep(poll_seconds)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def run_job(experiment: Experiment, kind: str, seed: int) -> None:
+    """A seed's iteration 0 (``kind="start"``) or one arm's iterations (``kind`` = the arm)."""
+    from grpo_ext.iterative.loop import ArmRun
+    from grpo_ext.iterative.measure import Setting
+    from grpo_ext.iterative.start import run_start
+
+    e = experiment
+    setting = Setting(e.it_args, e.training_args, seed)
+    folder = seed_dir(e.run_dir, seed)
+    start = run_start(setting, e.base, folder, e.config(seed), e.it_args.resume)
+    if kind != "start":
+        ArmRun(setting, e.training_args, kind, e.base, folder, start, e.config(seed)).run()
+
+
+def run_experiment(it_args: IterativeArguments, training_args, model_args) -> dict:
+    """Run (or resume) every arm of every seed; returns ``{arm: {seed: state}}`` (each state's ``history`` holds
+    one row per iteration) and writes the combined report."""
+    return Experiment(it_args, training_args, model_args).run()
