@@ -3,7 +3,7 @@ retrained every iteration on the policy's samples with ~10% replay (`iterative`)
 (`frozen`), the rule-based verifier (`verifier`); the reference is reset to the policy every iteration. YAML
 through TrlParser; flags override it.
 
-    python scripts/iterative.py --config configs/iterative.yaml --report_dir results/iterative   # ~30 min, 2 cores
+    python scripts/iterative.py --config configs/iterative.yaml --report_dir results/iterative   # ~20 min, 2 cores
     python scripts/iterative.py --config configs/iterative_quick.yaml                            # ~2 min
 
 A killed run started again with the same command resumes: no finished iteration of an arm and seed is redone.

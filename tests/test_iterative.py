@@ -273,8 +273,6 @@ def quick_args(run_dir, policy_dir, iterations=2, **overrides):
         task_kwargs={"max_operands": 2},
         train_offset=10,
         train_size=32,
-        arms="iterative,frozen,verifier",
-        seeds="0,1",
         iterations=iterations,
         rm_prompts=4,
         rm_samples_per_prompt=2,
@@ -287,7 +285,7 @@ def quick_args(run_dir, policy_dir, iterations=2, **overrides):
         eval_samples=2,
         sampling_batch_size=4,
         report_dir=str(run_dir / "report"),
-        **overrides,
+        **{"arms": "iterative,frozen,verifier", "seeds": "0,1", **overrides},
     )
     training_args = GRPOExtConfig(
         output_dir=str(run_dir),
@@ -449,3 +447,37 @@ def test_reference_is_reset_to_the_current_policy(interrupted_run, tmp_path):
     base = trainer_from(r["base"], "out_base")
     base_logps = _logps(base, base.ref_model, ids)
     assert not torch.allclose(ref_logps, base_logps, atol=1e-4)  # the reference moved on from the base
+
+
+def test_the_guard_stops_an_iteration_and_the_row_says_so(tmp_path, monkeypatch):
+    """The guard is wired into the iteration's trainer: a verifier reward that falls (here: faked, 1.0 then 0.0,
+    since a random tiny policy never solves anything) stops GRPO at that logged step, and the row records it."""
+    from grpo_ext.iterative.guard import VERIFIER_METRIC
+
+    class FakeDrop(CollapseGuard):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and VERIFIER_METRIC in logs:
+                logs = {**logs, VERIFIER_METRIC: 1.0 if state.global_step < 2 else 0.0}
+            return super().on_log(args, state, control, logs=logs, **kwargs)
+
+    monkeypatch.setattr(iterative_loop, "CollapseGuard", FakeDrop)
+    base = make_tiny_policy(tmp_path / "base")
+    it_args, training_args, model_args = quick_args(
+        tmp_path / "run", base, iterations=1, arms="frozen", seeds="0", collapse_guard_margin=0.5
+    )
+    training_args.max_steps = 5
+    (row,) = Experiment(it_args, training_args, model_args).run()["frozen"][0]["history"][1:]
+    assert row["guard_stopped_at"] == 2 and row["grpo_steps"] == 2
+    assert [p["step"] for p in row["training_curve"]] == [1, 2]
+
+
+def test_the_outcome_rm_stays_an_option(tmp_path):
+    base = make_tiny_policy(tmp_path / "base", seed=3)
+    final = run_quick(tmp_path / "run", base, iterations=1, reward_model_type="outcome", arms="iterative", seeds="0")
+    row = final["iterative"][0]["history"][1]
+    assert {"rm_auc_before", "rm_auc_after", "rm_heldout_auc_after"} <= set(row) and "rm_outcome_auc_after" not in row
+    point = row["training_curve"][0]
+    assert {"rm_outcome", "verifier_outcome", "verifier_steps"} <= set(point) and "rm_steps" not in point
+    assert gap_of(point) == pytest.approx(point["rm_outcome"] - point["verifier_outcome"])  # outcome-level gap
+    data = [json.loads(line) for line in (tmp_path / "run/seed_0/iterative/iter_1/rm_data.jsonl").open()]
+    assert data and all("step_labels" not in r for r in data)

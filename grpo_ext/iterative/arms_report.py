@@ -19,9 +19,9 @@ def _f(value, digits: int = 3) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
-def _ci(interval: dict | None, signed: bool = False) -> str:
-    if interval is None:
-        return "–"
+def _ci(interval: dict | float | None, signed: bool = False) -> str:
+    if interval is None or not isinstance(interval, dict):
+        return _f(interval)
     fmt = "+.3f" if signed else ".3f"
     return f"{interval['estimate']:{fmt}} [{interval['low']:{fmt}}, {interval['high']:{fmt}}]"
 
@@ -42,7 +42,7 @@ def _policy_table(summary: dict, metric: str) -> list[str]:
     ]
     for arm, runs in arms.items():
         for seed, series in runs.items():
-            cells = [_ci(e[metric]) for e in series] + [""] * (depth - len(series))
+            cells = [_ci(e.get(metric)) for e in series] + [""] * (depth - len(series))
             lines.append(f"| {arm} | {seed} | " + " | ".join(cells) + " |")
         mean = summary["means"][arm]
         cells = [_f(m[metric]["mean"]) if metric in m else "–" for m in mean] + [""] * (depth - len(mean))
@@ -136,6 +136,13 @@ def render_arms(summary: dict, config: dict, k: int) -> str:
         "",
         *_policy_table(summary, f"maj@{k}"),
         "",
+        "## The policy on its own training prompts: right rate of fresh samples on pool prompts",
+        "",
+        "What GRPO optimises directly (the verifier's verdict on fresh samples of the RL prompt pool); the test "
+        "tables above say how much of it generalises.",
+        "",
+        *_policy_table(summary, "pool_accuracy"),
+        "",
         "## The reward model on fresh samples of the current policy",
         "",
         "Fresh samples (never trained on) of the iteration's policy, labelled by the step verifier: on pool prompts "
@@ -156,20 +163,32 @@ def render_arms(summary: dict, config: dict, k: int) -> str:
     return "\n".join(lines)
 
 
+def _reward(entry: dict, source: str) -> float | None:
+    """The mean training reward of ``source`` (``rm`` / ``verifier``) in an iteration: step level when logged."""
+    for level in ("steps", "outcome"):
+        value = entry.get(f"train_{source}_{level}_mean")
+        if value is not None:
+            return value
+    return None
+
+
 def _columns(points: list[tuple]) -> tuple[list, list]:
     return [p[0] for p in points], [p[1] for p in points]
 
 
 def plot_arms(summary: dict, states: dict, k: int) -> bytes:
-    """2 x 2: pass@1 and maj@k per iteration (mean over seeds, band = the seeds' range), the hacking gap over GRPO
-    steps (one line per seed), the RM's step AUC on fresh pool samples before each update."""
+    """2 x 3. Top: test pass@1, test maj@k and the right rate on the RL pool per iteration (mean over seeds, band =
+    the seeds' range). Bottom: the hacking gap over GRPO steps (one line per seed), the RM's step AUC on fresh pool
+    samples (the RM the policy trained against; iterative also after its update), the training rewards per
+    iteration (RM and verifier, step level)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
-    for ax, metric in ((axes[0, 0], "pass@1"), (axes[0, 1], f"maj@{k}")):
+    fig, axes = plt.subplots(2, 3, figsize=(16, 8))
+    titles = {"pass@1": "test pass@1", f"maj@{k}": f"test maj@{k}", "pool_accuracy": "right rate on the RL pool"}
+    for ax, metric in zip(axes[0], titles, strict=True):
         for arm, rows in summary["means"].items():
             rows = [r for r in rows if metric in r]
             color, style = ARM_STYLE.get(arm, (None, "o-"))
@@ -178,7 +197,7 @@ def plot_arms(summary: dict, states: dict, k: int) -> bytes:
             ax.fill_between(
                 x, [r[metric]["min"] for r in rows], [r[metric]["max"] for r in rows], color=color, alpha=0.2
             )
-        ax.set(title=f"test {metric} (mean over seeds, band: seed range)", xlabel="iteration", ylabel=metric)
+        ax.set(title=f"{titles[metric]} (mean of seeds, band: range)", xlabel="iteration", ylabel=metric)
     ax = axes[1, 0]
     for arm, runs in states.items():
         color, _ = ARM_STYLE.get(arm, (None, "o-"))
@@ -200,8 +219,20 @@ def plot_arms(summary: dict, states: dict, k: int) -> bytes:
                 label = "iterative (after update)" if i == 0 else None
                 ax.plot(*_columns(after), "x--", color=color, alpha=0.6, label=label)
     ax.set(title="RM step AUC on fresh pool samples", xlabel="iteration", ylabel="AUC")
+    ax = axes[1, 2]
+    for arm, runs in summary["arms"].items():
+        color, style = ARM_STYLE.get(arm, (None, "o-"))
+        for i, series in enumerate(runs.values()):
+            for name, line, what in (("rm", style, "RM"), ("verifier", ":", "verifier")):
+                points = [(e["iteration"], _reward(e, name)) for e in series[1:] if _reward(e, name) is not None]
+                if points:
+                    label = f"{arm}: {what}" if i == 0 else None
+                    ax.plot(*_columns(points), line, color=color, alpha=0.8, label=label)
+    ax.set(title="training reward per iteration (RM solid, verifier dotted)", xlabel="iteration")
     for ax in axes.flat:
         ax.grid(alpha=0.3)
+        if ax.get_xlabel() == "iteration":
+            ax.xaxis.get_major_locator().set_params(integer=True)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
     fig.tight_layout()

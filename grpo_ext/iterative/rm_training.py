@@ -195,7 +195,7 @@ def train_reward_model(
 ) -> dict:
     """Train ``model`` on ``records`` with ``transformers.Trainer`` (the model's own loss) and save it with its
     tokenizer to ``output_dir`` (written to a temporary folder, then renamed). Returns the training metrics."""
-    from transformers import Trainer, TrainingArguments
+    from transformers import PrinterCallback, Trainer, TrainingArguments
 
     check_reward_model_type(reward_model_type)
     if not records:
@@ -226,6 +226,7 @@ def train_reward_model(
     model.train()
     collator = RewardModelCollator(tokenizer.pad_token_id, reward_model_type)
     trainer = Trainer(model=model, args=args, train_dataset=items, data_collator=collator)
+    trainer.remove_callback(PrinterCallback)  # the caller reports the returned metrics in one line
     result = trainer.train()
     model.eval()
     model.save_pretrained(work, safe_serialization=True)

@@ -45,7 +45,7 @@ def load_policy(path: str):
 
 def train_rm(setting: Setting, rm, tokenizer, records: list[dict], out: Path, epochs: float, seed: int) -> dict:
     a = setting.args
-    return train_reward_model(
+    fit = train_reward_model(
         setting.reward_model_type,
         rm,
         tokenizer,
@@ -57,6 +57,12 @@ def train_rm(setting: Setting, rm, tokenizer, records: list[dict], out: Path, ep
         batch_size=a.rm_batch_size,
         seed=seed,
     )
+    print(
+        f"[iterative] seed {setting.seed}: reward model trained on {fit['records']} records, {fit['steps']} steps, "
+        f"loss {fit['train_loss']:.3f} -> {out}",
+        flush=True,
+    )
+    return fit
 
 
 def run_start(setting: Setting, base: str, seed_dir: Path, config: dict, resume: bool = True) -> dict:

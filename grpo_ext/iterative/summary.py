@@ -65,6 +65,11 @@ def _gap_means(row: dict) -> dict:
     return {"gap_mean": float(np.mean(gaps)) if gaps else None, "gap_last": gaps[-1] if gaps else None}
 
 
+def _value(metric) -> float:
+    """An interval's estimate, or a plain number as it is."""
+    return metric["estimate"] if isinstance(metric, dict) else float(metric)
+
+
 def _series(history: list[dict], k: int) -> list[dict]:
     """One entry per iteration: the policy's intervals, the RM's numbers, the training rewards and the gap."""
     out = []
@@ -75,6 +80,7 @@ def _series(history: list[dict], k: int) -> list[dict]:
         for key, value in row.items():
             if key.startswith(("rm_", "train_")) or key in ("policy_sample_accuracy", "guard_stopped_at", "grpo_steps"):
                 entry[key] = value
+        entry["pool_accuracy"] = row.get("policy_sample_accuracy")
         entry.update(_gap_means(row))
         out.append(entry)
     return out
@@ -115,8 +121,8 @@ def summarize(states: dict, arms: list[str], seeds: list[int], k: int) -> dict:
         for i in range(depth):
             entries = [s[i] for s in arms_out[arm].values() if len(s) > i and s[i]["pass@1"] is not None]
             row = {"iteration": i, "seeds": len(entries)}
-            for metric in ("pass@1", f"maj@{k}"):
-                values = [e[metric]["estimate"] for e in entries if e[metric] is not None]
+            for metric in ("pass@1", f"maj@{k}", "pool_accuracy"):
+                values = [_value(e[metric]) for e in entries if e.get(metric) is not None]
                 if values:
                     row[metric] = {"mean": float(np.mean(values)), "min": min(values), "max": max(values)}
             gaps = [e["gap_mean"] for e in entries if e.get("gap_mean") is not None]
