@@ -167,7 +167,8 @@ def run_job(experiment: Experiment, kind: str, seed: int) -> None:
     e = experiment
     setting = Setting(e.it_args, e.training_args, seed)
     folder = seed_dir(e.run_dir, seed)
-    start = run_start(setting, e.base, folder, e.config(seed), e.it_args.resume)
+    # --resume false starts a seed's iteration 0 afresh once, in its own job; its arms then build on that one
+    start = run_start(setting, e.base, folder, e.config(seed), e.it_args.resume or kind != "start")
     if kind != "start":
         ArmRun(setting, e.training_args, kind, e.base, folder, start, e.config(seed)).run()
 

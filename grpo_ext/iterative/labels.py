@@ -3,23 +3,25 @@ for a process RM), because the RM is meant to approximate the verifier."""
 
 from __future__ import annotations
 
+from grpo_ext.errors import UserError
+
 __all__ = ["check_verifier", "label_samples"]
 
 
 def check_verifier(task, reward_model_type: str, train_dataset) -> None:
     """The loop needs ground truth: reference answers (outcome) and, for a process RM, a step verifier."""
     if "answer" not in train_dataset.column_names:
-        raise ValueError(
+        raise UserError(
             f"task {task.name!r} has no verifier: its data has no 'answer' column to check samples against "
             "(iterative RL labels the RM's data with the verifier)"
         )
     if reward_model_type == "process" and not task.has_step_verifier:
-        raise ValueError(
+        raise UserError(
             f"reward_model_type: `process` needs a step verifier, and task {task.name!r} has none (verify_steps); "
             "use reward_model_type: outcome"
         )
     if reward_model_type == "process" and not task.step_separator:
-        raise ValueError(f"reward_model_type: `process` needs task {task.name!r} to define a step separator")
+        raise UserError(f"reward_model_type: `process` needs task {task.name!r} to define a step separator")
 
 
 def label_samples(task, reward_model_type: str, prompts, answers, completions, tag: str, iteration: int) -> list[dict]:

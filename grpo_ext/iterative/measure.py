@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from grpo_ext.errors import UserError
 from grpo_ext.evaluation.sampling import derive_seed
 from grpo_ext.iterative.labels import check_verifier, label_samples
 from grpo_ext.iterative.rm_training import evaluate_reward_model
@@ -50,7 +51,7 @@ class Setting:
         size = it_args.train_size
         train = self.task.load("train", None if size is None else offset + size)
         if offset >= len(train):
-            raise ValueError(f"train_offset: {offset} skips every one of the task's {len(train)} train prompts")
+            raise UserError(f"train_offset: {offset} skips every one of the task's {len(train)} train prompts")
         self.pool = require_prompt_column(train.select(range(offset, len(train))), f"task {self.task.name!r}")
         check_verifier(self.task, self.reward_model_type, self.pool)
         self.separator = training_args.step_separator or self.task.step_separator
