@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 # On 2 CPU cores one thread per process is fastest for GRPO (thread contention otherwise).
 THREADS ?= 1
 
-.PHONY: train test setup base-model lint iterative compare compare-quick bench gpu-check
+.PHONY: train test setup base-model lint iterative iterative-quick compare compare-quick bench gpu-check
 
 setup: $(STAMP)
 
@@ -37,6 +37,10 @@ lint: $(STAMP)
 iterative: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/iterative.py --config configs/iterative.yaml \
 		--output_dir outputs/iterative --report_dir results/iterative
+
+# The same three arms at toy sizes (~1 min): a smoke run, not a result.
+iterative-quick: $(STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python scripts/iterative.py --config configs/iterative_quick.yaml
 
 # The fair comparison (configs/compare.yaml): every arm searched on validation, picks x 3 seeds on test, report.
 # Two runs at a time on 2 cores; resumable (a finished run is never redone). Not part of CI.

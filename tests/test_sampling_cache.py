@@ -124,14 +124,6 @@ def test_continuous_falls_back_to_generate_when_the_model_does_not_allow_it(tiny
     assert sample(model, tok, PROMPTS, params, progress=False) == expected
 
 
-def test_sample_completions_keeps_its_keyword_form(tiny):
-    model, tok = tiny
-    out = sampling.sample_completions(
-        model, tok, PROMPTS[:2], 2, temperature=1.0, max_new_tokens=4, seed=0, progress=False
-    )
-    assert [len(x) for x in out] == [2, 2]
-
-
 # ---- the cache, through the harness, with a counting fake backend -----------------------------------------------
 
 

@@ -35,7 +35,6 @@ __all__ = [
     "encode_prompt_ids",
     "encode_prompts",
     "sample",
-    "sample_completions",
     "sample_stream",
 ]
 
@@ -228,24 +227,3 @@ def sample(
     for j, texts in sample_stream(model, tokenizer, prompts, params, progress=progress, continuous=continuous):
         out[j] = texts
     return out
-
-
-def sample_completions(
-    model,
-    tokenizer,
-    prompts: list[str],
-    n: int,
-    *,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    max_new_tokens: int = 64,
-    batch_size: int = 16,
-    seed: int = 0,
-    progress: bool = True,
-    continuous: bool | None = None,
-) -> list[list[str]]:
-    """Keyword form of :func:`sample` (kept for existing callers): `n` completions per prompt."""
-    params = SamplingParams(
-        n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size
-    )
-    return sample(model, tokenizer, prompts, params, progress=progress, continuous=continuous)

@@ -69,19 +69,16 @@ class Setting:
 
     # ---- sampling --------------------------------------------------------------------------------------------
     def sample(self, model, tokenizer, prompts, n: int, seed: int) -> list[list[str]]:
-        from grpo_ext.evaluation.sampling import sample_completions
+        from grpo_ext.evaluation.sampling import SamplingParams, sample
 
-        return sample_completions(
-            model,
-            tokenizer,
-            list(prompts),
-            n,
+        params = SamplingParams(
+            n=n,
             temperature=self.temperature,
             max_new_tokens=self.max_new_tokens,
             batch_size=self.args.sampling_batch_size,
             seed=seed,
-            progress=False,
         )
+        return sample(model, tokenizer, list(prompts), params, progress=False)
 
     def _labelled(self, model, tokenizer, rows, n: int, tag: str, iteration: int, what: str) -> list[dict]:
         completions = self.sample(model, tokenizer, rows["prompt"], n, derive_seed(self.seed, what, iteration))
