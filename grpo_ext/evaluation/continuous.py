@@ -19,6 +19,8 @@ do, without paged memory). A *row* is a distinct prefix, not a sample:
   ``t``-th token by inverse CDF with a counter-based uniform ``(seed_i, t)``, so a sample is the same whatever the
   batch size, whatever else is being sampled and whichever row it shares, and after a resume: exactly what the
   sample cache assumes. Greedy decoding equals ``generate``.
+- **A fixed-shape step for CUDA** (:mod:`grpo_ext.evaluation.static_step`, ``decode``): the step can read the whole
+  cache with a full-width mask and keep its shapes, so that ``torch.compile`` captures it once (CUDA graphs).
 
 This module is the decode loop (:class:`_Decoder`) and its entry point :func:`continuous_sample`, used by
 :func:`grpo_ext.evaluation.sampling.sample`, which falls back to ``generate`` where this cannot run
@@ -28,6 +30,7 @@ This module is the decode loop (:class:`_Decoder`) and its entry point :func:`co
 from __future__ import annotations
 
 import inspect
+import logging
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -36,7 +39,10 @@ import numpy as np
 import torch
 
 from grpo_ext.evaluation.slot_cache import ContinuousUnsupported, SlotCache, left_pad, prefill
+from grpo_ext.evaluation.static_step import StepInputs, compiled_forward, resolve_decode, static_shrink_plan
 from grpo_ext.evaluation.token_draws import choose_tokens, counter_uniforms, draw_from_cdf, draw_tokens, token_cdf
+
+logger = logging.getLogger(__name__)
 
 # Re-exported: this is the sampler's public module (sampling.py and user code import these names from here).
 __all__ = [
@@ -75,7 +81,20 @@ class _Decoder:
     """The state of one :func:`continuous_sample` call: slots, their rows, the waiting rows, the samples' results."""
 
     def __init__(
-        self, model, prompt_ids, seeds, *, max_new_tokens, temperature, top_p, slots, prefill_batch, eos_ids, pad_id
+        self,
+        model,
+        prompt_ids,
+        seeds,
+        *,
+        max_new_tokens,
+        temperature,
+        top_p,
+        slots,
+        prefill_batch,
+        eos_ids,
+        pad_id,
+        decode="eager",
+        compile_options=None,
     ):
         if getattr(model.config, "is_encoder_decoder", False):
             raise ContinuousUnsupported("encoder-decoder model")
@@ -99,8 +118,15 @@ class _Decoder:
         self.waiting_forks: deque[_Row] = deque()  # rows split off a live row: admitted first (their prompt is open)
         self.waiting_new: deque[_Row] = deque()  # first rows of freshly prefilled prompts
         self.rows: list[_Row | None] = [None] * slots
-        self.step_input = torch.full((slots,), pad_id, dtype=torch.long, device=self.device)
-        self.position = torch.zeros(slots, dtype=torch.long, device=self.device)
+        self.decode = resolve_decode(decode, model)
+        self.static, self.start_slots = self.decode != "eager", slots
+        if self.static:  # the next inputs live on the host, copied once a step (static_step.StepInputs)
+            self.inputs = StepInputs(slots, pad_id, self.device)
+        else:
+            self.step_input = torch.full((slots,), pad_id, dtype=torch.long, device=self.device)
+            self.position = torch.zeros(slots, dtype=torch.long, device=self.device)
+        self.forward = compiled_forward(model, compile_options) if self.decode == "compiled" else model
+        self.compiled_once = False  # whether a compiled step has run (a failing first compilation falls back)
         self.cache: SlotCache | None = None  # built at the first prefill (it takes the layers' shapes)
 
     # ---- samples --------------------------------------------------------------------------------------------------
@@ -137,7 +163,7 @@ class _Decoder:
         kv, logits = prefill(self.model, [self.prompt_ids[j] for j in chunk], self.pad_id, self.keep_logits)
         if self.cache is None:
             window = max(len(ids) for ids in self.prompt_ids) + self.max_new_tokens  # most columns a row needs
-            self.cache = SlotCache(kv[0], len(self.rows), window, self.device)
+            self.cache = SlotCache(kv[0], len(self.rows), window, self.device, static=self.static)
         groups = [list(range(self.offset[j], self.offset[j + 1])) for j in chunk]
         first = draw_tokens(logits, self.seed, groups, [0] * len(chunk), self.temperature, self.top_p)
         for row, (j, tokens) in enumerate(zip(chunk, first, strict=True)):
@@ -161,7 +187,7 @@ class _Decoder:
         by_kv: dict[int, list] = {}
         for slot, row in chosen:
             by_kv.setdefault(id(row.kv), [row.kv, []])[1].append(slot)
-            self.step_input[slot], self.position[slot] = row.history[-1], row.position
+            self.set_input(slot, row.history[-1], row.position)
             row.kv, self.rows[slot] = None, row
         for kv, slots in by_kv.values():
             self.cache.place(torch.tensor(slots, device=self.device), kv)
@@ -172,12 +198,32 @@ class _Decoder:
         """The slots that hold a row."""
         return [s for s, row in enumerate(self.rows) if row is not None]
 
-    def shrink(self, live: list[int]) -> None:
-        """Drop free slots from the batch (nothing is waiting for them any more)."""
-        index = torch.tensor(live, device=self.device)
+    def set_input(self, slot: int, token: int, position: int) -> None:
+        """What ``slot`` feeds the next step: its row's last token, at its position."""
+        if self.static:
+            self.inputs.set(slot, token, position)
+        else:
+            self.step_input[slot], self.position[slot] = token, position
+
+    def shrink(self, keep: list[int]) -> None:
+        """Drop the slots not in ``keep`` from the batch (nothing is waiting for them any more)."""
+        index = torch.tensor(keep, device=self.device)
         self.cache.select(index)
-        self.rows = [self.rows[s] for s in live]
-        self.step_input, self.position = self.step_input[index], self.position[index]
+        self.rows = [self.rows[s] for s in keep]
+        if self.static:
+            self.inputs.select(keep)
+        else:
+            self.step_input, self.position = self.step_input[index], self.position[index]
+
+    def maybe_shrink(self, live: list[int]) -> None:
+        """Once nothing waits: drop free slots when half of them would idle to the end (a shrink copies the whole
+        cache); a static step only to a power-of-two bucket (static_step.static_shrink_plan)."""
+        if self.static:
+            keep = static_shrink_plan(live, len(self.rows), self.start_slots)
+            if keep is not None:
+                self.shrink(keep)
+        elif len(live) <= len(self.rows) // 2:
+            self.shrink(live)
 
     def fork(self, source: int, row: _Row) -> None:
         """A new row that shares ``source``'s keys/values: into a free slot at once, else it waits with a copy."""
@@ -185,16 +231,17 @@ class _Decoder:
         if free:
             self.cache.copy_row(source, free[0])
             self.rows[free[0]] = row
-            self.step_input[free[0]], self.position[free[0]] = row.history[-1], row.position
+            self.set_input(free[0], row.history[-1], row.position)
         else:
             row.kv = self.cache.window(source)
             self.waiting_forks.append(row)
 
-    def step(self) -> Iterator:
-        """One token for every live row; samples branch; rows whose samples all ended free their slot."""
-        live = self.live()
+    def logits(self, live: list[int]) -> torch.Tensor:
+        """The forward of one step: next-token logits ``[len(live), V]`` of the ``live`` slots."""
         column = self.cache.length
         self.cache.mask[:, column] = 1  # every slot sees its own new token (free slots too: no fully masked row)
+        if self.static:
+            return self.static_logits(live)
         out = self.model(
             input_ids=self.step_input.unsqueeze(1),
             attention_mask=self.cache.mask[:, : column + 1],
@@ -204,7 +251,47 @@ class _Decoder:
             return_dict=True,
             **self.keep_logits,
         )
-        logits = out.logits[torch.tensor(live, device=self.device), -1, :]
+        return out.logits[torch.tensor(live, device=self.device), -1, :]
+
+    def static_logits(self, live: list[int]) -> torch.Tensor:
+        """The fixed-shape forward: whole cache, whole mask, inputs at fixed addresses; the column advances after."""
+        input_ids, position_ids = self.inputs.to_device()
+        kwargs = dict(
+            input_ids=input_ids,
+            attention_mask=self.cache.mask,
+            position_ids=position_ids,
+            past_key_values=self.cache.cache,
+            use_cache=True,
+            return_dict=True,
+            **self.keep_logits,
+        )
+        if self.forward is self.model:
+            out = self.model(**kwargs)
+        else:
+            # a new CUDA-graph step: the last step's outputs (already drawn from) may be overwritten
+            torch.compiler.cudagraph_mark_step_begin()
+            try:
+                out = self.forward(**kwargs)
+            except Exception as why:  # noqa: BLE001 - any compiler failure; only the first call falls back
+                if self.compiled_once:
+                    raise
+                # nothing has advanced yet and the column write is idempotent: the same step runs again uncompiled
+                logger.warning(
+                    "compiled decode step failed (%s: %s): static step not compiled", type(why).__name__, why
+                )
+                self.forward = self.model
+                out = self.model(**kwargs)
+            self.compiled_once = True
+        self.cache.advance()
+        logits = out.logits[:, -1, :]
+        # with CUDA graphs this is the graph's output buffer, overwritten by the next step: the step draws from it
+        # before then (draw_tokens returns host lists)
+        return logits if len(live) == logits.shape[0] else logits[torch.tensor(live, device=self.device)]
+
+    def step(self) -> Iterator:
+        """One token for every live row; samples branch; rows whose samples all ended free their slot."""
+        live = self.live()
+        logits = self.logits(live)
         rows = [self.rows[s] for s in live]
         groups, counters = [row.samples for row in rows], [len(row.history) for row in rows]
         drawn = draw_tokens(logits, self.seed, groups, counters, self.temperature, self.top_p)
@@ -217,7 +304,7 @@ class _Decoder:
             for other, other_samples in others:  # share the row's keys/values up to here
                 self.fork(slot, _Row(other_samples, [*row.history, other], row.position + 1))
             row.samples, row.history, row.position = samples, [*row.history, token], row.position + 1
-            self.step_input[slot], self.position[slot] = token, row.position
+            self.set_input(slot, token, row.position)
 
     def run(self) -> Iterator[tuple[int, list[list[int]]]]:
         while True:
@@ -231,9 +318,8 @@ class _Decoder:
                 # is left: all done
                 return
             nothing_waits = not (self.waiting_forks or self.waiting_new) and self.next_prompt >= len(self.prompt_ids)
-            # a shrink copies the whole cache: worth it once half the slots would idle to the end
-            if nothing_waits and len(live) <= len(self.rows) // 2:
-                self.shrink(live)
+            if nothing_waits:
+                self.maybe_shrink(live)
             if self.cache.length + 1 > self.cache.capacity:
                 self.cache.compact(self.live())  # not `live`: a shrink renumbers the slots
             yield from self.step()
@@ -252,6 +338,8 @@ def continuous_sample(
     prefill_batch: int,
     eos_ids: Sequence[int],
     pad_id: int,
+    decode: str = "eager",
+    compile_options: dict | None = None,
 ) -> Iterator[tuple[int, list[list[int]]]]:
     """Yield ``(prompt index, its samples' new token ids)`` as each prompt's samples are all finished.
 
@@ -259,6 +347,10 @@ def continuous_sample(
     with none yields nothing). A sample ends with an EOS token (kept in its ids) or after ``max_new_tokens``. At most
     ``slots`` rows (distinct prefixes) decode at once; ``prefill_batch`` prompts are prefilled a forward pass at a
     time. Raises :class:`ContinuousUnsupported` before yielding anything when the model cannot be decoded this way.
+
+    ``decode`` picks the decode step (:mod:`grpo_ext.evaluation.static_step`: ``eager``, ``static``, ``compiled`` or
+    ``auto``); the samples do not depend on it. ``compile_options`` are ``torch.compile``'s for ``compiled`` (default
+    :data:`~grpo_ext.evaluation.static_step.COMPILE_OPTIONS`: inductor with CUDA graphs).
     """
     for name, value in (("max_new_tokens", max_new_tokens), ("slots", slots), ("prefill_batch", prefill_batch)):
         if value < 1:  # 0 slots would never decode, 0 prefill_batch never prefill
@@ -274,5 +366,7 @@ def continuous_sample(
         prefill_batch=prefill_batch,
         eos_ids=eos_ids,
         pad_id=pad_id,
+        decode=decode,
+        compile_options=compile_options,
     )
     yield from decoder.run()

@@ -26,6 +26,7 @@ import torch
 from tqdm.auto import tqdm
 
 from grpo_ext.evaluation.continuous import ContinuousUnsupported, continuous_sample, left_pad
+from grpo_ext.evaluation.static_step import DECODE_MODES
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +49,10 @@ class SamplingParams:
     """How to sample: ``n`` completions per prompt at ``temperature`` / ``top_p``, at most ``max_new_tokens``.
 
     ``temperature == 0`` means greedy decoding (then ``n`` must be 1). ``batch_size`` is the number of *prompts*
-    per forward batch (each expanded to ``n`` sequences, so a batch holds ``batch_size * n`` rows).
+    per forward batch (each expanded to ``n`` sequences, so a batch holds ``batch_size * n`` rows). ``decode`` is the
+    continuous sampler's decode step (:mod:`grpo_ext.evaluation.static_step`): ``auto`` (compiled, CUDA graphs, where
+    the model is on CUDA; the eager step elsewhere), ``eager``, ``static`` (fixed shapes, not compiled) or
+    ``compiled``.
     """
 
     n: int = 1
@@ -57,6 +61,7 @@ class SamplingParams:
     max_new_tokens: int = 64
     seed: int = 0
     batch_size: int = 8
+    decode: str = "auto"
 
     def __post_init__(self):
         for name in ("n", "max_new_tokens", "batch_size"):
@@ -71,12 +76,16 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p!r}")
         if self.temperature == 0 and self.n != 1:
             raise ValueError(f"greedy decoding (temperature=0) gives one completion per prompt; got n={self.n}")
+        if self.decode not in DECODE_MODES:
+            raise ValueError(f"SamplingParams.decode must be one of {', '.join(DECODE_MODES)}; got {self.decode!r}")
 
     def key(self) -> str:
         """A stable string naming the sample *distribution* and seed, used to match cached samples.
 
         ``n`` is left out on purpose (samples are indexed, so raising ``n`` reuses the first ones and draws only
-        the rest), and so is ``batch_size`` (an execution detail: it regroups the same distribution).
+        the rest), and so are ``batch_size`` and ``decode`` (execution details: every decode step attends to the same
+        keys/values and draws with the same per-sample uniforms, so the samples are the same, tests/
+        test_static_decode.py; on a GPU, as across batch sizes, only float rounding of the kernels may differ).
         """
         return (
             f"temperature={float(self.temperature)!r},top_p={float(self.top_p)!r},"
@@ -185,6 +194,7 @@ def sample_stream(
                 prefill_batch=params.batch_size,
                 eos_ids=[] if eos is None else [eos],
                 pad_id=pad,
+                decode=params.decode,
             )
             try:
                 first = next(stream, None)

@@ -6,12 +6,19 @@ into the columns just before it and everything older masked out: the left-paddin
 count only the row's own tokens), so a slot's attention is the same as if its row ran alone. When the columns run
 out, the live windows are moved back to the start (:meth:`SlotCache.compact`).
 
+Two layer kinds, chosen per cache (``static``): the eager ``SlotLayer`` hands attention the columns in use (a view
+whose width grows each step), the static ``StaticSlotLayer`` hands it the whole buffer and writes the new column with
+``index_copy_`` at a device tensor, as transformers' ``StaticLayer`` does, so every decode step has the same shapes
+and can be compiled / captured (:mod:`grpo_ext.evaluation.static_step`). The columns beyond the current one are
+masked and hold zeros, so the two attend to the same keys/values.
+
 transformers is imported inside the functions: importing the sampler (``grpo_ext.evaluation.sampling``) must not
 import it.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
@@ -99,27 +106,88 @@ def _slot_layer_class():
     return SlotLayer
 
 
+@functools.cache
+def _static_slot_layer_class():
+    """The fixed-shape layer class, built on first use (it subclasses transformers' ``StaticLayer``), once: a
+    compiled step guards on the layers' type, so a new class every call would compile again every call."""
+    from transformers.cache_utils import StaticLayer
+
+    class StaticSlotLayer(StaticLayer):
+        """One layer's keys/values for every slot, ``[slots, heads, capacity, head_dim]``, all handed to attention.
+
+        ``column`` (a 0-d long tensor on the device, shared by every layer of the cache) is where the step's token is
+        written: ``get_seq_length`` returns it, so transformers' mask code offsets the causal mask by it (the query
+        is at ``column``) and, the cache being compileable, builds a ``[slots, 1, 1, capacity]`` mask without the
+        ``is_causal`` shortcut, as for a ``StaticCache``. Nothing here reads a Python number that changes between
+        steps: a compiled step is traced once. ``length`` mirrors ``column`` on the host for the cache's moves."""
+
+        def __init__(self, keys: torch.Tensor, values: torch.Tensor, column: torch.Tensor):
+            super().__init__(max_cache_len=keys.shape[-2])
+            self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+            self.batch_size, self.num_heads = keys.shape[:2]
+            self.k_head_dim, self.v_head_dim = keys.shape[-1], values.shape[-1]
+            self.cumulative_length = column
+            self.buffer_keys, self.buffer_values, self.length = keys, values, 0
+            self.view()
+
+        def view(self) -> None:
+            """Attention reads whole buffers; each (new) buffer gets a fixed address for CUDA graphs."""
+            self.keys, self.values = self.buffer_keys, self.buffer_values
+            self.batch_size = self.keys.shape[0]
+            for tensor in (self.keys, self.values, self.cumulative_length):
+                torch._dynamo.mark_static_address(tensor)
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            # the column advances outside the step (SlotCache.advance), once for all layers
+            position = self.cumulative_length.reshape(1)
+            self.keys.index_copy_(2, position, key_states)
+            self.values.index_copy_(2, position, value_states)
+            return self.keys, self.values
+
+        def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+            return self.keys.shape[-2], 0  # a shape, not an attribute: symbolic if the compiler makes it dynamic
+
+    return StaticSlotLayer
+
+
 class SlotCache:
     """The shared KV cache of all slots, the attention mask saying which columns each slot sees, and its moves.
 
     ``prompt_kv`` (one prompt's ``[(keys, values) per layer]``) gives the layers' shapes and dtype; ``window`` is
-    the most columns a row needs (longest prompt + ``max_new_tokens``).
+    the most columns a row needs (longest prompt + ``max_new_tokens``). ``static``: fixed-shape layers (see the
+    module docstring); the caller then passes the whole :attr:`mask` and calls :meth:`advance` after each step.
     """
 
-    def __init__(self, prompt_kv: list, slots: int, window: int, device):
+    def __init__(self, prompt_kv: list, slots: int, window: int, device, static: bool = False):
         from transformers.cache_utils import Cache
 
         # Every column beyond the live windows is attended to (masked) by every slot, while each move back to the
         # start copies the live windows once: a quarter of slack measured as fast as any other choice on the
         # embedded task.
         self.capacity = window + max(8, window // 4)
-        layer_class = _slot_layer_class()
+        if static:  # a compiled step is specialised to its shapes: calls with similar windows share one capacity
+            self.capacity = -(-self.capacity // 64) * 64
+        self.static = static
+        self.column = torch.zeros((), dtype=torch.long, device=device)  # the device copy of `length` (static)
+        layer_class = _static_slot_layer_class() if static else _slot_layer_class()
+        extra = (self.column,) if static else ()
         layers = []
         for keys, _ in prompt_kv:  # zeros, not empty: masked columns must hold finite numbers (0 * NaN = NaN)
             shape = (slots, keys.shape[0], self.capacity, keys.shape[-1])
-            layers.append(layer_class(keys.new_zeros(shape), keys.new_zeros(shape)))
+            layers.append(layer_class(keys.new_zeros(shape), keys.new_zeros(shape), *extra))
         self.cache = Cache(layers=layers)
         self.mask = torch.zeros((slots, self.capacity), dtype=torch.long, device=device)
+        self._mark_mask()
+
+    def _mark_mask(self) -> None:
+        if self.static:  # a compiled step reads it at a fixed address
+            torch._dynamo.mark_static_address(self.mask)
+
+    def advance(self) -> None:
+        """After a static step: the column just written is in use (an eager layer counts it in its ``update``)."""
+        for layer in self.cache.layers:
+            layer.length += 1
+        self.column.add_(1)
 
     @property
     def length(self) -> int:
@@ -149,6 +217,8 @@ class SlotCache:
                 buffer[:, :, new_end - keep : new_end] = buffer[:, :, end - keep : end].clone()
             layer.length = new_end
             layer.view()
+        if self.static:
+            self.column.fill_(new_end)
         window = self.mask[:, end - keep : end].clone()
         self.mask.zero_()
         self.mask[:, new_end - keep : new_end] = window
@@ -176,3 +246,4 @@ class SlotCache:
             layer.buffer_keys, layer.buffer_values = layer.buffer_keys[rows], layer.buffer_values[rows]
             layer.view()
         self.mask = self.mask[rows]
+        self._mark_mask()
