@@ -1,10 +1,12 @@
 """Sampling speed on a CUDA GPU: our sampler against transformers' `generate` (eager and static cache) and vLLM.
 
     python -m benchmarks.gpu_sampling [--reps 5] [--configs 8x16,32x16] [--max-new-tokens 128] [--shape 0.5b]
+                                      [--decodes eager,static,compiled]
 
 Without a CUDA device it prints why and writes nothing (exit 0), so a CPU run never overwrites the committed GPU
 result; ``--device cpu`` rehearses every code path on the CPU (use ``--shape tiny``) and prints the table without
-writing it (the tests do this).
+writing it (the tests do this); there the compiled step uses dynamo's ``eager`` backend (tracing and guards, no
+code generation) unless ``--compile-backend`` says otherwise.
 
 Model: a random-weight Qwen2 model of Qwen2.5-0.5B's shape with the real vocabulary (151,936), bf16, built here and
 saved with the embedded character tokenizer (benchmarks/_gpu.py). Prompts: held-out problems of the embedded
@@ -14,7 +16,11 @@ the same work on every side). Slots (rows decoding at once) = P x N on every sid
 
 Sides:
 - ours: `grpo_ext.evaluation.sampling.sample` (the harness's transformers backend: continuous batching, shared
-  prefill, per-sample random streams), `batch_size = P`;
+  prefill, per-sample random streams), `batch_size = P`, with the eager decode step (`decode="eager"`, today's);
+- ours_static: the same with the fixed-shape decode step, not compiled (`decode="static"`);
+- ours_compiled: the fixed-shape step through `torch.compile(mode="reduce-overhead")`, CUDA graphs
+  (`decode="compiled"`, what `decode="auto"` picks on CUDA); its first call of a configuration compiles, as
+  generate_static's does;
 - generate: `model.generate(num_return_sequences=N, do_sample=True, top_k=0)`, dynamic cache (eager);
 - generate_static: the same with `cache_implementation="static"`: on CUDA transformers compiles the decoding step
   (torch.compile), so the first call of a configuration compiles; that is why warm-ups are timed apart;
@@ -25,8 +31,9 @@ Timing: one warm-up call per method and configuration, timed and reported on its
 ``--reps`` repetitions in which every method runs once, in rotating order (benchmarks/_common.alternate), each call
 ended by `torch.cuda.synchronize()`. Reported: median wall seconds with quartiles, ms per decode step (median wall
 time / max new tokens: the time of one step of all P x N slots, prefill amortised), samples/s, and each method's
-time over ours (median of the per-repetition ratios). The ``slots`` column is the decode batch: 128 at 8 x 16,
-512 at 32 x 16. Texts are decoded on every side (what the harness needs).
+time over ours and over generate_static (medians of the per-repetition ratios: the pairs ran in the same
+repetition). The ``slots`` column is the decode batch: 128 at 8 x 16, 512 at 32 x 16. Texts are decoded on every
+side (what the harness needs).
 
 No target: this measures where our sampler stands against transformers' best on CUDA (issue 21).
 """
@@ -40,11 +47,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 from benchmarks import _common as C
 from benchmarks import _gpu as G
 
-METHODS = ("ours", "generate", "generate_static", "vllm")
+METHODS = ("ours", "ours_static", "ours_compiled", "generate", "generate_static", "vllm")
+#: ours_<decode> rows: SamplingParams.decode of each (plain "ours" is the eager step)
+DECODES = ("eager", "static", "compiled")
 NAME = "gpu_sampling"
 
 
@@ -69,12 +79,30 @@ def vllm_status() -> str:
 # ---- the sides ---------------------------------------------------------------------------------------------------
 
 
-def make_ours(model, tokenizer, prompts: list[str], n: int, max_new_tokens: int):
+def ours_name(decode: str) -> str:
+    return "ours" if decode == "eager" else f"ours_{decode}"
+
+
+def parse_decodes(text: str) -> list[str]:
+    """``"eager,compiled"`` -> ``["eager", "compiled"]`` (our sampler's decode steps to time)."""
+    decodes = [part.strip() for part in text.split(",") if part.strip()]
+    if not decodes or any(d not in DECODES for d in decodes):
+        raise SystemExit(f"--decodes: expected a comma-separated subset of {','.join(DECODES)}, got {text!r}")
+    return decodes
+
+
+def make_ours(model, tokenizer, prompts: list[str], n: int, max_new_tokens: int, decode: str = "eager"):
     from grpo_ext.evaluation.sampling import SamplingParams, sample
 
     def run(r: int) -> list[list[str]]:
         params = SamplingParams(
-            n=n, temperature=1.0, top_p=1.0, max_new_tokens=max_new_tokens, seed=1000 + r, batch_size=len(prompts)
+            n=n,
+            temperature=1.0,
+            top_p=1.0,
+            max_new_tokens=max_new_tokens,
+            seed=1000 + r,
+            batch_size=len(prompts),
+            decode=decode,
         )
         return sample(model, tokenizer, prompts, params, progress=False)
 
@@ -173,7 +201,7 @@ def run_config(model, tokenizer, folder, problems, prompts_n: int, n: int, args,
     prompts = list(problems[:prompts_n])
     lengths: dict[str, list[float]] = {"generate": [], "generate_static": []}
     sides = {
-        "ours": make_ours(model, tokenizer, prompts, n, args.max_new_tokens),
+        **{ours_name(d): make_ours(model, tokenizer, prompts, n, args.max_new_tokens, d) for d in args.decodes},
         "generate": make_generate(model, tokenizer, prompts, n, args.max_new_tokens, False, lengths["generate"]),
         "generate_static": make_generate(
             model, tokenizer, prompts, n, args.max_new_tokens, True, lengths["generate_static"]
@@ -189,8 +217,13 @@ def run_config(model, tokenizer, folder, problems, prompts_n: int, n: int, args,
             vllm = f"failed: {type(err).__name__}: {err}"
     warmup, times, errors = measure(sides, device, args.reps)
     summaries = {name: C.summary(t) for name, t in times.items()}
-    ours = times.get("ours")
+    ours, static_generate = times.get("ours"), times.get("generate_static")
     ratios = {name: C.paired_ratio(t, ours) for name, t in times.items() if name != "ours" and ours is not None}
+    over_static = {
+        name: C.paired_ratio(t, static_generate)
+        for name, t in times.items()
+        if name != "generate_static" and static_generate is not None
+    }
     return {
         "prompts": prompts_n,
         "samples_per_prompt": n,
@@ -200,6 +233,7 @@ def run_config(model, tokenizer, folder, problems, prompts_n: int, n: int, args,
         "ms_per_decode_step": {name: s["median"] / args.max_new_tokens * 1e3 for name, s in summaries.items()},
         "samples_per_second": {name: prompts_n * n / s["median"] for name, s in summaries.items()},
         "time_over_ours": ratios,
+        "time_over_generate_static": over_static,
         "generate_mean_new_tokens": {k: C.median(v) for k, v in lengths.items() if v},
         "vllm": vllm,
         "errors": errors,
@@ -219,12 +253,13 @@ def table(results: list[dict]) -> str:
         for name in METHODS:
             if name in res["errors"]:
                 rows.append([f"{res['prompts']} x {res['samples_per_prompt']}", res["slots"], name,
-                             f"failed: {res['errors'][name][:200]}", "", "", "", ""])  # fmt: skip
+                             f"failed: {res['errors'][name][:200]}", "", "", "", "", ""])  # fmt: skip
                 continue
             if name not in res["seconds"]:
                 continue
             s = res["seconds"][name]
             ratio = res["time_over_ours"].get(name)
+            over_static = res.get("time_over_generate_static", {}).get(name)
             rows.append(
                 [
                     f"{res['prompts']} x {res['samples_per_prompt']}",
@@ -235,10 +270,11 @@ def table(results: list[dict]) -> str:
                     f"{res['ms_per_decode_step'][name]:.3g}",
                     f"{res['samples_per_second'][name]:.4g}",
                     "1" if name == "ours" else _ratio_cell(ratio),
+                    "1" if name == "generate_static" else _ratio_cell(over_static),
                 ]
             )
     headers = ["prompts x samples", "slots", "method", "warm-up s", "median s (IQR)", "ms / decode step",
-               "samples/s", "time / ours (IQR)"]  # fmt: skip
+               "samples/s", "time / ours (IQR)", "time / generate_static (IQR)"]  # fmt: skip
     return C.markdown_table(headers, rows)
 
 
@@ -249,12 +285,21 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--shape", default="0.5b", choices=sorted(G.SHAPES))
     parser.add_argument("--no-vllm", action="store_true", help="leave vLLM out even when it is installed")
+    parser.add_argument(
+        "--decodes", default=",".join(DECODES), help="our sampler's decode steps to time (eager,static,compiled)"
+    )
+    parser.add_argument(
+        "--compile-backend",
+        default=None,
+        help="torch.compile backend of ours_compiled (default: inductor with CUDA graphs on CUDA, eager on the CPU)",
+    )
     parser.add_argument("--vllm-gpu-memory", type=float, default=0.3, help="vLLM's gpu_memory_utilization")
     parser.add_argument(
         "--device", default="cuda", choices=("cuda", "cpu"), help="cpu: rehearse on the CPU, print, write nothing"
     )
     args = parser.parse_args(argv)
     configs = parse_configs(args.configs)
+    args.decodes = parse_decodes(args.decodes)
     if args.device == "cuda":
         reason = G.cuda_unavailable_reason()
         if reason is not None:
@@ -264,6 +309,7 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from grpo_ext.evaluation import static_step
     from grpo_ext.tasks import get_task
 
     device = torch.device(args.device)
@@ -275,16 +321,22 @@ def main(argv: list[str] | None = None) -> dict:
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()
         tokenizer = AutoTokenizer.from_pretrained(folder)
         results, llm_cache = [], {}
-        for prompts_n, n in configs:
-            print(f"{prompts_n} prompts x {n} samples:", file=sys.stderr, flush=True)
-            results.append(run_config(model, tokenizer, folder, problems, prompts_n, n, args, device, llm_cache))
+        backend = args.compile_backend or ("inductor" if device.type == "cuda" else "eager")
+        options = static_step.COMPILE_OPTIONS | {"backend": backend}
+        if backend != "inductor":  # the mode is an inductor option
+            options.pop("mode", None)
+        with mock.patch.dict(static_step.COMPILE_OPTIONS, options, clear=True):
+            for prompts_n, n in configs:
+                print(f"{prompts_n} prompts x {n} samples:", file=sys.stderr, flush=True)
+                results.append(run_config(model, tokenizer, folder, problems, prompts_n, n, args, device, llm_cache))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     text = table(results)
     payload = {
         "device": G.device_facts(device),
         "params": vars(args) | {"configs": configs, "model": f"random-weight Qwen2.5-{args.shape} shape",
-                                "vocab_size": G.SHAPES[args.shape]["vocab_size"], "dtype": str(dtype)},
+                                "vocab_size": G.SHAPES[args.shape]["vocab_size"], "dtype": str(dtype),
+                                "compile_options": options},
         "results": results,
     }  # fmt: skip
     if device.type != "cuda":

@@ -74,7 +74,7 @@ def test_gpu_sampling_rehearsal_times_every_side(results_dir, capsys):
     assert list(results_dir.iterdir()) == []  # a rehearsal prints, never writes
     assert "CPU rehearsal, not written" in capsys.readouterr().out
     assert payload["device"]["name"] == "cpu" and payload["params"]["vocab_size"] == 1000
-    sides = {"ours", "generate", "generate_static"}
+    sides = {"ours", "ours_static", "ours_compiled", "generate", "generate_static"}
     for res, (prompts, n) in zip(payload["results"], [(2, 4), (3, 2)], strict=True):
         assert res["slots"] == prompts * n and res["vllm"] == "disabled (--no-vllm)"
         assert set(res["seconds"]) == set(res["warmup_seconds"]) == sides
@@ -83,8 +83,10 @@ def test_gpu_sampling_rehearsal_times_every_side(results_dir, capsys):
             median = res["seconds"][side]["median"]
             assert res["ms_per_decode_step"][side] == pytest.approx(median / 6 * 1e3)
             assert res["samples_per_second"][side] == pytest.approx(prompts * n / median)
-        assert set(res["time_over_ours"]) == {"generate", "generate_static"}
+        assert set(res["time_over_ours"]) == sides - {"ours"}
+        assert set(res["time_over_generate_static"]) == sides - {"generate_static"}
         assert all(0 < length <= 6 for length in res["generate_mean_new_tokens"].values())
+    assert payload["params"]["compile_options"] == {"backend": "eager", "fullgraph": False, "dynamic": None}
 
 
 def test_gpu_sampling_records_a_failing_side_and_times_the_others(capsys):
@@ -114,6 +116,10 @@ def test_gpu_sampling_sides_return_every_sample(tiny_model):
     prompts, lengths = ["12+3=", "4-56+7="], []
     ours = gpu_sampling.make_ours(model, tokenizer, prompts, 3, 5)(0)
     assert [len(samples) for samples in ours] == [3, 3]
+    assert gpu_sampling.make_ours(model, tokenizer, prompts, 3, 5, "static")(0) == ours  # same samples
+    assert gpu_sampling.parse_decodes("eager, compiled") == ["eager", "compiled"]
+    with pytest.raises(SystemExit, match="--decodes"):
+        gpu_sampling.parse_decodes("eager,graphs")
     texts = gpu_sampling.make_generate(model, tokenizer, prompts, 3, 5, True, lengths)(0)
     assert len(texts) == 6 and len(lengths) == 1 and 0 < lengths[0] <= 5
 
