@@ -119,10 +119,18 @@ def test_quick_run_of_every_method_picks_on_validation_before_any_test_number(tm
                 assert tests == []  # a setting that was not picked is never scored on test
         cost = json.loads((out / "runs" / arm / best / "seed0" / "training_cost.json").read_text())
         assert cost["optimizer_steps"] == 2 and cost["samples_generated"] == (0 if arm == "sft" else 32)
+        log = json.loads((out / "runs" / arm / best / "seed0" / "training_log.json").read_text())
+        assert log[-1]["step"] == 2 and "train_runtime" in log[-1]  # the trainer's whole log history is kept
     report = (out / "report.md").read_text()
     assert "## Search (validation)" in report and "(pick)" in report and "95% percentile bootstrap" in report
     assert "Online RFT beats RFT" in report and "raises Maj@K more than Pass@K" in report
     assert (out / "curves.png").stat().st_size > 0 and (out / "passk_majk.png").stat().st_size > 0
+    assert "## Where the learning signal is (diagnostic)" in report
+    anatomy = json.loads((out / "report.json").read_text())["anatomy"]
+    assert set(anatomy["rows"]) == {"base", *METHODS} and anatomy["group_size"] == 4  # the quick test draws n = 4
+    for name, row in anatomy["rows"].items():
+        assert row["all_correct"] + row["all_wrong"] + row["mixed"] == pytest.approx(1.0)
+        assert (row.get("training_zero_std") is None) == (name in ("base", "sft", "rft", "dpo")), name
 
     from grpo_ext.methods.compare.cli import main as compare
 
@@ -132,3 +140,20 @@ def test_quick_run_of_every_method_picks_on_validation_before_any_test_number(tm
     compared = json.loads((tmp_path / "compare" / "report.json").read_text())
     assert {r["name"] for r in compared["runs"]} == {"base", *(f"{m}@seed0" for m in METHODS)}
     assert len(compared["findings"]) == 4
+
+
+def test_group_anatomy_by_hand():
+    from grpo_ext.methods.study.anatomy import group_anatomy
+
+    groups = [
+        ([True, True], [[1.0, 1.0], [1.0, 1.0]]),  # all right
+        ([False, False], [[1.0, 0.0], [0.0, 0.0]]),  # all wrong, but the steps differ: process signal only
+        ([False, False], [[0.0, 0.0], [0.0, 0.0]]),  # all wrong, nothing differs
+        ([True, False], [[1.0, 1.0], [1.0, 1.0, 0.0, 0.0]]),  # mixed; the wrong one has a right 2-step prefix
+    ]
+    anatomy = group_anatomy(groups)
+    assert anatomy["all_correct"] == anatomy["mixed"] == anatomy["all_wrong_with_step_signal"] == 0.25
+    assert anatomy["all_wrong"] == 0.5 and anatomy["wrong_samples"] == 5
+    # wrong samples' first wrong step: 1 of 2, 0, 0, 0, 2 of 4 -> two with a right prefix; shares 1/2 + 2/4 over 5
+    assert anatomy["wrong_with_correct_prefix"] == pytest.approx(2 / 5)
+    assert anatomy["correct_prefix_share"] == pytest.approx(1.0 / 5)

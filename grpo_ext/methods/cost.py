@@ -26,6 +26,7 @@ from grpo_ext.io import atomic_write_text
 __all__ = [
     "COST_FILE",
     "CURVE_FILE",
+    "LOG_FILE",
     "CountingReward",
     "SampleBudget",
     "TrainTimer",
@@ -36,6 +37,7 @@ __all__ = [
 COST_FILE = "training_cost.json"
 CURVE_FILE = "learning_curve.json"
 RUN_FILE = "method_run.json"
+LOG_FILE = "training_log.json"  # the trainer's log history (reward, zero-std share, KL, ... every logging step)
 
 
 class CountingReward:

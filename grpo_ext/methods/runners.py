@@ -30,6 +30,7 @@ from grpo_ext.methods.config import check_budget, parse_method_args, trained_seq
 from grpo_ext.methods.cost import (
     COST_FILE,
     CURVE_FILE,
+    LOG_FILE,
     RUN_FILE,
     CountingReward,
     SampleBudget,
@@ -331,6 +332,8 @@ def train_method(method_args, task_args, training_args, model_args) -> dict:
                     "points": curve.points(),
                 },
             )
+        # what the report's diagnostics read (e.g. the share of groups without signal), kept with the run's records
+        write_json_file(out, LOG_FILE, _jsonable(trainer.state.log_history))
         write_json_file(
             out,
             RUN_FILE,

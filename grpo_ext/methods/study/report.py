@@ -14,6 +14,7 @@ import numpy as np
 
 from grpo_ext.io import atomic_write_bytes, atomic_write_json, atomic_write_text, figure_png
 from grpo_ext.methods.cost import CURVE_FILE, read_json_file
+from grpo_ext.methods.study.anatomy import render_anatomy, study_anatomy
 from grpo_ext.methods.study.config import Setting, Study
 from grpo_ext.methods.study.stats import (
     BOOTSTRAP,
@@ -124,7 +125,7 @@ def _reach(curves_a: list, curves_b: list) -> dict:
     return {"reach": {"target_pass@1": target, "reference_samples": spent, "per_seed": per_seed, "ratio": ratio}}
 
 
-def render(study: Study, search: dict, stats: dict, command: str | None) -> str:
+def render(study: Study, search: dict, stats: dict, command: str | None, anatomy: dict | None = None) -> str:
     k = stats["k_max"]
     lines = [
         "# The fair stage: every arm tuned on validation, tested on held-out problems",
@@ -212,8 +213,10 @@ def render(study: Study, search: dict, stats: dict, command: str | None) -> str:
                 for r in f["by_k"]
             )
         lines.append(f"| {f['claim']} | **{f['verdict']}** | {numbers} |")
+    lines.append("")
+    if anatomy is not None:
+        lines += render_anatomy(anatomy)
     lines += [
-        "",
         "## Plots",
         "",
         "![test pass@1 against generated samples](curves.png)",
@@ -294,11 +297,12 @@ def write_study_report(study: Study, out: str | Path, picks: dict[str, Setting],
     data = collect(study, out, picks)
     stats = compute(study, data)
     command = (options or {}).get("command")
+    anatomy = study_anatomy(study, out, picks, options["configs"]) if options and "configs" in options else None
     ks = [k for k in data["base"]["ks"] if k <= stats["k_max"]]
     by_k = {"base": _by_k([data["base"]], ks), **{n: _by_k(e["results"], ks) for n, e in data["arms"].items()}}
     paths = {
-        "md": atomic_write_text(out / "report.md", render(study, search, stats, command)),
-        "json": atomic_write_json(out / "report.json", {"search": search, **stats, "by_k": by_k}),
+        "md": atomic_write_text(out / "report.md", render(study, search, stats, command, anatomy)),
+        "json": atomic_write_json(out / "report.json", {"search": search, **stats, "by_k": by_k, "anatomy": anatomy}),
         "curves": atomic_write_bytes(out / "curves.png", plot_curves(study, data)),
         "passk_majk": atomic_write_bytes(out / "passk_majk.png", plot_passk_majk(by_k)),
     }
