@@ -156,7 +156,9 @@ def test_static_greedy_equals_generate_and_sample_modes_agree(embedded):
     assert texts["auto"] == texts["static"]  # auto is the eager step on the CPU
 
 
-def test_compiled_step_gives_the_same_samples_and_compiles_a_bounded_number_of_times(embedded, monkeypatch):
+def test_compiled_step_gives_the_same_samples_and_compiles_a_bounded_number_of_times(
+    embedded, random_model, monkeypatch
+):
     """torch.compile with the eager backend (dynamo's tracing and guards, no code generation: CPU-fast): the same
     samples as the eager step, and a handful of graphs for many steps, two calls and several slot buckets."""
     from torch._dynamo.utils import counters
@@ -181,6 +183,13 @@ def test_compiled_step_gives_the_same_samples_and_compiles_a_bounded_number_of_t
     # the first shapes, then the slot dimension made dynamic: no compilation per step, per call or per bucket
     assert 1 <= counters["stats"]["unique_graphs"] - graphs <= 3
     assert counters["graph_break"] == {} or sum(counters["graph_break"].values()) == 0
+    # another model through the same compiled step gets its own graphs, not the first model's
+    other, other_tok = random_model
+    settings |= {"eos": False, "max_new_tokens": 12}
+    compiled = _run(
+        other, other_tok, ["1+2=", "3="], decode="compiled", compile_options={"backend": "eager"}, **settings
+    )
+    assert compiled == _run(other, other_tok, ["1+2=", "3="], decode="eager", **settings)
 
 
 def test_a_failing_compiler_falls_back_to_the_static_step(embedded, caplog):

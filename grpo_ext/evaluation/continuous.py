@@ -125,7 +125,7 @@ class _Decoder:
         else:
             self.step_input = torch.full((slots,), pad_id, dtype=torch.long, device=self.device)
             self.position = torch.zeros(slots, dtype=torch.long, device=self.device)
-        self.forward = compiled_forward(model, compile_options) if self.decode == "compiled" else model
+        self.compiled = compiled_forward(compile_options) if self.decode == "compiled" else None
         self.compiled_once = False  # whether a compiled step has run (a failing first compilation falls back)
         self.cache: SlotCache | None = None  # built at the first prefill (it takes the layers' shapes)
 
@@ -265,13 +265,13 @@ class _Decoder:
             return_dict=True,
             **self.keep_logits,
         )
-        if self.forward is self.model:
+        if self.compiled is None:
             out = self.model(**kwargs)
         else:
             # a new CUDA-graph step: the last step's outputs (already drawn from) may be overwritten
             torch.compiler.cudagraph_mark_step_begin()
             try:
-                out = self.forward(**kwargs)
+                out = self.compiled(self.model, kwargs)
             except Exception as why:  # noqa: BLE001 - any compiler failure; only the first call falls back
                 if self.compiled_once:
                     raise
@@ -279,7 +279,7 @@ class _Decoder:
                 logger.warning(
                     "compiled decode step failed (%s: %s): static step not compiled", type(why).__name__, why
                 )
-                self.forward = self.model
+                self.compiled = None
                 out = self.model(**kwargs)
             self.compiled_once = True
         self.cache.advance()

@@ -25,7 +25,6 @@ compileable, else ``eager``).
 from __future__ import annotations
 
 import logging
-import weakref
 
 import numpy as np
 import torch
@@ -41,8 +40,14 @@ DECODE_MODES = ("auto", "eager", "static", "compiled")
 #: symbolic instead of compiling once per size).
 COMPILE_OPTIONS = {"mode": "reduce-overhead", "fullgraph": False, "dynamic": None}
 
-# model -> {options key: compiled callable}: one compilation per model, reused by every call of the sampler
-_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# options key -> the compiled forward. It takes the model as an argument and holds no reference to it (a cache keyed
+# by model whose values hold the model's bound method would keep every model alive); the compiler guards on the
+# model, so each model gets its own graphs, reused by every call of the sampler.
+_COMPILED: dict = {}
+
+
+def _call(model, kwargs: dict):
+    return model(**kwargs)
 
 
 def can_compile(model) -> str | None:
@@ -77,15 +82,14 @@ def bucket(count: int, slots: int) -> int:
     return min(slots, max(2, 1 << max(count - 1, 0).bit_length()))
 
 
-def compiled_forward(model, options: dict | None = None):
-    """``model.__call__`` through ``torch.compile`` (``options`` or :data:`COMPILE_OPTIONS`), built once per model
-    and options: a later sampler call reuses the compiled graphs (and, on CUDA, the captured graphs)."""
+def compiled_forward(options: dict | None = None):
+    """``f(model, kwargs) = model(**kwargs)`` through ``torch.compile`` (``options`` or :data:`COMPILE_OPTIONS`),
+    built once per options: a later sampler call reuses the compiled graphs (and, on CUDA, the captured graphs)."""
     options = dict(COMPILE_OPTIONS if options is None else options)
-    key = repr(sorted(options.items()))
-    per_model = _COMPILED.setdefault(model, {})
-    if key not in per_model:
-        per_model[key] = torch.compile(model.__call__, **options)
-    return per_model[key]
+    key = repr(sorted(options.items(), key=lambda item: item[0]))
+    if key not in _COMPILED:
+        _COMPILED[key] = torch.compile(_call, **options)
+    return _COMPILED[key]
 
 
 class StepInputs:
