@@ -91,7 +91,16 @@ def parse_decodes(text: str) -> list[str]:
     return decodes
 
 
-def make_ours(model, tokenizer, prompts: list[str], n: int, max_new_tokens: int, decode: str = "eager"):
+def make_ours(
+    model,
+    tokenizer,
+    prompts: list[str],
+    n: int,
+    max_new_tokens: int,
+    decode: str = "eager",
+    outputs: dict | None = None,
+):
+    """Our sampler with ``decode``; ``outputs[r]`` keeps repetition ``r``'s samples when given."""
     from grpo_ext.evaluation.sampling import SamplingParams, sample
 
     def run(r: int) -> list[list[str]]:
@@ -104,7 +113,10 @@ def make_ours(model, tokenizer, prompts: list[str], n: int, max_new_tokens: int,
             batch_size=len(prompts),
             decode=decode,
         )
-        return sample(model, tokenizer, prompts, params, progress=False)
+        texts = sample(model, tokenizer, prompts, params, progress=False)
+        if outputs is not None:
+            outputs[r] = texts
+        return texts
 
     return run
 
@@ -195,13 +207,32 @@ def measure(sides: dict, device, reps: int) -> tuple[dict, dict, dict]:
     return {k: warmup[k] for k in ok}, {k: times[k] for k in ok}, errors
 
 
+def agreement(outputs: dict[str, dict], name: str) -> float | None:
+    """Share of samples that ``name`` drew identical to the eager step's, at the same seeds (same repetitions).
+
+    The decode step changes no sample in exact arithmetic; in bf16 on a GPU the kernels' rounding differs between a
+    step over the columns in use and one over the whole cache (as between batch sizes), which can flip a draw."""
+    eager, other = outputs.get("eager", {}), outputs.get(name, {})
+    pairs = [
+        (a, b)
+        for r in eager.keys() & other.keys()
+        for x, y in zip(eager[r], other[r], strict=True)
+        for a, b in zip(x, y, strict=True)
+    ]
+    return sum(a == b for a, b in pairs) / len(pairs) if pairs else None
+
+
 def run_config(model, tokenizer, folder, problems, prompts_n: int, n: int, args, device, llm_cache: dict) -> dict:
     from grpo_ext.evaluation.sampling import encode_prompt_ids
 
     prompts = list(problems[:prompts_n])
     lengths: dict[str, list[float]] = {"generate": [], "generate_static": []}
+    outputs: dict[str, dict] = {d: {} for d in args.decodes}
     sides = {
-        **{ours_name(d): make_ours(model, tokenizer, prompts, n, args.max_new_tokens, d) for d in args.decodes},
+        **{
+            ours_name(d): make_ours(model, tokenizer, prompts, n, args.max_new_tokens, d, outputs[d])
+            for d in args.decodes
+        },
         "generate": make_generate(model, tokenizer, prompts, n, args.max_new_tokens, False, lengths["generate"]),
         "generate_static": make_generate(
             model, tokenizer, prompts, n, args.max_new_tokens, True, lengths["generate_static"]
@@ -234,6 +265,7 @@ def run_config(model, tokenizer, folder, problems, prompts_n: int, n: int, args,
         "samples_per_second": {name: prompts_n * n / s["median"] for name, s in summaries.items()},
         "time_over_ours": ratios,
         "time_over_generate_static": over_static,
+        "same_samples_as_ours": {ours_name(d): agreement(outputs, d) for d in args.decodes if d != "eager"},
         "generate_mean_new_tokens": {k: C.median(v) for k, v in lengths.items() if v},
         "vllm": vllm,
         "errors": errors,

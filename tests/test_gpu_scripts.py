@@ -85,6 +85,7 @@ def test_gpu_sampling_rehearsal_times_every_side(results_dir, capsys):
             assert res["samples_per_second"][side] == pytest.approx(prompts * n / median)
         assert set(res["time_over_ours"]) == sides - {"ours"}
         assert set(res["time_over_generate_static"]) == sides - {"generate_static"}
+        assert res["same_samples_as_ours"] == {"ours_static": 1.0, "ours_compiled": 1.0}  # float32 on the CPU
         assert all(0 < length <= 6 for length in res["generate_mean_new_tokens"].values())
     assert payload["params"]["compile_options"] == {"backend": "eager", "fullgraph": False, "dynamic": None}
 
