@@ -1,17 +1,21 @@
 """Train the embedded base model from scratch on CPU and write it to grpo_ext/assets/embedded/.
 
 A 1 M-parameter Llama with a character tokenizer, supervised to convergence on a fixed SFT set: the reference
-solutions of ``--sft-size`` train problems (loss on completion tokens only), ``--epochs`` passes over that set at a
-constant learning rate after warm-up. DeepSeekMath starts RL from a model trained to convergence on its SFT data and
+solutions of ``--sft-size`` train problems (loss on completion tokens only), ``--epochs`` passes over that set with
+a warm-up / stable / decay schedule: constant learning rate after warm-up, then linear decay to zero over the last
+``--decay-epochs``. The decay is what makes the model converged rather than merely trained long: a model left at a
+constant rate sits above the bottom of its loss, and any later fine-tune at a smaller rate (the SFT arm of the
+comparison) "improves" it by annealing, which would credit that arm with what the base left undone. DeepSeekMath starts RL from a model trained to convergence on its SFT data and
 measures what RL adds on top; a fixed, limited SFT set is what leaves RL room here: the model is converged on its
 data (one more epoch moves held-out pass@1 by less than the evaluation noise, which the script measures and
 records) yet far from solving held-out problems every time (pass@16 - pass@1 at T = 1 is the room RL has).
 
-The convergence check trains one more epoch on a copy and evaluates both models on the same prompts with the same
+The convergence check trains one more epoch at ``--check-lr`` (default: the top of the comparison's learning-rate
+grid, the largest step any arm takes from this base) and evaluates both models on the same prompts with the same
 sample seeds; the paired difference of per-problem pass@1 and its standard error over problems go to
 ``base_model_metrics.json``. Deterministic for a seed and a thread count (the shipped model: 1 thread). Usage:
 
-    OMP_NUM_THREADS=1 python scripts/build_base_model.py [--sft-size 3000 --epochs 40] [--out DIR]
+    OMP_NUM_THREADS=1 python scripts/build_base_model.py [--sft-size 2000 --epochs 48 --decay-epochs 12] [--out DIR]
 """
 
 from __future__ import annotations
@@ -115,17 +119,37 @@ def train_epochs(model, batches, optimizer, schedule, steps: int, desc: str) -> 
     return float(loss.item())
 
 
+def wsd_factor(step: int, warmup: int, total: int, decay: int) -> float:
+    """Learning-rate factor of a warm-up / stable / decay schedule (``LambdaLR`` calls it with the step index)."""
+    if step < warmup:
+        return (step + 1) / warmup
+    if step >= total - decay:
+        return max(0.0, (total - step) / decay) if decay else 1.0
+    return 1.0
+
+
 def paired_change(before: dict, after: dict) -> dict:
-    """Mean change of per-problem pass@1 and its standard error over problems (same prompts, same sample seeds)."""
-    diff = np.asarray(after["per_problem_pass@1"]) - np.asarray(before["per_problem_pass@1"])
-    se = float(diff.std(ddof=1) / np.sqrt(len(diff)))
-    return {"change": float(diff.mean()), "standard_error": se, "within_noise": bool(abs(diff.mean()) < 2 * se)}
+    """Mean change of per-problem pass@1 (same prompts, same sample seeds), its standard error, and the evaluation
+    noise it is judged against: the standard error over problems of the shipped model's held-out pass@1 (how far
+    the measured pass@1 itself is from the model's true one). The paired error is far smaller when the model barely
+    moves, so it says whether a change is detectable, not whether it matters against what an evaluation resolves."""
+    before_pass = np.asarray(before["per_problem_pass@1"])
+    diff = np.asarray(after["per_problem_pass@1"]) - before_pass
+    noise = float(before_pass.std(ddof=1) / np.sqrt(len(before_pass)))
+    return {
+        "change": float(diff.mean()),
+        "standard_error": float(diff.std(ddof=1) / np.sqrt(len(diff))),
+        "evaluation_noise": noise,
+        "within_noise": bool(abs(diff.mean()) < noise),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sft-size", type=int, default=3000, help="problems in the fixed SFT set")
-    parser.add_argument("--epochs", type=int, default=40, help="passes over the SFT set")
+    parser.add_argument("--sft-size", type=int, default=2000, help="problems in the fixed SFT set")
+    parser.add_argument("--epochs", type=int, default=48, help="passes over the SFT set")
+    parser.add_argument("--decay-epochs", type=int, default=12, help="last epochs, learning rate decays linearly to 0")
+    parser.add_argument("--check-lr", type=float, default=1.5e-4, help="learning rate of the convergence check")
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--weight-decay", type=float, default=0.1)
@@ -146,10 +170,11 @@ def main() -> None:
         tokenizer, train["prompt"], train["solution"], args.batch_size, torch.Generator().manual_seed(args.seed)
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / args.warmup))
     steps_per_epoch = args.sft_size // args.batch_size
+    total, decay = args.epochs * steps_per_epoch, args.decay_epochs * steps_per_epoch
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: wsd_factor(s, args.warmup, total, decay))
     start = time.time()
-    final_loss = train_epochs(model, batches, optimizer, schedule, args.epochs * steps_per_epoch, "sft")
+    final_loss = train_epochs(model, batches, optimizer, schedule, total, "sft")
     train_seconds = time.time() - start
 
     shipped = {split: evaluate(model, tokenizer, task, split, args.eval_prompts, seed=args.seed) for split in SPLITS}
@@ -158,7 +183,11 @@ def main() -> None:
     model.save_pretrained(args.out, safe_serialization=True)
     tokenizer.save_pretrained(args.out)
 
-    # Convergence check: one more epoch (same schedule, same data stream) on the model just saved.
+    # Convergence check: one more epoch at a constant --check-lr (same optimizer state, same data stream) on the model
+    # just saved. Not the decayed schedule's own rate: that is zero, and a check at zero cannot fail.
+    for group in optimizer.param_groups:
+        group["lr"] = group["initial_lr"] = args.check_lr  # LambdaLR scales initial_lr
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
     train_epochs(model, batches, optimizer, schedule, steps_per_epoch, "one more epoch")
     more = {split: evaluate(model, tokenizer, task, split, args.eval_prompts, seed=args.seed) for split in SPLITS}
     convergence = {split: paired_change(shipped[split], more[split]) for split in SPLITS}
@@ -174,6 +203,8 @@ def main() -> None:
             "steps": args.epochs * steps_per_epoch,
             "batch_size": args.batch_size,
             "lr": args.lr,
+            "schedule": f"warm-up {args.warmup} steps, constant, linear decay to 0 over the last {decay} steps",
+            "check_lr": args.check_lr,
             "weight_decay": args.weight_decay,
             "seed": args.seed,
             "train_seconds": round(train_seconds, 1),
