@@ -302,6 +302,11 @@ def test_harness_flags_are_checked_before_any_model_is_loaded():
     assert harness_settings(parser.parse_args(["--n", "1024", "--batch-size", "4"])).params.batch_size == 4
     assert harness_settings(parser.parse_args(["--n", "1024"])).ks == [2**i for i in range(11)]
     assert settings.task_id == 'arithmetic/test {"max_operands": 3}'
+    assert settings.params.decode == "auto"
+    static = harness_settings(parser.parse_args(["--decode", "static"])).params
+    assert static.decode == "static" and static.key() == settings.params.key()  # the decode step is not in the key
+    with pytest.raises(ValueError, match="--decode"):
+        parser.parse_args(["--decode", "fast"])
 
 
 @pytest.fixture(scope="module")

@@ -112,6 +112,13 @@ def add_harness_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentP
     )
     parser.add_argument("--temperature", type=float, default=0.7, help="default: 0.7 (DeepSeekMath's setting)")
     parser.add_argument("--top-p", type=float, default=1.0, help="default: 1.0")
+    parser.add_argument(
+        "--decode",
+        choices=("auto", "eager", "static", "compiled"),
+        default="auto",
+        help="decode step of the transformers backend: auto = compiled fixed-shape step on CUDA, eager elsewhere "
+        "(samples do not depend on it; default: auto)",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default: 48 for arithmetic, 512 otherwise")
     parser.add_argument(
         "--batch-size",
@@ -180,6 +187,7 @@ def harness_settings(args: argparse.Namespace) -> HarnessSettings:
             n=args.n,
             temperature=args.temperature,
             top_p=args.top_p,
+            decode=args.decode,
             max_new_tokens=max_new_tokens,
             seed=args.seed,
             batch_size=batch_size,
