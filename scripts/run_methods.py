@@ -17,6 +17,7 @@ caches, so an interrupted command (or one spread over several sittings) picks up
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -117,7 +118,11 @@ def main(argv: list[str]) -> dict:
         "report_seconds": round(end - trained, 1),
         "total_seconds": round(end - start, 1),
     }
-    atomic_write_json(out / "run_methods.json", record)
+    # A resumed study runs in several sittings: each appends its own timings (a sitting that only rewrote the report
+    # must not replace the record of the one that trained everything).
+    previous = out / "run_methods.json"
+    sittings = json.loads(previous.read_text()).get("sittings", []) if previous.is_file() else []
+    atomic_write_json(previous, {**record, "sittings": [*sittings, record]})
     print(f"total {record['total_seconds']} s; report: {paths['md']}")
     return {"picks": picks, "scores": scores, "paths": paths, "record": record}
 

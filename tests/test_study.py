@@ -157,3 +157,15 @@ def test_group_anatomy_by_hand():
     # wrong samples' first wrong step: 1 of 2, 0, 0, 0, 2 of 4 -> two with a right prefix; shares 1/2 + 2/4 over 5
     assert anatomy["wrong_with_correct_prefix"] == pytest.approx(2 / 5)
     assert anatomy["correct_prefix_share"] == pytest.approx(1.0 / 5)
+
+
+def test_samples_to_reach_is_undefined_when_the_reference_never_rose_above_its_start():
+    from grpo_ext.methods.study.report import _reach
+
+    def curve(*ys):
+        return {"points": [{"samples_generated": 100 * i, "eval/pass@1": y} for i, y in enumerate(ys)]}
+
+    fell = _reach([curve(0.5, 0.45, 0.52)], [curve(0.5, 0.4, 0.48)])["reach"]  # ended below its start of 0.5
+    assert fell["ratio"] is None and fell["reference_start"] == 0.5 and "per_seed" not in fell
+    rose = _reach([curve(0.5, 0.6, 0.7)], [curve(0.5, 0.55, 0.6)])["reach"]  # 0.6 reached at 100 of 200 samples
+    assert rose["per_seed"] == [100.0] and rose["ratio"] == 0.5

@@ -119,6 +119,9 @@ def _reach(curves_a: list, curves_b: list) -> dict:
         return {"reach": None}
     target = float(np.mean([c["points"][-1]["eval/pass@1"] for c in curves_b]))
     spent = float(np.mean([c["points"][-1]["samples_generated"] for c in curves_b]))
+    start = float(np.mean([c["points"][0]["eval/pass@1"] for c in curves_b]))
+    if target <= start:  # the reference never rose above its start: every curve "reaches" it at 0 samples
+        return {"reach": {"target_pass@1": target, "reference_start": start, "reference_samples": spent, "ratio": None}}
     per_seed = [samples_to_reach(c["points"], target) for c in curves_a]
     reached = [s for s in per_seed if s is not None]
     ratio = float(np.mean(reached)) / spent if reached and len(reached) == len(per_seed) and spent else None
@@ -185,6 +188,11 @@ def render(study: Study, search: dict, stats: dict, command: str | None, anatomy
         reach = ext.get("reach")
         if reach is None:
             reach_text = "no curves"
+        elif "reference_start" in reach:
+            reach_text = (
+                f"undefined: the reference's final curve pass@1 ({reach['target_pass@1']:.3f}) is not above its "
+                f"start ({reach['reference_start']:.3f})"
+            )
         else:
             seeds = ", ".join("not reached" if s is None else f"{s:,.0f}" for s in reach["per_seed"])
             ratio = f"{reach['ratio']:.2f}x" if reach["ratio"] is not None else "not reached in every seed"
@@ -237,8 +245,11 @@ def plot_curves(study: Study, data: dict) -> bytes:
     fig, ax = plt.subplots(figsize=(8, 5))
     for name, entry in data["arms"].items():
         curves = [c for c in entry["curves"] if c and "samples_generated" in c["points"][-1]]
-        if not curves or all(c["points"][-1]["samples_generated"] == 0 for c in curves):
-            continue  # offline arms: their samples were drawn before training
+        if not curves or all(
+            c["points"][1:] and c["points"][1]["samples_generated"] == c["points"][-1]["samples_generated"]
+            for c in curves
+        ):
+            continue  # offline arms: their samples were all drawn before training (none during it)
         grid = np.linspace(0, max(c["points"][-1]["samples_generated"] for c in curves), 50)
         ys = np.stack(
             [
