@@ -5,15 +5,17 @@ solutions of ``--sft-size`` train problems (loss on completion tokens only), ``-
 a warm-up / stable / decay schedule: constant learning rate after warm-up, then linear decay to zero over the last
 ``--decay-epochs``. The decay is what makes the model converged rather than merely trained long: a model left at a
 constant rate sits above the bottom of its loss, and any later fine-tune at a smaller rate (the SFT arm of the
-comparison) "improves" it by annealing, which would credit that arm with what the base left undone. DeepSeekMath starts RL from a model trained to convergence on its SFT data and
-measures what RL adds on top; a fixed, limited SFT set is what leaves RL room here: the model is converged on its
-data (one more epoch moves held-out pass@1 by less than the evaluation noise, which the script measures and
-records) yet far from solving held-out problems every time (pass@16 - pass@1 at T = 1 is the room RL has).
+comparison) "improves" it by annealing, which would credit that arm with what the base left undone. DeepSeekMath
+starts RL from a model trained to convergence on its SFT data and measures what RL adds on top; a fixed, limited SFT
+set is what leaves RL room here: the model is converged on its data (one more epoch moves held-out pass@1 by less
+than the evaluation noise, which the script measures and records) yet far from solving held-out problems every time
+(pass@16 - pass@1 at T = 1 is the room RL has).
 
 The convergence check trains one more epoch at ``--check-lr`` (default: the top of the comparison's learning-rate
 grid, the largest step any arm takes from this base) and evaluates both models on the same prompts with the same
-sample seeds; the paired difference of per-problem pass@1 and its standard error over problems go to
-``base_model_metrics.json``. Deterministic for a seed and a thread count (the shipped model: 1 thread). Usage:
+sample seeds; the paired difference of per-problem pass@1, its standard error and the evaluation noise (the standard
+error of the held-out pass@1 over problems) go to ``base_model_metrics.json``. Deterministic for a seed and a
+thread count (the shipped model: 1 thread). Usage:
 
     OMP_NUM_THREADS=1 python scripts/build_base_model.py [--sft-size 2000 --epochs 48 --decay-epochs 12] [--out DIR]
 """
