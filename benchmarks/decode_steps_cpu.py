@@ -8,13 +8,12 @@ tokens; ``--batch`` prompts per batch, so ``batch * n`` slots (128 and 512 by de
 batches). Timed: ``sample`` over all prompts, the sides alternated in rotating order (benchmarks/_common.alternate)
 after one untimed warm-up each; reported: median seconds, ms per decode step (median seconds / decode steps, the
 steps counted in the warm-up) and each side's time over eager (median of per-repetition ratios). The samples of the
-sides are checked equal. Prints; writes nothing (the GPU numbers are benchmarks/gpu_sampling.py's).
+sides are checked equal. Prints the table and writes ``benchmarks/results/decode_steps_cpu.json``.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 
 from benchmarks import _common as C
 
@@ -81,10 +80,11 @@ def main(argv: list[str] | None = None) -> dict:
             rows.append([result["slots"], d, f"{s['median']:.3g} ({s['q1']:.3g}-{s['q3']:.3g})",
                          f"{s['median'] / counts[d] * 1e3:.3g}", counts[d], cell, same])  # fmt: skip
     continuous._Decoder.step = step
-    print(C.markdown_table(["slots", "decode", "median s (IQR)", "ms / decode step", "decode steps",
-                            "time / eager (IQR)", "same samples"], rows))  # fmt: skip
-    print(f"machine: {C.machine()}, load {C.load_average()}", file=sys.stderr)
-    return {"params": vars(args), "results": results}
+    table = C.markdown_table(["slots", "decode", "median s (IQR)", "ms / decode step", "decode steps",
+                              "time / eager (IQR)", "same samples"], rows)  # fmt: skip
+    payload = {"params": vars(args), "results": results}
+    C.write_results("decode_steps_cpu", payload, table)
+    return payload
 
 
 if __name__ == "__main__":
