@@ -6,9 +6,7 @@ import os
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
-from grpo_ext.char_tokenizer import build_char_tokenizer
 from grpo_ext.evaluation import sampling
 from grpo_ext.evaluation.backends import (
     Backend,
@@ -29,25 +27,9 @@ PROMPTS = ["1+2=", "37+45-18=", "9=", "12-3+40-7=", "5+5="]
 
 
 @pytest.fixture(scope="module")
-def tiny():
+def tiny(tiny_char_llama):
     """A random 2-layer Llama with the project's character tokenizer (never stops early: every sample is long)."""
-    torch.manual_seed(0)
-    tokenizer = build_char_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=None,
-        tie_word_embeddings=True,
-    )
-    model = LlamaForCausalLM(config).eval()
-    return model, tokenizer
+    return tiny_char_llama(tie_word_embeddings=True)
 
 
 # ---- SamplingParams ---------------------------------------------------------------------------------------------

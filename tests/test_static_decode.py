@@ -6,9 +6,8 @@ import logging
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from grpo_ext.char_tokenizer import build_char_tokenizer
 from grpo_ext.evaluation import continuous, slot_cache, static_step
 from grpo_ext.evaluation.continuous import continuous_sample
 from grpo_ext.evaluation.sampling import SamplingParams, derive_seed, encode_prompt_ids, sample
@@ -25,23 +24,9 @@ def embedded():
 
 
 @pytest.fixture(scope="module")
-def random_model():
+def random_model(tiny_char_llama):
     """A random 2-layer Llama with grouped-query attention over 20 tokens: its samples rarely coincide."""
-    torch.manual_seed(0)
-    tok = build_char_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
-        bos_token_id=None,
-    )
-    return LlamaForCausalLM(config).eval(), tok
+    return tiny_char_llama()
 
 
 class Events:
