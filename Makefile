@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 # On 2 CPU cores one thread per process is fastest for GRPO (thread contention otherwise).
 THREADS ?= 1
 
-.PHONY: train test setup base-model lint iterative iterative-quick compare compare-quick bench gpu-check
+.PHONY: train test setup base-model lint iterative iterative-quick compare compare-quick search-main-job bench gpu-check
 
 setup: $(STAMP)
 
@@ -41,6 +41,12 @@ iterative: $(STAMP)
 # The same three arms at toy sizes (~1 min): a smoke run, not a result.
 iterative-quick: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/iterative.py --config configs/iterative_quick.yaml
+
+# How the main job's settings were chosen: a grid trained, scored on validation, only the pick scored on test
+# (~30 min on 2 cores; resumable).
+search-main-job: $(STAMP)
+	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(BIN)/python scripts/search.py --config configs/qlora.yaml \
+		--grid learning_rate=1e-4,3e-4,1e-3 --grid temperature=0.7,1.0 --out results/main_job_search --test
 
 # The fair comparison (configs/compare.yaml): every arm searched on validation, picks x 3 seeds on test, report.
 # Two runs at a time on 2 cores; resumable (a finished run is never redone). Not part of CI.

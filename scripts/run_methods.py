@@ -83,7 +83,9 @@ def main(argv: list[str]) -> dict:
     start = time.perf_counter()
 
     search = [Job(arm, setting, seed, study.validation) for arm, setting, seed in study.search()]
-    run_jobs(search, out, study, options, args.jobs)
+    # The base is scored on validation too: a pick is only worth its test runs if it beats the base there.
+    base_validation = Job(None, None, None, study.validation)
+    run_jobs([base_validation, *search], out, study, options, args.jobs)
     scores = {arm.name: {} for arm in study.arms}
     for job in search:
         scores[job.arm.name][job.setting.slug] = read_score(job, out, study)
@@ -94,6 +96,7 @@ def main(argv: list[str]) -> dict:
         {
             "validation": vars(study.validation),
             "search_seed": study.search_seed,
+            "base": read_score(base_validation, out, study),
             "grid": {name: [s.as_dict() for s in grid] for name, grid in grids.items()},
             "scores": scores,
             "picks": {name: {"slug": s.slug, **s.as_dict()} for name, s in picks.items()},

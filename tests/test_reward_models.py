@@ -84,6 +84,21 @@ def test_reward_model_body_is_the_policys(policy_dir, reward_model_type):
     assert tokenizer.pad_token_id is not None
 
 
+@pytest.mark.parametrize("init", ["policy", "scratch"])
+def test_reward_model_init_depends_on_its_seed_only(policy_dir, init):
+    """The new head is drawn from the seed, not from whatever state torch's global generator is in (torch seeds it
+    from the OS in every process: unseeded, two identical iterative runs trained different PRMs)."""
+    torch.manual_seed(1)
+    first, _ = init_reward_model("process", policy_dir, init, seed=0)
+    torch.manual_seed(2)
+    state = torch.random.get_rng_state()
+    second, _ = init_reward_model("process", policy_dir, init, seed=0)
+    assert torch.equal(torch.random.get_rng_state(), state)  # the caller's stream is left where it was
+    other, _ = init_reward_model("process", policy_dir, init, seed=1)
+    assert torch.equal(first.score.weight, second.score.weight)
+    assert not torch.equal(first.score.weight, other.score.weight)
+
+
 def test_process_labels_sit_at_step_ends_trl_prm_format():
     tokenizer = build_char_tokenizer()
     record = {"prompt": "12+3=", "completion": "12+3=15;#15", "step_labels": [1.0, 0.0]}

@@ -105,6 +105,8 @@ def test_quick_run_of_every_method_picks_on_validation_before_any_test_number(tm
     assert proc.returncode == 0, proc.stderr[-3000:]
     search = json.loads((out / "search.json").read_text())
     picked_at = (out / "search.json").stat().st_mtime
+    base_validation = json.loads((out / "base" / "validation.json").read_text())
+    assert base_validation["split"] == "validation" and search["base"] == base_validation["pass@k"]["1"]
     for arm, scores in search["scores"].items():
         for slug, score in scores.items():
             validation = json.loads((out / "runs" / arm / slug / "seed0" / "validation.json").read_text())
@@ -122,6 +124,7 @@ def test_quick_run_of_every_method_picks_on_validation_before_any_test_number(tm
         log = json.loads((out / "runs" / arm / best / "seed0" / "training_log.json").read_text())
         assert log[-1]["step"] == 2 and "train_runtime" in log[-1]  # the trainer's whole log history is kept
     report = (out / "report.md").read_text()
+    assert f"| base | - | {search['base']:.3f} |" in report  # the picks are read against the base on validation
     assert "## Search (validation)" in report and "(pick)" in report and "95% percentile bootstrap" in report
     assert "Online RFT beats RFT" in report and "raises Maj@K more than Pass@K" in report
     assert (out / "curves.png").stat().st_size > 0 and (out / "passk_majk.png").stat().st_size > 0

@@ -78,7 +78,7 @@ def init_reward_model(reward_model_type: str, policy_dir: str | os.PathLike, ini
 
     ``init="policy"``: ``from_pretrained`` of the causal-LM folder into a classification class keeps every
     ``model.*`` weight and initialises only ``score`` (the paper initialises its RMs from the base model the same
-    way). ``init="scratch"``: the same architecture with random weights (``seed``).
+    way). ``init="scratch"``: the same architecture with random weights. Both draw from ``seed`` only.
     """
     from transformers import AutoConfig, AutoTokenizer
 
@@ -93,20 +93,24 @@ def init_reward_model(reward_model_type: str, policy_dir: str | os.PathLike, ini
         head = {"num_labels": 2}
     config = AutoConfig.from_pretrained(folder, pad_token_id=tokenizer.pad_token_id, **head)
     config.classifier_dropout = 0.0  # the token-classification head's dropout: off, like TRL's trainers do
-    if init == "policy":
-        from transformers.utils import logging as hf_logging
-
-        verbosity = hf_logging.get_verbosity()
-        hf_logging.set_verbosity_error()  # the head is new by design: no "newly initialized weights" report
-        try:
-            model = auto_class.from_pretrained(folder, config=config, use_safetensors=True, dtype=torch.float32)
-        finally:
-            hf_logging.set_verbosity(verbosity)
-    elif init == "scratch":
-        torch.manual_seed(seed)
-        model = auto_class.from_config(config, dtype=torch.float32)
-    else:
+    if init not in RM_INITS:
         raise UserError(f"rm_init: unknown value {init!r}; expected one of {', '.join(RM_INITS)}")
+    # The new head (and, from scratch, every weight) is drawn from torch's global generator, which torch seeds from the
+    # OS in every process (torch.initial_seed() differs run to run): unseeded, the PRM arms of two identical iterative
+    # runs differed. Seed a private fork of it: the same seed gives the same RM, and the caller's stream is untouched.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        if init == "policy":
+            from transformers.utils import logging as hf_logging
+
+            verbosity = hf_logging.get_verbosity()
+            hf_logging.set_verbosity_error()  # the head is new by design: no "newly initialized weights" report
+            try:
+                model = auto_class.from_pretrained(folder, config=config, use_safetensors=True, dtype=torch.float32)
+            finally:
+                hf_logging.set_verbosity(verbosity)
+        else:
+            model = auto_class.from_config(config, dtype=torch.float32)
     return model, tokenizer
 
 

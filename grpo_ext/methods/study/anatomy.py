@@ -93,7 +93,7 @@ def study_anatomy(study, out: Path, picks: dict, configs: str) -> dict:
     from grpo_ext.methods.study.runs import method_config_path, task_of
     from grpo_ext.tasks import get_task
 
-    config = method_config_path(study, study.arms[0].method, configs)
+    config = method_config_path(study.arms[0].method, configs)
     split = study.test.split
     # the training group size, or fewer where the test evaluation drew fewer samples a problem (the quick run)
     drawn = json.loads((Path(out) / "base" / f"{split}.json").read_text())["n"]

@@ -154,6 +154,8 @@ def render(study: Study, search: dict, stats: dict, command: str | None, anatomy
         "| arm | " + " | ".join(["setting", study.validation.metric]) + " |",
         "|---|---|---:|",
     ]
+    if "base" in search:  # studies searched before the base was scored on validation lack it
+        lines.append(f"| base | - | {search['base']:.3f} |")
     for arm, scores in search["scores"].items():
         for slug, score in scores.items():
             mark = " **(pick)**" if search["picks"][arm]["slug"] == slug else ""

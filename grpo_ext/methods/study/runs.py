@@ -50,7 +50,7 @@ def read_score(job: Job, out: Path, study: Study) -> float:
     return float(result[f"{metric}@k"][k])
 
 
-def method_config_path(study: Study, method: str, configs: str) -> Path:
+def method_config_path(method: str, configs: str) -> Path:
     path = Path(configs) / f"{method}.yaml"
     if not path.is_file():
         raise FileNotFoundError(f"method {method!r}: no config {path}")
@@ -72,7 +72,7 @@ def _train(job: Job, folder: Path, study: Study, options: dict) -> None:
 
     if (folder / COST_FILE).is_file() and any(folder.glob("*.safetensors")):
         return  # trained; a folder whose weights were not kept (only its JSON records are committed) trains again
-    config = method_config_path(study, job.arm.method, options["configs"])
+    config = method_config_path(job.arm.method, options["configs"])
     argv = ["--config", str(config), "--seed", str(job.seed), "--output_dir", str(folder)]
     argv += ["--model_name_or_path", options["base"], *job.arm.flags(), *job.setting.flags()]
     if not options["progress"]:
@@ -103,7 +103,7 @@ def _evaluate(job: Job, folder: Path, study: Study, options: dict) -> None:
         limit, n = options["quick_evaluation"]["limit"], options["quick_evaluation"]["n"]
         max_new_tokens = options["quick_evaluation"]["max_new_tokens"]
     method = job.arm.method if job.arm else study.arms[0].method
-    task_name, task_kwargs = task_of(method_config_path(study, method, options["configs"]))
+    task_name, task_kwargs = task_of(method_config_path(method, options["configs"]))
     task = get_task(task_name, **task_kwargs)
     params = SamplingParams(
         n=n, temperature=evaluation.temperature, max_new_tokens=max_new_tokens, seed=0, batch_size=16

@@ -1,0 +1,189 @@
+"""Pick a training config's settings on the validation split, then score only the pick on test.
+
+    python scripts/search.py --config configs/qlora.yaml --grid learning_rate=1e-4,3e-4,1e-3 \
+        --grid temperature=0.7,1.0 --out results/main_job_search --test
+
+1. Every combination of the grid is trained with `scripts/train.py --config CONFIG --<field> <value> ...` (any
+   `GRPOConfig` / task / model field; `--train-args` adds the same flags to every run) into `<out>/runs/<slug>/model`.
+2. Each run is scored on the validation split with the harness (`evals/passk_majk.py`: `--limit` problems, `--n`
+   samples, T = `--temperature`) next to its model (`<out>/runs/<slug>/validation/`).
+3. The pick is the best `--metric` on validation (ties: the earlier setting of the grid), written with every score
+   to `search.json` / `search.md`. With `--test`, the pick alone is scored on the test split, paired with the config's
+   base model (`<out>/test/`): test numbers never exist for a setting that was not picked.
+
+Resumable: a run whose folder says it finished (`grpo_ext_run.json`) is not trained again and a finished report is
+not redone, so an interrupted search picks up where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def parse_grid(specs: list[str]) -> dict[str, list[str]]:
+    """``["learning_rate=1e-4,3e-4", ...]`` -> ``{"learning_rate": ["1e-4", "3e-4"], ...}`` (values kept as typed:
+    the training parser converts them, and rejects what its field does not take)."""
+    from grpo_ext.errors import UserError
+
+    grid: dict[str, list[str]] = {}
+    for spec in specs:
+        name, sep, values = spec.partition("=")
+        name = name.strip().removeprefix("--")
+        items = [v.strip() for v in values.split(",") if v.strip()]
+        if not sep or not name or not items:
+            raise UserError(f"--grid: expected FIELD=V1,V2,... (e.g. learning_rate=1e-4,3e-4), got {spec!r}")
+        if name in grid:
+            raise UserError(f"--grid: field {name!r} given twice")
+        if len(set(items)) != len(items):
+            raise UserError(f"--grid {name}: repeated value in {values!r}")
+        grid[name] = items
+    if not grid:
+        raise UserError("--grid: give at least one FIELD=V1,V2,...")
+    return grid
+
+
+def settings_of(grid: dict[str, list[str]]) -> list[dict[str, str]]:
+    return [dict(zip(grid, combo, strict=True)) for combo in itertools.product(*grid.values())]
+
+
+def slug_of(setting: dict[str, str]) -> str:
+    return ",".join(f"{name}={value}" for name, value in setting.items())
+
+
+def pick(settings: list[dict[str, str]], scores: dict[str, float]) -> dict[str, str]:
+    """The setting with the highest validation score; ties go to the earlier one of the grid."""
+    best = max(range(len(settings)), key=lambda i: (scores[slug_of(settings[i])], -i))
+    return settings[best]
+
+
+def _run(argv: list[str], log: Path) -> None:
+    from grpo_ext.errors import UserError
+
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        code = subprocess.run([sys.executable, *argv], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT).returncode
+    if code != 0:
+        raise UserError(f"{' '.join(argv[:2])} failed (exit {code}); its output: {log}")
+
+
+def _finished(folder: Path) -> bool:
+    status = folder / "grpo_ext_run.json"
+    return status.is_file() and json.loads(status.read_text()).get("status") == "complete"
+
+
+def _report(folder: Path) -> dict | None:
+    path = folder / "report.json"
+    if not path.is_file():
+        return None
+    report = json.loads(path.read_text())
+    return report if report.get("complete") else None
+
+
+def _evaluate(models: list[str], split: str, n: int, args, out: Path) -> dict:
+    report = _report(out)
+    if report is None:
+        argv = ["evals/passk_majk.py", *(a for m in models for a in ("--model", m)), "--task-kwargs", args.task_kwargs]
+        argv += ["--task", args.task, "--split", split, "--n", str(n), "--temperature", str(args.temperature)]
+        argv += ["--limit", str(args.limit), "--no-progress", "--out", str(out)]
+        _run(argv, out.parent / f"{out.name}.log")
+        report = _report(out)
+    return report
+
+
+def _score(report: dict, metric: str, model: int = 0) -> float:
+    name, _, k = metric.partition("@")
+    return float(report["models"][model][f"{name}@k"][k])
+
+
+def main(argv: list[str]) -> dict:
+    import yaml
+
+    from grpo_ext.errors import UserError, user_file
+    from grpo_ext.io import atomic_write_json, atomic_write_text
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True, help="the training YAML (scripts/train.py's --config)")
+    parser.add_argument("--grid", action="append", default=[], help="FIELD=V1,V2,...; repeat for more axes")
+    parser.add_argument("--out", required=True, help="folder of the runs, search.json / search.md and test/")
+    parser.add_argument("--train-args", default="", help="flags added to every training run, e.g. '--max_steps 50'")
+    parser.add_argument("--metric", default="pass@1", help="validation metric that picks (pass@k or maj@k)")
+    parser.add_argument("--limit", type=int, default=200, help="problems per evaluation (default: 200)")
+    parser.add_argument("--n", type=int, default=16, help="samples per validation problem (default: 16)")
+    parser.add_argument("--test-n", type=int, default=64, help="samples per test problem (default: 64)")
+    parser.add_argument("--temperature", type=float, default=0.7, help="evaluation temperature (default: 0.7)")
+    parser.add_argument("--test", action="store_true", help="then score the pick (and the base) on the test split")
+    args = parser.parse_args(argv)
+
+    grid = parse_grid(args.grid)
+    metric_name, _, metric_k = args.metric.partition("@")
+    if metric_name not in ("pass", "maj") or not metric_k.isdigit() or not 1 <= int(metric_k) <= args.n:
+        raise UserError(f"--metric: expected pass@k or maj@k with 1 <= k <= --n ({args.n}), got {args.metric!r}")
+    with user_file(args.config, "--config"):
+        config = yaml.safe_load(Path(args.config).read_text()) or {}
+    args.task = str(config.get("task", "arithmetic"))
+    args.task_kwargs = json.dumps(config.get("task_kwargs") or {})
+    base = str(config.get("model_name_or_path", "embedded"))
+    out = Path(args.out)
+    settings = settings_of(grid)
+
+    scores, reports = {}, {}
+    for i, setting in enumerate(settings, 1):
+        slug = slug_of(setting)
+        folder = out / "runs" / slug
+        if not _finished(folder / "model"):
+            print(f"[{i}/{len(settings)}] training {slug}", flush=True)
+            flags = [a for name, value in setting.items() for a in (f"--{name}", value)]
+            train = ["scripts/train.py", "--config", args.config, "--output_dir", str(folder / "model")]
+            _run([*train, *args.train_args.split(), *flags, "--disable_tqdm", "true"], folder / "train.log")
+        print(f"[{i}/{len(settings)}] validation {slug}", flush=True)
+        reports[slug] = _evaluate([str(folder / "model")], "validation", args.n, args, folder / "validation")
+        scores[slug] = _score(reports[slug], args.metric)
+    base_report = _evaluate([base], "validation", args.n, args, out / "base_validation")
+    chosen = pick(settings, scores)
+    record = {
+        "command": "python scripts/search.py " + " ".join(argv),
+        "config": args.config,
+        "base": base,
+        "grid": grid,
+        "validation": {"limit": args.limit, "n": args.n, "temperature": args.temperature, "metric": args.metric},
+        "base_score": _score(base_report, args.metric),
+        "scores": scores,
+        "pass@n": {slug: _score(r, f"pass@{args.n}") for slug, r in reports.items()},
+        "pick": {"slug": slug_of(chosen), **chosen},
+    }
+    atomic_write_json(out / "search.json", record)  # written before any test number exists
+    lines = [
+        f"# Search of `{args.config}` on validation",
+        "",
+        f"{args.limit} validation problems, n = {args.n}, T = {args.temperature}; pick: the best {args.metric}.",
+        "",
+        f"| setting | {args.metric} | pass@{args.n} |",
+        "|---|---:|---:|",
+        f"| base (`{base}`) | {record['base_score']:.3f} | {_score(base_report, f'pass@{args.n}'):.3f} |",
+    ]
+    for slug, score in scores.items():
+        mark = " **(pick)**" if slug == record["pick"]["slug"] else ""
+        lines.append(f"| {slug}{mark} | {score:.3f} | {record['pass@n'][slug]:.3f} |")
+    if args.test:
+        folder = out / "runs" / record["pick"]["slug"] / "model"
+        test = _evaluate([base, str(folder)], "test", args.test_n, args, out / "test")
+        lines += ["", f"Test of the pick against the base: `{out / 'test' / 'report.md'}`."]
+        record["test"] = {"base": _score(test, "pass@1", 0), "pick": _score(test, "pass@1", 1)}
+        atomic_write_json(out / "search.json", record)
+    atomic_write_text(out / "search.md", "\n".join(lines) + "\n")
+    print(f"pick: {record['pick']['slug']} ({args.metric} {scores[record['pick']['slug']]:.3f} on validation)")
+    return record
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    from grpo_ext.cli import run_cli
+
+    run_cli(main, sys.argv[1:])

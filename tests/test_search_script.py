@@ -1,0 +1,71 @@
+"""scripts/search.py: a config's grid trained, scored on validation, the best picked, only the pick scored on test."""
+
+import importlib.util
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from grpo_ext.errors import UserError
+
+_spec = importlib.util.spec_from_file_location("search_cli_under_test", Path(__file__).parents[1] / "scripts/search.py")
+search = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(search)
+
+TINY = "--max_steps 1 --per_device_train_batch_size 8 --num_generations 4 --logging_steps 1"
+
+
+def test_grid_product_slugs_and_pick_by_validation_then_grid_order():
+    grid = search.parse_grid(["learning_rate=1e-4,3e-4", "--beta=0,0.04"])
+    settings = search.settings_of(grid)
+    assert [search.slug_of(s) for s in settings] == [
+        "learning_rate=1e-4,beta=0",
+        "learning_rate=1e-4,beta=0.04",
+        "learning_rate=3e-4,beta=0",
+        "learning_rate=3e-4,beta=0.04",
+    ]
+    scores = dict(zip(map(search.slug_of, settings), [0.4, 0.5, 0.5, 0.3], strict=True))
+    assert search.pick(settings, scores) == {"learning_rate": "1e-4", "beta": "0.04"}  # the tie goes to the earlier
+
+
+@pytest.mark.parametrize(
+    "specs, message",
+    [
+        (["learning_rate"], "expected FIELD=V1,V2"),
+        (["learning_rate="], "expected FIELD=V1,V2"),
+        (["lr=1,2", "lr=3"], "field 'lr' given twice"),
+        (["lr=1,1"], "repeated value"),
+        ([], "at least one"),
+    ],
+)
+def test_bad_grids_name_the_flag(specs, message):
+    with pytest.raises(UserError, match=f"--grid.*{message}"):
+        search.parse_grid(specs)
+
+
+@pytest.mark.slow
+def test_search_trains_each_setting_once_and_tests_only_the_pick(python, root, tmp_path):
+    out = tmp_path / "search"
+    cmd = [python, "scripts/search.py", "--config", "configs/default.yaml", "--grid", "learning_rate=1e-6,3e-3"]
+    cmd += ["--out", str(out), "--train-args", TINY, "--limit", "4", "--n", "2", "--test-n", "2", "--test"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads((out / "search.json").read_text())
+    for slug, score in record["scores"].items():
+        report = json.loads((out / "runs" / slug / "validation" / "report.json").read_text())
+        assert report["models"][0]["split"] == "validation" and report["models"][0]["pass@k"]["1"] == score
+    best = max(record["scores"], key=lambda s: (record["scores"][s], -list(record["scores"]).index(s)))
+    assert record["pick"]["slug"] == best
+    test = json.loads((out / "test" / "report.json").read_text())
+    assert [m["split"] for m in test["models"]] == ["test", "test"]
+    assert test["models"][1]["model"] == str(out / "runs" / best / "model")  # the pick, and nothing else, on test
+    assert record["test"]["pick"] == test["models"][1]["pass@k"]["1"]
+    assert not any((out / "runs" / slug / "test").exists() for slug in record["scores"])
+    weights = {slug: (out / "runs" / slug / "model" / "model.safetensors").stat().st_mtime for slug in record["scores"]}
+    again = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "training" not in again.stdout  # resumed: nothing trained again
+    assert {s: (out / "runs" / s / "model" / "model.safetensors").stat().st_mtime for s in weights} == weights
+    assert json.loads((out / "search.json").read_text())["scores"] == record["scores"]
