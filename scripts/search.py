@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -70,7 +71,9 @@ def _run(argv: list[str], log: Path) -> None:
     with log.open("w") as out:
         code = subprocess.run([sys.executable, *argv], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT).returncode
     if code != 0:
-        raise UserError(f"{' '.join(argv[:2])} failed (exit {code}); its output: {log}")
+        last = next((line for line in reversed(log.read_text().splitlines()) if line.strip()), "").strip()
+        last = last.removeprefix("error: ").removesuffix(" (rerun with --debug for the traceback)")
+        raise UserError(f"{argv[0]} failed (exit {code}): {last} (whole output: {log})")
 
 
 def _finished(folder: Path) -> bool:
@@ -141,7 +144,7 @@ def main(argv: list[str]) -> dict:
             print(f"[{i}/{len(settings)}] training {slug}", flush=True)
             flags = [a for name, value in setting.items() for a in (f"--{name}", value)]
             train = ["scripts/train.py", "--config", args.config, "--output_dir", str(folder / "model")]
-            _run([*train, *args.train_args.split(), *flags, "--disable_tqdm", "true"], folder / "train.log")
+            _run([*train, *shlex.split(args.train_args), *flags, "--disable_tqdm", "true"], folder / "train.log")
         print(f"[{i}/{len(settings)}] validation {slug}", flush=True)
         reports[slug] = _evaluate([str(folder / "model")], "validation", args.n, args, folder / "validation")
         scores[slug] = _score(reports[slug], args.metric)

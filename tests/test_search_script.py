@@ -45,6 +45,13 @@ def test_bad_grids_name_the_flag(specs, message):
         search.parse_grid(specs)
 
 
+def test_a_failing_run_is_reported_with_its_reason(python, root, tmp_path):
+    cmd = [python, "scripts/search.py", "--config", "configs/default.yaml", "--grid", "learnin_rate=1e-4"]
+    proc = subprocess.run([*cmd, "--out", str(tmp_path)], cwd=root, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "scripts/train.py failed" in proc.stderr and "learnin_rate" in proc.stderr
+    assert not (tmp_path / "search.json").exists()  # no pick is written from an incomplete search
+
+
 @pytest.mark.slow
 def test_search_trains_each_setting_once_and_tests_only_the_pick(python, root, tmp_path):
     out = tmp_path / "search"
