@@ -90,8 +90,19 @@ def _report(folder: Path) -> dict | None:
 
 
 def _evaluate(models: list[str], split: str, n: int, args, out: Path) -> dict:
+    """The harness's report of ``models`` in ``out``: read when it exists and was made the same way, else made."""
+    from grpo_ext.errors import UserError
+
     report = _report(out)
-    if report is None:
+    if report is not None:
+        made = [(m["model"], m["split"], m["n"], m["params"]["temperature"], m["n_problems"]) for m in report["models"]]
+        wanted = [(m, split, n, args.temperature, made[0][4]) for m in models]
+        if made != wanted or made[0][4] > args.limit:
+            raise UserError(
+                f"{out / 'report.json'}: made for {made}, not for {wanted[0][:4]} on {args.limit} problems "
+                "(another pick, split or evaluation setting): remove it or use another --out"
+            )
+    else:
         argv = ["evals/passk_majk.py", *(a for m in models for a in ("--model", m)), "--task-kwargs", args.task_kwargs]
         argv += ["--task", args.task, "--split", split, "--n", str(n), "--temperature", str(args.temperature)]
         argv += ["--limit", str(args.limit), "--no-progress", "--out", str(out)]

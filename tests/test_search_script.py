@@ -76,3 +76,5 @@ def test_search_trains_each_setting_once_and_tests_only_the_pick(python, root, t
     assert again.returncode == 0 and "training" not in again.stdout  # resumed: nothing trained again
     assert {s: (out / "runs" / s / "model" / "model.safetensors").stat().st_mtime for s in weights} == weights
     assert json.loads((out / "search.json").read_text())["scores"] == record["scores"]
+    changed = subprocess.run([*cmd, "--temperature", "1.0"], cwd=root, env=env, capture_output=True, text=True)
+    assert changed.returncode == 2 and "validation" in changed.stderr and "use another --out" in changed.stderr
