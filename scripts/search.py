@@ -11,8 +11,9 @@
    to `search.json` / `search.md`. With `--test`, the pick alone is scored on the test split, paired with the config's
    base model (`<out>/test/`): test numbers never exist for a setting that was not picked.
 
-Resumable: a run whose folder says it finished (`grpo_ext_run.json`) is not trained again and a finished report is
-not redone, so an interrupted search picks up where it stopped.
+Resumable: a run that finished (`grpo_ext_run.json`) with the same training command (`search_run.json`) is not
+trained again and a finished report of the same harness command is not redone, so an interrupted search picks up
+where it stopped; a run or report made by another command is refused, never reused.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ import argparse
 import itertools
 import json
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+RUN_RECORD = "search_run.json"  # the training command of a run, next to its model: a resumed search checks it
 
 
 def parse_grid(specs: list[str]) -> dict[str, list[str]]:
@@ -76,9 +79,24 @@ def _run(argv: list[str], log: Path) -> None:
         raise UserError(f"{argv[0]} failed (exit {code}): {last} (whole output: {log})")
 
 
-def _finished(folder: Path) -> bool:
-    status = folder / "grpo_ext_run.json"
-    return status.is_file() and json.loads(status.read_text()).get("status") == "complete"
+def _train(train: list[str], folder: Path) -> None:
+    """Train into ``folder / "model"`` unless a finished run of exactly this command is there."""
+    from grpo_ext.checkpoints import read_run_status
+    from grpo_ext.errors import UserError
+    from grpo_ext.io import atomic_write_json
+
+    model, record = folder / "model", folder / "model" / RUN_RECORD
+    if (read_run_status(model) or {}).get("status") == "complete":
+        made = json.loads(record.read_text()).get("train") if record.is_file() else None
+        if made != train:
+            raise UserError(
+                f"{model}: trained by {made or 'another command'}, not by {train}: remove it or use another --out"
+            )
+        return
+    shutil.rmtree(folder / "validation", ignore_errors=True)  # scores of an earlier model in this folder
+    print(f"training {folder.name}", flush=True)
+    _run(train, folder / "train.log")
+    atomic_write_json(record, {"train": train})
 
 
 def _report(folder: Path) -> dict | None:
@@ -93,21 +111,21 @@ def _evaluate(models: list[str], split: str, n: int, args, out: Path) -> dict:
     """The harness's report of ``models`` in ``out``: read when it exists and was made the same way, else made."""
     from grpo_ext.errors import UserError
 
+    argv = ["evals/passk_majk.py", *(a for m in models for a in ("--model", m)), "--task-kwargs", args.task_kwargs]
+    argv += ["--task", args.task, "--split", split, "--n", str(n), "--temperature", str(args.temperature)]
+    argv += ["--limit", str(args.limit), "--no-progress", "--out", str(out)]
+    command = "python " + shlex.join(argv)  # what the harness records as its command
     report = _report(out)
-    if report is not None:
-        made = [(m["model"], m["split"], m["n"], m["params"]["temperature"], m["n_problems"]) for m in report["models"]]
-        wanted = [(m, split, n, args.temperature, made[0][4]) for m in models]
-        if made != wanted or made[0][4] > args.limit:
-            raise UserError(
-                f"{out / 'report.json'}: made for {made}, not for {wanted[0][:4]} on {args.limit} problems "
-                "(another pick, split or evaluation setting): remove it or use another --out"
-            )
-    else:
-        argv = ["evals/passk_majk.py", *(a for m in models for a in ("--model", m)), "--task-kwargs", args.task_kwargs]
-        argv += ["--task", args.task, "--split", split, "--n", str(n), "--temperature", str(args.temperature)]
-        argv += ["--limit", str(args.limit), "--no-progress", "--out", str(out)]
+    if report is not None and report["command"] != command:
+        raise UserError(
+            f"{out / 'report.json'}: made by `{report['command']}`, not by `{command}` (another pick, split or "
+            "evaluation setting): remove it or use another --out"
+        )
+    if report is None:
         _run(argv, out.parent / f"{out.name}.log")
         report = _report(out)
+        if report is None:
+            raise UserError(f"{out / 'report.json'}: the harness exited without a complete report")
     return report
 
 
@@ -120,6 +138,7 @@ def main(argv: list[str]) -> dict:
     import yaml
 
     from grpo_ext.errors import UserError, user_file
+    from grpo_ext.evaluation.scoring import default_ks
     from grpo_ext.io import atomic_write_json, atomic_write_text
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -137,8 +156,9 @@ def main(argv: list[str]) -> dict:
 
     grid = parse_grid(args.grid)
     metric_name, _, metric_k = args.metric.partition("@")
-    if metric_name not in ("pass", "maj") or not metric_k.isdigit() or not 1 <= int(metric_k) <= args.n:
-        raise UserError(f"--metric: expected pass@k or maj@k with 1 <= k <= --n ({args.n}), got {args.metric!r}")
+    ks = default_ks(args.n)  # the ks the harness reports by default
+    if metric_name not in ("pass", "maj") or not metric_k.isdigit() or int(metric_k) not in ks:
+        raise UserError(f"--metric: expected pass@k or maj@k with k one of {ks} (--n {args.n}), got {args.metric!r}")
     with user_file(args.config, "--config"):
         config = yaml.safe_load(Path(args.config).read_text()) or {}
     args.task = str(config.get("task", "arithmetic"))
@@ -151,11 +171,9 @@ def main(argv: list[str]) -> dict:
     for i, setting in enumerate(settings, 1):
         slug = slug_of(setting)
         folder = out / "runs" / slug
-        if not _finished(folder / "model"):
-            print(f"[{i}/{len(settings)}] training {slug}", flush=True)
-            flags = [a for name, value in setting.items() for a in (f"--{name}", value)]
-            train = ["scripts/train.py", "--config", args.config, "--output_dir", str(folder / "model")]
-            _run([*train, *shlex.split(args.train_args), *flags, "--disable_tqdm", "true"], folder / "train.log")
+        flags = [a for name, value in setting.items() for a in (f"--{name}", value)]
+        train = ["scripts/train.py", "--config", args.config, "--output_dir", str(folder / "model")]
+        _train([*train, *shlex.split(args.train_args), *flags, "--disable_tqdm", "true"], folder)
         print(f"[{i}/{len(settings)}] validation {slug}", flush=True)
         reports[slug] = _evaluate([str(folder / "model")], "validation", args.n, args, folder / "validation")
         scores[slug] = _score(reports[slug], args.metric)

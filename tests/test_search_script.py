@@ -50,6 +50,13 @@ def test_a_failing_run_is_reported_with_its_reason(python, root, tmp_path):
     proc = subprocess.run([*cmd, "--out", str(tmp_path)], cwd=root, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "scripts/train.py failed" in proc.stderr and "learnin_rate" in proc.stderr
     assert not (tmp_path / "search.json").exists()  # no pick is written from an incomplete search
+    bad_metric = subprocess.run(
+        [*cmd, "--out", str(tmp_path), "--metric", "pass@3"], cwd=root, capture_output=True, text=True
+    )
+    assert (
+        bad_metric.returncode == 2
+        and "--metric: expected pass@k or maj@k with k one of [1, 2, 4, 8, 16]" in bad_metric.stderr
+    )
 
 
 @pytest.mark.slow
@@ -76,5 +83,11 @@ def test_search_trains_each_setting_once_and_tests_only_the_pick(python, root, t
     assert again.returncode == 0 and "training" not in again.stdout  # resumed: nothing trained again
     assert {s: (out / "runs" / s / "model" / "model.safetensors").stat().st_mtime for s in weights} == weights
     assert json.loads((out / "search.json").read_text())["scores"] == record["scores"]
-    changed = subprocess.run([*cmd, "--temperature", "1.0"], cwd=root, env=env, capture_output=True, text=True)
-    assert changed.returncode == 2 and "validation" in changed.stderr and "use another --out" in changed.stderr
+    for change, refused in [
+        (["--limit", "3"], "validation/report.json: made by"),  # a report of other settings is not reused
+        (["--train-args", TINY + " --seed 1"], "model: trained by"),  # nor a model of another training command
+    ]:
+        swapped = [*cmd[: cmd.index("--train-args")], *cmd[cmd.index("--train-args") + 2 :]]
+        argv = swapped + change if change[0] == "--train-args" else cmd + change
+        changed = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+        assert changed.returncode == 2 and refused in changed.stderr and "use another --out" in changed.stderr
