@@ -50,17 +50,18 @@ def test_a_failing_run_is_reported_with_its_reason(python, root, tmp_path):
     proc = subprocess.run([*cmd, "--out", str(tmp_path)], cwd=root, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "scripts/train.py failed" in proc.stderr and "learnin_rate" in proc.stderr
     assert not (tmp_path / "search.json").exists()  # no pick is written from an incomplete search
-    bad_metric = subprocess.run(
-        [*cmd, "--out", str(tmp_path), "--metric", "pass@3"], cwd=root, capture_output=True, text=True
-    )
-    assert (
-        bad_metric.returncode == 2
-        and "--metric: expected pass@k or maj@k with k one of [1, 2, 4, 8, 16]" in bad_metric.stderr
-    )
+
+
+def test_a_metric_the_harness_does_not_report_is_refused_before_training(root, tmp_path, monkeypatch):
+    monkeypatch.chdir(root)
+    argv = ["--config", "configs/default.yaml", "--grid", "learning_rate=1e-4", "--out", str(tmp_path)]
+    with pytest.raises(UserError, match=r"--metric: expected pass@k or maj@k with k one of \[1, 2, 4, 8, 16\]"):
+        search.main([*argv, "--metric", "pass@3"])
+    assert not (tmp_path / "runs").exists()
 
 
 @pytest.mark.slow
-def test_search_trains_each_setting_once_and_tests_only_the_pick(python, root, tmp_path):
+def test_search_trains_each_setting_once_and_tests_only_the_pick(python, root, tmp_path, monkeypatch, capsys):
     out = tmp_path / "search"
     cmd = [python, "scripts/search.py", "--config", "configs/default.yaml", "--grid", "learning_rate=1e-6,3e-3"]
     cmd += ["--out", str(out), "--train-args", TINY, "--limit", "4", "--n", "2", "--test-n", "2", "--test"]
@@ -79,15 +80,15 @@ def test_search_trains_each_setting_once_and_tests_only_the_pick(python, root, t
     assert record["test"]["pick"] == test["models"][1]["pass@k"]["1"]
     assert not any((out / "runs" / slug / "test").exists() for slug in record["scores"])
     weights = {slug: (out / "runs" / slug / "model" / "model.safetensors").stat().st_mtime for slug in record["scores"]}
-    again = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0 and "training" not in again.stdout  # resumed: nothing trained again
+    monkeypatch.chdir(root)  # the rest runs in this process: nothing is left to train or sample
+    search.main(cmd[2:])
+    assert "training" not in capsys.readouterr().out  # resumed: nothing trained again
     assert {s: (out / "runs" / s / "model" / "model.safetensors").stat().st_mtime for s in weights} == weights
     assert json.loads((out / "search.json").read_text())["scores"] == record["scores"]
-    for change, refused in [
-        (["--limit", "3"], "validation/report.json: made by"),  # a report of other settings is not reused
-        (["--train-args", TINY + " --seed 1"], "model: trained by"),  # nor a model of another training command
+    at = cmd.index("--train-args")
+    for argv, refused in [
+        ([*cmd[2:], "--limit", "3"], "validation/report.json: made by"),  # a report of other settings is not reused
+        ([*cmd[2:at], *cmd[at + 2 :], "--train-args", TINY + " --seed 1"], "model: trained by"),  # nor such a model
     ]:
-        swapped = [*cmd[: cmd.index("--train-args")], *cmd[cmd.index("--train-args") + 2 :]]
-        argv = swapped + change if change[0] == "--train-args" else cmd + change
-        changed = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, timeout=600)
-        assert changed.returncode == 2 and refused in changed.stderr and "use another --out" in changed.stderr
+        with pytest.raises(UserError, match=f"{refused}.*use another --out"):
+            search.main(argv)
