@@ -71,7 +71,8 @@ class RefillPrompts:
         dataset = self.dataset
         if hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__"):
             generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.draws)
-            prompts = [dataset[i] for i in torch.randperm(len(dataset), generator=generator)[:n_prompts].tolist()]
+            order = torch.randperm(len(dataset), generator=generator, device="cpu")  # the generator is a host one
+            prompts = [dataset[i] for i in order[:n_prompts].tolist()]
         else:
             if self._stream is None:  # the first draw of this process: skip what earlier draws (before a resume) read
                 self._stream = self._examples(skip=self.draws * n_prompts)

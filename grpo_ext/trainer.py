@@ -46,6 +46,21 @@ __all__ = ["CHECKPOINT_STATE_FILE", "KEPT_NORMALISER", "GRPOExtTrainer"]
 logger = logging.getLogger(__name__)
 
 
+def _own_process_state(config) -> None:
+    """Make the trainer set accelerate's process-wide state up from `config` itself.
+
+    `TrainingArguments._setup_devices` is a cached property that also initialises accelerate's `PartialState`, one
+    per process and shared by every trainer in it. A config copied after its device was read (`copy.deepcopy`, or
+    pickled to a worker process, as the iterative loop and the study do) carries the cached device but not the state:
+    the trainer's `Accelerator` then initialises the state afresh on the default device (cuda:0 on a GPU machine)
+    while the model goes to the cached one (the CPU under `use_cpu`), and generation fails on the mismatch. The
+    cached value is dropped and computed again here, before `Trainer.__init__` makes its `Accelerator` (which it does
+    before reading the device itself), as it is for a freshly made config.
+    """
+    config.__dict__.pop("_setup_devices", None)
+    config._setup_devices  # noqa: B018 - the property's side effect (the process state) is the point
+
+
 class GRPOExtTrainer(StagedCheckpointsMixin, GRPOTrainer):
     """GRPOTrainer plus `GRPOExtConfig`'s extensions; with them off it trains exactly as GRPOTrainer.
 
@@ -57,6 +72,8 @@ class GRPOExtTrainer(StagedCheckpointsMixin, GRPOTrainer):
         config = kwargs.get("args", args[2] if len(args) > 2 else None)
         if config is not None:  # bad numbers fail here, before any model is loaded
             check_training_ranges(config)
+        if config is not None:
+            _own_process_state(config)
         model = kwargs.get("model", args[0] if args else None)
         if isinstance(model, str) and os.path.isdir(model):
             check_weights(model, "model_name_or_path")  # a torn or missing weights file, named
@@ -237,7 +254,11 @@ class GRPOExtTrainer(StagedCheckpointsMixin, GRPOTrainer):
     def _log_step_metrics(self, local_steps: torch.Tensor, mode: str) -> None:
         present = ~torch.isnan(local_steps)
         stats = torch.stack(
-            [present.sum().float(), torch.nan_to_num(local_steps).sum(), torch.tensor(float(len(local_steps)))]
+            [
+                present.sum().float(),
+                torch.nan_to_num(local_steps).sum(),
+                local_steps.new_tensor(float(len(local_steps))),
+            ]
         )
         total = self.accelerator.reduce(stats.to(self.accelerator.device), reduction="sum")
         self._metrics[mode]["process/steps_per_completion"].append((total[0] / total[2].clamp(min=1)).item())

@@ -33,10 +33,11 @@ class ContinuousUnsupported(Exception):
 def left_pad(prompt_ids: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(input_ids, attention_mask)`` of token lists padded on the left to the longest (as ``generate`` wants)."""
     width = max(len(ids) for ids in prompt_ids)
-    input_ids = torch.full((len(prompt_ids), width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(prompt_ids), width), dtype=torch.long)
+    # on the host (filled row by row); callers copy them to the model's device
+    input_ids = torch.full((len(prompt_ids), width), pad_id, dtype=torch.long, device="cpu")
+    attention_mask = torch.zeros((len(prompt_ids), width), dtype=torch.long, device="cpu")
     for row, ids in enumerate(prompt_ids):
-        input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+        input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long, device="cpu")
         attention_mask[row, width - len(ids) :] = 1
     return input_ids, attention_mask
 

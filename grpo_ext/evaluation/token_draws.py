@@ -86,8 +86,8 @@ def draw_tokens(
     ids = np.fromiter((q for g in groups for q in g), dtype=np.int64)
     counts = np.repeat(np.array(counters, dtype=np.uint64), sizes)
     # a row's samples side by side ([rows, largest group], padded): the row's CDF is searched, never copied
-    used = torch.arange(max(sizes)) < torch.tensor(sizes).unsqueeze(1)
-    uniforms = torch.zeros(used.shape, dtype=torch.float64)
+    used = torch.arange(max(sizes), device="cpu") < torch.tensor(sizes, device="cpu").unsqueeze(1)  # host masks
+    uniforms = torch.zeros(used.shape, dtype=torch.float64, device="cpu")
     uniforms[used] = torch.from_numpy(counter_uniforms(seeds[ids], counts))
     flat = draw_from_cdf(cdf, uniforms.to(cdf.device))[used.to(cdf.device)].tolist()
     out, k = [], 0

@@ -156,15 +156,16 @@ class RewardModelCollator:
         self.pad, self.reward_model_type = pad_token_id, reward_model_type
 
     def __call__(self, items: list[dict]) -> dict:
+        # a collator's batch lives on the host: Trainer moves it to the model's device
         batch = right_pad([x["input_ids"] for x in items], self.pad)
         if "labels" not in items[0]:
             return batch
         if self.reward_model_type == "outcome":
-            batch["labels"] = torch.tensor([x["labels"] for x in items], dtype=torch.float32)
+            batch["labels"] = torch.tensor([x["labels"] for x in items], dtype=torch.float32, device="cpu")
         else:
-            labels = torch.full(batch["input_ids"].shape, IGNORE_INDEX, dtype=torch.long)
+            labels = torch.full(batch["input_ids"].shape, IGNORE_INDEX, dtype=torch.long, device="cpu")
             for i, x in enumerate(items):
-                labels[i, : len(x["labels"])] = torch.tensor(x["labels"], dtype=torch.long)
+                labels[i, : len(x["labels"])] = torch.tensor(x["labels"], dtype=torch.long, device="cpu")
             batch["labels"] = labels
         return batch
 

@@ -31,10 +31,11 @@ def with_pad_token(tokenizer):
 def right_pad(rows: Sequence[Sequence[int]], pad_token_id: int) -> dict[str, torch.Tensor]:
     """``input_ids`` and ``attention_mask`` of ``rows`` right-padded to the longest (at least one column)."""
     width = max((len(r) for r in rows), default=0) or 1
-    input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    # on the host (filled row by row); callers copy them to the model's device
+    input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long, device="cpu")
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long, device="cpu")
     for i, row in enumerate(rows):
-        input_ids[i, : len(row)] = torch.tensor(list(row), dtype=torch.long)
+        input_ids[i, : len(row)] = torch.tensor(list(row), dtype=torch.long, device="cpu")
         attention_mask[i, : len(row)] = 1
     return {"input_ids": input_ids, "attention_mask": attention_mask}
 

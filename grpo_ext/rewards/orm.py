@@ -40,7 +40,7 @@ def score_outcome(model, tokenizer, prompts: Sequence[str], completions: Sequenc
         for start in range(0, len(rows), batch_size):
             batch = right_pad(rows[start : start + batch_size], tokenizer.pad_token_id)
             batch = {k: v.to(device) for k, v in batch.items()}
-            out.append(torch.sigmoid(model(**batch).logits[:, 0].float()).cpu())
+            out.append(torch.sigmoid(model(**batch, use_cache=False).logits[:, 0].float()).cpu())
     finally:
         model.train(was_training)
     return torch.cat(out).numpy() if out else np.zeros(0, dtype=np.float32)

@@ -122,7 +122,7 @@ class ProcessRewardModel:
         for start in range(0, len(encoded), self.batch_size):
             chunk = encoded[start : start + self.batch_size]
             batch = {k: v.to(device) for k, v in right_pad([ids for ids, _ in chunk], pad).items()}
-            scores = step_scores(self.model(**batch).logits)
+            scores = step_scores(self.model(**batch, use_cache=False).logits)
             out.extend(scores[i, ends].tolist() for i, (_, ends) in enumerate(chunk))
         return out
 

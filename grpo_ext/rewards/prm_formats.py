@@ -202,9 +202,10 @@ class StepTagPRM(_TaggedStepPRM):
         keep = sorted({p for row in positions for p in row})
         column = {p: j for j, p in enumerate(keep)}
         if self._keeps_logits:
-            logits = self.model(**batch, logits_to_keep=torch.tensor(keep, device=batch["input_ids"].device)).logits
+            keep_ids = torch.tensor(keep, device=batch["input_ids"].device)
+            logits = self.model(**batch, logits_to_keep=keep_ids, use_cache=False).logits
         else:
-            logits = self.model(**batch).logits[:, keep]
+            logits = self.model(**batch, use_cache=False).logits[:, keep]
         p_good = logits[..., self.candidate_ids].float().softmax(dim=-1)[..., 0].tolist()
         return [[p_good[b][column[p]] for p in row] for b, row in enumerate(positions)]
 
@@ -232,7 +233,7 @@ class QwenPRM(_TaggedStepPRM):
         return ids, positions
 
     def score_batch(self, batch, positions):
-        hidden = self.model.model(**batch).last_hidden_state
+        hidden = self.model.model(**batch, use_cache=False).last_hidden_state
         rows = torch.tensor([b for b, row in enumerate(positions) for _ in row], device=hidden.device)
         cols = torch.tensor([p for row in positions for p in row], device=hidden.device)
         p_good = self.model.score(hidden[rows, cols]).float().softmax(dim=-1)[:, 1].tolist()

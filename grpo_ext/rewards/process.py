@@ -87,7 +87,8 @@ def build_step_rewards(steps: list[ScoredSteps], completion_mask: torch.Tensor, 
     A missing (NaN) score adds nothing: it never erases a real score on the same token (a truncated completion's
     unscored outcome lands on its last step's end).
     """
-    rewards = torch.full(completion_mask.shape, math.nan, dtype=torch.float32)
+    # built on the host (element by element), then copied to the batch's device once
+    rewards = torch.full(completion_mask.shape, math.nan, dtype=torch.float32, device="cpu")
     for row, item in enumerate(steps):
         entries = list(zip(item.ends, item.scores, strict=True))
         if outcome is not None and item.length > 0:

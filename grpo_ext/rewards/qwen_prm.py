@@ -39,7 +39,7 @@ class Qwen2ProcessRewardModel(Qwen2PreTrainedModel):
         self.post_init()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        hidden = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
         return self.score(hidden)
 
 
