@@ -16,6 +16,7 @@ ZERO_STD_GROUPS = ("keep", "skip", "refill")
 # grpo_ext.rewards.prm.PRM_FORMATS, repeated here so that the config does not import the model-loading code
 PRM_FORMATS = ("token_classification", "step_tag", "qwen_prm")
 KL_CONTROLLERS = ("fixed", "adaptive")
+GENERATION_BACKENDS = ("trl", "sampler")
 
 
 def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -105,6 +106,22 @@ class GRPOExtConfig(GRPOConfig):
             Adaptive controller: lower clamp of β, > 0 so that the reference log-probs are always computed.
         beta_max (`float` or `None`, *optional*, defaults to `None`):
             Adaptive controller: upper clamp of β (>= `beta_min`); `None` means no upper clamp.
+
+        > Parameters that control how the policy's completions are generated
+
+        generation_backend (`str`, *optional*, defaults to `"trl"`):
+            `"trl"`: TRL's own generation (transformers `generate`, or vLLM with `use_vllm`). `"sampler"`: grpo-ext's
+            continuous-batching sampler (`grpo_ext.evaluation.continuous`: each prompt prefilled once for its group,
+            slots refilled as samples end, the decode step compiled with CUDA graphs on a GPU, `sampler_decode`), for
+            full, LoRA and QLoRA policies. The completions keep TRL's form (ids up to and including the first EOS,
+            at most `max_completion_length`); `temperature`, `top_p`, `top_k` and `min_p` are honoured, and a
+            `repetition_penalty` other than 1 or a `generation_kwargs` entry the sampler cannot honour is an error.
+            Sample `i` of a prompt is drawn as the harness draws it (`grpo_ext.evaluation.sampling.sample_seed`)
+            with a seed derived from `seed`, the generation round and the process. Not with `use_vllm`, tools or
+            vision-language models.
+        sampler_decode (`str`, *optional*, defaults to `"auto"`):
+            With `generation_backend: sampler`, the decode step: `"auto"` (compiled on CUDA, eager elsewhere),
+            `"eager"`, `"static"` (fixed shapes, not compiled) or `"compiled"`; the samples do not depend on it.
     """
 
     # --- advantages (DeepSeekMath 4.1.2-4.1.3, 5.2.1) ---
@@ -194,6 +211,19 @@ class GRPOExtConfig(GRPOConfig):
         metadata={"help": "Lower clamp of the adaptive beta; > 0 so the reference log-probs are always computed."},
     )
     beta_max: float | None = field(default=None, metadata={"help": "Upper clamp of the adaptive beta (none if unset)."})
+    # --- generation ---
+    generation_backend: str = field(
+        default="trl",
+        metadata={
+            "help": "`trl` (TRL's generate, or vLLM with use_vllm) or `sampler` (grpo-ext's continuous-batching "
+            "sampler: shared prefill, slots, the decode step compiled on CUDA).",
+            "choices": list(GENERATION_BACKENDS),
+        },
+    )
+    sampler_decode: str = field(
+        default="auto",
+        metadata={"help": "generation_backend `sampler`: auto (compiled on CUDA), eager, static or compiled."},
+    )
 
     def __post_init__(self):
         super().__post_init__()
@@ -203,6 +233,9 @@ class GRPOExtConfig(GRPOConfig):
             raise UserError(str(err)) from None
         _choice("zero_std_groups", self.zero_std_groups, ZERO_STD_GROUPS)
         _choice("kl_controller", self.kl_controller, KL_CONTROLLERS)
+        _choice("generation_backend", self.generation_backend, GENERATION_BACKENDS)
+        if self.generation_backend == "sampler" and self.use_vllm:
+            raise UserError("generation_backend: `sampler` and use_vllm both generate the completions; pick one")
         if self.step_separator == "":
             raise UserError("step_separator: must be a non-empty string")
         self._check_process_reward_model()

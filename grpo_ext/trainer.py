@@ -7,7 +7,9 @@ each calling `super()` first:
 - `_generate_and_score_completions` replaces the advantages (process / online RFT), decides which groups have
   no signal, refills or masks them;
 - `_compute_loss` replaces TRL's micro-batch normaliser by the generation batch's kept rows (skipped groups) and
-  feeds the KL to the β controller.
+  feeds the KL to the β controller;
+- `_generate` / `_generate_single_turn` draw the completions with grpo-ext's sampler (`generation_backend: sampler`,
+  `grpo_ext.rollouts`) instead of transformers' `generate`.
 
 Checkpoints are saved whole, with grpo-ext's state, by `grpo_ext.checkpoints.StagedCheckpointsMixin`.
 """
@@ -21,6 +23,7 @@ from typing import Any
 
 import torch
 from trl import GRPOTrainer
+from trl.models.utils import unwrap_model_for_generation
 from trl.trainer.utils import is_async_callable
 
 from grpo_ext.advantages import get_gradient_coefficient, zero_std_mask
@@ -39,6 +42,7 @@ from grpo_ext.modeling import prepare_quantized_policy
 from grpo_ext.rewards import load_callable
 from grpo_ext.rewards.checked import checked_reward_func
 from grpo_ext.rewards.process import build_step_rewards, score_steps
+from grpo_ext.rollouts import rollout_seed, sample_completions, sampler_settings_of
 from grpo_ext.validation import check_combinations, check_training_ranges
 
 __all__ = ["CHECKPOINT_STATE_FILE", "KEPT_NORMALISER", "GRPOExtTrainer"]
@@ -104,6 +108,9 @@ class GRPOExtTrainer(StagedCheckpointsMixin, GRPOTrainer):
         self._batch_rewards: dict[str, Any] = {}
         # CPU 4-bit: keep LoRA gradients right after eval-mode passes (bitsandbytes repacks), LoRA in fp32.
         prepare_quantized_policy(self.model)
+        self._sampler = sampler_settings_of(self)  # None: TRL's own generation
+        self._rollouts = 0  # generation rounds drawn by the sampler (each gets its own seed); checkpointed
+        self._prompts_in_generation: list | None = None
 
     def _resolve_process_rewards(self, funcs: list[Callable | str] | None) -> list[Callable]:
         config = self.args
@@ -150,6 +157,38 @@ class GRPOExtTrainer(StagedCheckpointsMixin, GRPOTrainer):
         rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
         rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
         return rewards
+
+    # ---- generation ------------------------------------------------------------------------------------------
+    def _generate(self, prompts):
+        self._prompts_in_generation = prompts  # the sampler seeds each sample by its prompt, as the harness does
+        try:
+            return super()._generate(prompts)
+        finally:
+            self._prompts_in_generation = None
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        if self._sampler is None:
+            return super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+            )
+        seed = rollout_seed(self.args.seed, self._rollouts, self.accelerator.process_index)
+        self._rollouts += 1
+        with (
+            unwrap_model_for_generation(
+                self.model_wrapped,
+                self.accelerator,
+                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+            ) as model,
+            self._dist.summon_full_params(self.model_wrapped, recurse=False),
+        ):
+            was_training = model.training
+            model.eval()  # no dropout while sampling, as in the harness (and vLLM)
+            try:
+                completion_ids = sample_completions(model, prompt_ids, self._prompts_in_generation, seed, self._sampler)
+            finally:
+                model.train(was_training)
+        return completion_ids, None  # no sampling log-probs: TRL computes the old ones itself, as after generate
 
     # ---- advantages and zero-std groups -------------------------------------------------------------------
     def _generate_and_score_completions(self, inputs):
@@ -365,6 +404,7 @@ class GRPOExtTrainer(StagedCheckpointsMixin, GRPOTrainer):
             "kl_controller": self.kl_control.state_dict(),
             "refill_draws": self._refill.draws,
             "scored_completions": self._scored_completions,
+            "sampler_rollouts": self._rollouts,
         }
 
     def restore_extension_state(self, state: dict | None, checkpoint: str) -> None:
@@ -379,6 +419,7 @@ class GRPOExtTrainer(StagedCheckpointsMixin, GRPOTrainer):
             logger.warning("resuming from %s: %s", checkpoint, note)
         self.beta = self.kl_control.beta
         self._refill.draws = int(state.get("refill_draws", 0))
+        self._rollouts = int(state.get("sampler_rollouts", 0))
         self._scored_completions = state.get("scored_completions")
 
     def _resume_without_state(self, checkpoint: str) -> None:

@@ -217,12 +217,18 @@ class _Model:
 
 
 def test_decode_modes_resolve_and_stay_out_of_the_cache_key():
-    class Bnb:
+    class Bnb8BitHfQuantizer:
         is_compileable = False
+
+    class Bnb4BitHfQuantizer(Bnb8BitHfQuantizer):  # transformers' name; measured to compile on an H100
+        pass
 
     assert can_compile(_Model("cuda")) is None and resolve_decode("auto", _Model("cuda")) == "compiled"
     assert "cpu" in can_compile(_Model("cpu")) and resolve_decode("auto", _Model("cpu")) == "eager"
-    assert "Bnb" in can_compile(_Model("cuda", Bnb())) and resolve_decode("auto", _Model("cuda", Bnb())) == "eager"
+    eight, four = _Model("cuda", Bnb8BitHfQuantizer()), _Model("cuda", Bnb4BitHfQuantizer())
+    assert "Bnb8Bit" in can_compile(eight) and resolve_decode("auto", eight) == "eager"
+    assert can_compile(four) is None and resolve_decode("auto", four) == "compiled"
+    assert "cpu" in can_compile(_Model("cpu", Bnb4BitHfQuantizer()))
     assert resolve_decode("static", _Model("cpu")) == "static"
     with pytest.raises(ValueError, match="decode must be one of auto, eager, static, compiled"):
         resolve_decode("fast", _Model("cpu"))

@@ -95,6 +95,8 @@ class _Decoder:
         pad_id,
         decode="eager",
         compile_options=None,
+        top_k=0,
+        min_p=None,
     ):
         if getattr(model.config, "is_encoder_decoder", False):
             raise ContinuousUnsupported("encoder-decoder model")
@@ -105,6 +107,7 @@ class _Decoder:
                 raise ContinuousUnsupported(f"the model's forward takes no {name}")
         self.model, self.prompt_ids = model, prompt_ids
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
+        self.filters = {"top_k": top_k, "min_p": min_p}  # off by default (the harness's sampling)
         self.prefill_batch, self.eos, self.pad_id = prefill_batch, frozenset(eos_ids), pad_id
         self.keep_logits = {"logits_to_keep": 1} if _forward_accepts(model, "logits_to_keep") else {}
         self.device = next(model.parameters()).device
@@ -165,7 +168,7 @@ class _Decoder:
             window = max(len(ids) for ids in self.prompt_ids) + self.max_new_tokens  # most columns a row needs
             self.cache = SlotCache(kv[0], len(self.rows), window, self.device, static=self.static)
         groups = [list(range(self.offset[j], self.offset[j + 1])) for j in chunk]
-        first = draw_tokens(logits, self.seed, groups, [0] * len(chunk), self.temperature, self.top_p)
+        first = draw_tokens(logits, self.seed, groups, [0] * len(chunk), self.temperature, self.top_p, **self.filters)
         for row, (j, tokens) in enumerate(zip(chunk, first, strict=True)):
             start = _Row(samples=groups[row], history=[], position=len(self.prompt_ids[j]))
             going = yield from self.branch(start, tokens)
@@ -294,7 +297,7 @@ class _Decoder:
         logits = self.logits(live)
         rows = [self.rows[s] for s in live]
         groups, counters = [row.samples for row in rows], [len(row.history) for row in rows]
-        drawn = draw_tokens(logits, self.seed, groups, counters, self.temperature, self.top_p)
+        drawn = draw_tokens(logits, self.seed, groups, counters, self.temperature, self.top_p, **self.filters)
         for slot, row, tokens in zip(live, rows, drawn, strict=True):
             going = yield from self.branch(row, tokens)
             if not going:
@@ -340,6 +343,8 @@ def continuous_sample(
     pad_id: int,
     decode: str = "eager",
     compile_options: dict | None = None,
+    top_k: int = 0,
+    min_p: float | None = None,
 ) -> Iterator[tuple[int, list[list[int]]]]:
     """Yield ``(prompt index, its samples' new token ids)`` as each prompt's samples are all finished.
 
@@ -350,7 +355,8 @@ def continuous_sample(
 
     ``decode`` picks the decode step (:mod:`grpo_ext.evaluation.static_step`: ``eager``, ``static``, ``compiled`` or
     ``auto``); the samples do not depend on it. ``compile_options`` are ``torch.compile``'s for ``compiled`` (default
-    :data:`~grpo_ext.evaluation.static_step.COMPILE_OPTIONS`: inductor with CUDA graphs).
+    :data:`~grpo_ext.evaluation.static_step.COMPILE_OPTIONS`: inductor with CUDA graphs). ``top_k`` (0: off) and
+    ``min_p`` (None: off) restrict the draws as ``generate`` does (after the temperature, around the top-p nucleus).
     """
     for name, value in (("max_new_tokens", max_new_tokens), ("slots", slots), ("prefill_batch", prefill_batch)):
         if value < 1:  # 0 slots would never decode, 0 prefill_batch never prefill
@@ -368,5 +374,7 @@ def continuous_sample(
         pad_id=pad_id,
         decode=decode,
         compile_options=compile_options,
+        top_k=top_k,
+        min_p=min_p,
     )
     yield from decoder.run()

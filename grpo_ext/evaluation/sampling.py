@@ -36,6 +36,7 @@ __all__ = [
     "encode_prompt_ids",
     "encode_prompts",
     "sample",
+    "sample_seed",
     "sample_stream",
 ]
 
@@ -131,11 +132,16 @@ def encode_prompts(tokenizer, prompts: Sequence, device) -> dict:
     return {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
 
 
+def sample_seed(seed: int, prompt, i: int) -> int:
+    """The seed of sample ``i`` of ``prompt`` (a string or a conversation) in a call seeded ``seed``: the same draw
+    whatever ``n``, batch or run it is part of. The prompt's text is the key, so two problems with the same prompt get
+    the same samples (as a model would be asked the same question twice with the same seed)."""
+    return derive_seed(seed, str(prompt), i)
+
+
 def _seeds(params: SamplingParams, prompt) -> list[int]:
-    """One seed per sample of ``prompt``: sample ``i`` is the same draw whatever ``n``, batch or run it is part of.
-    The prompt's text is the key, so two problems with the same prompt get the same samples (as a model would be
-    asked the same question twice with the same seed)."""
-    return [derive_seed(params.seed, str(prompt), i) for i in range(params.n)]
+    """One seed per sample of ``prompt`` (:func:`sample_seed`)."""
+    return [sample_seed(params.seed, prompt, i) for i in range(params.n)]
 
 
 def _generate_fallback(model, tokenizer, prompts: list, params: SamplingParams, gen_kwargs: dict, device):

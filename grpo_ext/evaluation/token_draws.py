@@ -32,16 +32,23 @@ def counter_uniforms(seeds: np.ndarray, counters: np.ndarray) -> np.ndarray:
     return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53  # top 53 bits: exact in a float64, so < 1
 
 
-def token_cdf(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+def token_cdf(
+    logits: torch.Tensor, temperature: float, top_p: float, top_k: int = 0, min_p: float | None = None
+) -> torch.Tensor:
     """Cumulative next-token probabilities ``[R, V]`` (float64: no drift over a 150k vocabulary) of
-    softmax(logits / temperature) restricted to the top-p nucleus (transformers' own ``TopPLogitsWarper``, so the
-    nucleus is the one ``generate`` keeps)."""
+    softmax(logits / temperature) restricted by ``top_k`` (0: off), the ``top_p`` nucleus and ``min_p`` (None: off),
+    in that order, with transformers' own warpers: the tokens ``generate`` keeps."""
     scores = logits.float() / temperature
-    if top_p < 1.0:
+    if top_k or top_p < 1.0 or min_p is not None:
         # imported here: importing the sampler must not import transformers (sampling.py stays light)
-        from transformers.generation.logits_process import TopPLogitsWarper
+        from transformers.generation.logits_process import MinPLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-        scores = TopPLogitsWarper(top_p)(None, scores)
+        if top_k:
+            scores = TopKLogitsWarper(top_k)(None, scores)
+        if top_p < 1.0:
+            scores = TopPLogitsWarper(top_p)(None, scores)
+        if min_p is not None:
+            scores = MinPLogitsWarper(min_p)(None, scores)
     return torch.softmax(scores, dim=-1).double().cumsum(-1)
 
 
@@ -55,14 +62,21 @@ def draw_from_cdf(cdf: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     return tokens.squeeze(1) if one else tokens
 
 
-def choose_tokens(logits: torch.Tensor, uniforms: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+def choose_tokens(
+    logits: torch.Tensor,
+    uniforms: torch.Tensor,
+    temperature: float,
+    top_p: float,
+    top_k: int = 0,
+    min_p: float | None = None,
+) -> torch.Tensor:
     """One token per row of ``logits [R, V]``: argmax when ``temperature == 0``, else a draw with ``uniforms [R]``.
 
     The rule for one sample decoded alone (the reference tests/test_continuous.py checks the sampler against);
     :func:`draw_tokens` applies it to all the samples that share a row at once."""
     if temperature == 0:
         return logits.argmax(-1)
-    return draw_from_cdf(token_cdf(logits, temperature, top_p), uniforms)
+    return draw_from_cdf(token_cdf(logits, temperature, top_p, top_k, min_p), uniforms)
 
 
 def draw_tokens(
@@ -72,16 +86,19 @@ def draw_tokens(
     counters: list[int],
     temperature: float,
     top_p: float,
+    top_k: int = 0,
+    min_p: float | None = None,
 ) -> list[list[int]]:
     """For each row of ``logits [R, V]``, one token per sample of ``groups[row]`` (sample ids, indices into the
-    ``uint64`` array ``seeds``), each drawn with the sample's own uniform at its ``counters[row]``-th token.
+    ``uint64`` array ``seeds``), each drawn with the sample's own uniform at its ``counters[row]``-th token
+    (``top_k`` / ``top_p`` / ``min_p`` as :func:`token_cdf` applies them).
 
     The samples of a row share its distribution, so the row's CDF is built once and searched with all their
     uniforms; greedy decoding gives every sample of a row its argmax."""
     if temperature == 0:
         best = logits.argmax(-1).tolist()
         return [[best[r]] * len(g) for r, g in enumerate(groups)]
-    cdf = token_cdf(logits, temperature, top_p)
+    cdf = token_cdf(logits, temperature, top_p, top_k, min_p)
     sizes = [len(g) for g in groups]
     ids = np.fromiter((q for g in groups for q in g), dtype=np.int64)
     counts = np.repeat(np.array(counters, dtype=np.uint64), sizes)

@@ -1,0 +1,146 @@
+"""GRPO's completions from grpo-ext's continuous-batching sampler (`generation_backend: sampler`).
+
+TRL generates a batch with transformers' `generate`: every row is prefilled (a prompt once per sample of its group)
+and decoded until the longest row stops. The harness's sampler (:mod:`grpo_ext.evaluation.continuous`) prefills a
+prompt once for its group, refills slots as samples end, and on a GPU replays the decode step as CUDA graphs. Here
+it stands in for `generate` behind TRL's `_generate_single_turn`, returning what TRL returns there: each row's new
+token ids up to and including its first EOS, at most `max_new_tokens` of them.
+
+Pure plumbing between TRL's generation settings and the sampler: :func:`sampler_settings` reads TRL's resolved
+generation kwargs once (refusing what the sampler cannot honour), :func:`sample_completions` draws one batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from grpo_ext.errors import UserError
+from grpo_ext.evaluation.continuous import ContinuousUnsupported, continuous_sample
+from grpo_ext.evaluation.sampling import MAX_SLOTS, derive_seed, sample_seed
+from grpo_ext.evaluation.static_step import DECODE_MODES
+
+__all__ = ["SamplerSettings", "rollout_seed", "sample_completions", "sampler_settings", "sampler_settings_of"]
+
+#: TRL's generation kwargs the sampler honours as they are (`max_new_tokens` and the token ids are read too).
+HONOURED = ("temperature", "top_p", "top_k", "min_p")
+#: Entries that do not change what is drawn: the sampler keeps its own cache and always samples (or is greedy at
+#: temperature 0); a BOS is never generated.
+NO_EFFECT = ("do_sample", "cache_implementation", "bos_token_id", "pad_token_id", "eos_token_id", "max_new_tokens")
+
+
+@dataclass(frozen=True)
+class SamplerSettings:
+    """How the sampler draws a GRPO batch (from TRL's generation kwargs, :func:`sampler_settings`)."""
+
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int
+    min_p: float | None
+    eos_ids: tuple[int, ...]
+    pad_id: int
+    decode: str
+
+
+def _token_ids(value) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    return tuple(int(v) for v in value) if isinstance(value, (list, tuple)) else (int(value),)
+
+
+def sampler_settings(generation_kwargs: dict, decode: str, eos_ids: Sequence[int], pad_id: int) -> SamplerSettings:
+    """The sampler's settings from TRL's resolved generation kwargs (its fields merged with the config's
+    `generation_kwargs`), or a `UserError` naming every entry it cannot honour."""
+    if decode not in DECODE_MODES:
+        raise UserError(f"sampler_decode: unknown value {decode!r}; expected one of {', '.join(DECODE_MODES)}")
+    kwargs = dict(generation_kwargs)
+    penalty = kwargs.pop("repetition_penalty", None)
+    if penalty not in (None, 1.0):
+        raise UserError(
+            f"repetition_penalty: {penalty} cannot be honoured by generation_backend `sampler` (its draws depend on "
+            "the sample's own tokens only through the model); use 1.0 or generation_backend `trl`"
+        )
+    unknown = sorted(k for k in kwargs if k not in HONOURED and k not in NO_EFFECT and kwargs[k] is not None)
+    if unknown:
+        raise UserError(
+            f"generation_kwargs: {', '.join(unknown)} cannot be honoured by generation_backend `sampler` (it honours "
+            f"{', '.join(HONOURED)}); remove them or use generation_backend `trl`"
+        )
+    greedy = kwargs.get("do_sample") is False
+    temperature = kwargs.get("temperature")
+    return SamplerSettings(
+        max_new_tokens=int(kwargs["max_new_tokens"]),
+        temperature=0.0 if greedy else float(1.0 if temperature is None else temperature),
+        top_p=float(kwargs.get("top_p") or 1.0),
+        top_k=int(kwargs.get("top_k") or 0),
+        min_p=kwargs.get("min_p"),
+        eos_ids=tuple(eos_ids) or _token_ids(kwargs.get("eos_token_id")),
+        pad_id=int(pad_id),
+        decode=decode,
+    )
+
+
+def sampler_settings_of(trainer) -> SamplerSettings | None:
+    """A built GRPO trainer's sampler settings when its `generation_backend` is `sampler` (None otherwise), checked
+    before any step: plain text completions only (no tools, vision-language models or rollout_func)."""
+    if trainer.args.generation_backend != "sampler":
+        return None
+    unsupported = [
+        what for what, used in (("tools", trainer.tools), ("vision-language models", trainer._is_vlm)) if used
+    ]
+    if unsupported or trainer.rollout_func is not None:
+        raise UserError(
+            f"generation_backend: `sampler` generates plain text completions; not with "
+            f"{' or '.join(unsupported) or 'a rollout_func'} (use `trl`)"
+        )
+    tokenizer = trainer._tokenizer
+    pad = tokenizer.eos_token_id if tokenizer.pad_token_id is None else tokenizer.pad_token_id
+    return sampler_settings(trainer.generation_kwargs, trainer.args.sampler_decode, trainer.eos_token_ids, pad)
+
+
+def rollout_seed(seed: int, rollout: int, process: int) -> int:
+    """The seed of generation round ``rollout`` on process ``process`` of a run seeded ``seed`` (a process's prompts
+    can repeat another's: a group may span processes, so each process draws from its own seed)."""
+    return derive_seed(seed, "grpo-rollout", rollout, process)
+
+
+def sample_completions(
+    model, prompt_ids: Sequence[Sequence[int]], prompts: Sequence, seed: int, settings: SamplerSettings
+) -> list[list[int]]:
+    """One completion (new token ids, the EOS kept) per row: rows of the same prompt share its prefill, and the
+    ``i``-th row of a prompt is its sample ``i`` seeded as the harness seeds it (``sample_seed(seed, prompt, i)``), so
+    ``grpo_ext.evaluation.sampling.sample`` with that seed draws the same completions. ``prompts`` are the rows'
+    prompts (strings or conversations), ``prompt_ids`` their token ids."""
+    if len(prompt_ids) != len(prompts):
+        raise ValueError(f"sample_completions: {len(prompt_ids)} rows of ids for {len(prompts)} prompts")
+    first_row: dict[str, int] = {}  # prompt key -> its index among the distinct prompts
+    distinct, seeds, where = [], [], []
+    for ids, prompt in zip(prompt_ids, prompts, strict=True):
+        j = first_row.setdefault(str(prompt), len(distinct))
+        if j == len(distinct):
+            distinct.append(list(ids))
+            seeds.append([])
+        where.append((j, len(seeds[j])))
+        seeds[j].append(sample_seed(seed, prompt, len(seeds[j])))
+    drawn: list[list[list[int]] | None] = [None] * len(distinct)
+    try:
+        for j, samples in continuous_sample(
+            model,
+            distinct,
+            seeds,
+            max_new_tokens=settings.max_new_tokens,
+            temperature=settings.temperature,
+            top_p=settings.top_p,
+            top_k=settings.top_k,
+            min_p=settings.min_p,
+            slots=min(len(prompt_ids), MAX_SLOTS),
+            prefill_batch=len(distinct),
+            eos_ids=settings.eos_ids,
+            pad_id=settings.pad_id,
+            decode=settings.decode,
+        ):
+            drawn[j] = samples
+    except ContinuousUnsupported as why:
+        raise UserError(f"generation_backend: `sampler` cannot decode this model ({why}); use `trl`") from None
+    return [drawn[j][i] for j, i in where]
