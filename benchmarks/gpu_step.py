@@ -1,5 +1,6 @@
 """GRPO step time and peak GPU memory on a CUDA GPU: full fine-tuning, LoRA and QLoRA, extensions off and on at the
-same beta, and TRL's `cache_implementation: static` against the default cache for generation.
+same beta, TRL's `cache_implementation: static` against the default cache for generation, and grpo-ext's sampler
+(`generation_backend: sampler`) against TRL's `generate`.
 
     python -m benchmarks.gpu_step [--shapes 0.5b,1.5b] [--kinds full,lora,qlora] [--reps 3] [--warmup 1]
                                   [--batch 64] [--group 8] [--completion 128]
@@ -23,7 +24,11 @@ Per kind, one fresh process builds three `GRPOExtTrainer`s on the same folder, t
 - off: every extension off, beta 0.04 (fixed): TRL's GRPO;
 - on: process advantages from the step verifier + the outcome as a last step, `zero_std_groups: skip`, adaptive
   beta starting at 0.04 (configs/process.yaml + configs/adaptive_kl.yaml + skip: benchmarks/overhead.py's `all_on`);
-- static: `off` with `cache_implementation: static` (TRL passes it to `generate`, with compilation disabled).
+- static: `off` with `cache_implementation: static` (TRL passes it to `generate`, with compilation disabled);
+- sampler: `off` with `generation_backend: sampler` (grpo-ext's continuous sampler, its decode step compiled with
+  CUDA graphs: `sampler_decode: auto`); it warms up 2 steps more than the others (a compilation, then the cache
+  capacity made dynamic), so no timed step compiles. Target (issue 29): QLoRA at the 1.5B shape >= 2x faster than
+  `off` (time / off <= 0.5), peak memory within 10% of `off`'s: the table's last line says whether it was met.
 
 Settings (configs/gpu/qlora_qwen2.5-1.5b_gsm8k.yaml's GRPO settings, smaller): ``--batch`` completions a step =
 ``--batch / --group`` prompts of the embedded arithmetic task x ``--group`` generations, up to ``--completion`` new
@@ -61,7 +66,8 @@ from benchmarks import _gpu as G
 NAME = "gpu_step"
 MARK = "@@RESULT@@"
 KINDS = ("full", "lora", "qlora")
-VARIANTS = ("off", "on", "static")
+VARIANTS = ("off", "on", "static", "sampler")
+EXTRA_WARMUP = {"sampler": 2}
 BETA = 0.04
 LORA = {"lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.0}
 
@@ -101,7 +107,11 @@ def build_trainer(folder: str, kind: str, variant: str, settings: dict, device: 
 
     task = get_task("arithmetic")
     cuda = device == "cuda"
-    extra = {"on": {k: v for k, v in ALL_ON.items() if k != "beta"}, "static": {"cache_implementation": "static"}}
+    extra = {
+        "on": {k: v for k, v in ALL_ON.items() if k != "beta"},
+        "static": {"cache_implementation": "static"},
+        "sampler": {"generation_backend": "sampler"},
+    }
     args = GRPOExtConfig(
         output_dir=str(out_dir / variant),
         use_cpu=not cuda,
@@ -156,9 +166,11 @@ def run_kind(folder: str, kind: str, settings: dict, *, device: str, reps: int, 
             try:
                 set_seed(0)
                 trainer = build_trainer(folder, kind, variant, settings, device, Path(tmp))
-                batches = make_batches(trainer.train_dataset, settings, warmup + reps)
+                n_warm = warmup + EXTRA_WARMUP.get(variant, 0)
+                # every variant times the same last `reps` batches, whatever its warm-up
+                batches = make_batches(trainer.train_dataset, settings, warmup + max(EXTRA_WARMUP.values()) + reps)
                 seconds = []
-                for w in range(warmup):
+                for w in range(n_warm):
                     G.synchronize(device)
                     start = time.perf_counter()
                     one_step(trainer, batches[w])
@@ -168,7 +180,7 @@ def run_kind(folder: str, kind: str, settings: dict, *, device: str, reps: int, 
                 errors[variant] = f"{type(err).__name__}: {err}"
                 print(f"  {kind}/{variant} failed: {errors[variant]}", file=sys.stderr, flush=True)
                 continue
-            trainers[variant] = (trainer, batches)
+            trainers[variant] = (trainer, batches[-reps:])
             warmup_seconds[variant] = seconds
             end_bytes = G.allocated(device)
             resident[variant] = None if start_bytes is None else end_bytes - start_bytes
@@ -187,7 +199,7 @@ def run_kind(folder: str, kind: str, settings: dict, *, device: str, reps: int, 
                 before = G.allocated(device)
                 G.reset_peak(device)
                 try:
-                    losses[variant].append(one_step(trainer, batches[warmup + r]))
+                    losses[variant].append(one_step(trainer, batches[r]))
                     G.synchronize(device)
                 except Exception as err:
                     errors[variant] = f"{type(err).__name__}: {err}"
@@ -235,6 +247,19 @@ def run_worker(*args: str) -> dict:
 
 def mib(n) -> str:
     return "" if n is None else f"{n / 2**20:,.0f} MiB"
+
+
+def sampler_target(kinds: dict) -> dict | None:
+    """Issue 29's target on the QLoRA policy: the sampler's step at most half of `off`'s, its peak within 10%."""
+    res = kinds.get("qlora", {})
+    ratio = res.get("time_over_off", {}).get("sampler")
+    variants = res.get("variants", {})
+    if ratio is None or "off" not in variants or "sampler" not in variants:
+        return None
+    peaks = variants["sampler"]["peak_bytes"], variants["off"]["peak_bytes"]
+    memory = None if None in peaks else peaks[0] / peaks[1]
+    speed = 1 / ratio["median_of_ratios"]
+    return {"speedup": speed, "peak_over_off": memory, "met": speed >= 2 and memory is not None and memory <= 1.1}
 
 
 def table(shape: str, kinds: dict) -> str:
@@ -326,12 +351,20 @@ def main(argv: list[str] | None = None) -> dict:
             f"\n\n{args.batch} completions a step ({args.group} per prompt), up to {args.completion} new tokens, "
             f"beta {BETA}, loss grpo, activation checkpointing; times are medians of {args.reps} alternated steps"
         )
+        target = sampler_target(results)
+        if target is not None:
+            memory = "n/a" if target["peak_over_off"] is None else f"{target['peak_over_off']:.2f}x"
+            text += (
+                f"\nQLoRA, sampler vs off: {target['speedup']:.2f}x faster, peak {memory} of off's: target (>= 2x, "
+                f"peak within 10%) {'met' if target['met'] else 'NOT met'}"
+            )
         payload = {
             "device": built.get("device"),
             "shape": shape,
             "model": f"random-weight Qwen2.5-{shape} shape, vocabulary {G.SHAPES[shape]['vocab_size']}",
             "params": {k: v for k, v in vars(args).items() if k != "worker"} | {"settings": settings, "lora": LORA},
             "kinds": results,
+            "sampler_target": target,
         }
         payloads[shape] = payload
         if args.device == "cuda":

@@ -19,7 +19,8 @@ Steps (each a fresh process, as a user would run it; logs in --workdir/logs/):
 3. harness: `evals/passk_majk.py` on that adapter (40 problems x 8 samples, transformers backend).
 4. ext_*: every extension for 2 steps on the 1.5B-shape QLoRA policy (nf4, double quantisation, LoRA r16, bf16):
    process advantages (configs/process.yaml), the same with a 4-bit process reward model, zero-std groups skipped
-   (configs/default.yaml + skip) and refilled (configs/refill.yaml), adaptive KL (configs/adaptive_kl.yaml).
+   (configs/default.yaml + skip) and refilled (configs/refill.yaml), adaptive KL (configs/adaptive_kl.yaml), and
+   process advantages on completions drawn by grpo-ext's sampler (`--generation_backend sampler`, compiled on CUDA).
 5. gpu_config: configs/gpu/qlora_qwen2.5-1.5b_gsm8k_no_vllm.yaml as written (8 questions x 16 completions of up to
    512 tokens a step, activation checkpointing) for 2 steps, on the 1.5B-shape model and the local GSM8K rows.
 
@@ -66,6 +67,8 @@ EXTENSIONS = {  # name: (config, extra flags)
     "ext_skip": ("configs/default.yaml", ["--zero_std_groups", "skip"]),
     "ext_refill": ("configs/refill.yaml", []),
     "ext_adaptive_kl": ("configs/adaptive_kl.yaml", []),
+    # process advantages on completions drawn by grpo-ext's sampler (its decode step compiled on CUDA)
+    "ext_sampler": ("configs/process.yaml", ["--generation_backend", "sampler"]),
 }
 
 

@@ -158,19 +158,25 @@ def test_gpu_step_builds_each_kind_and_variant_as_documented(tiny_model, tmp_pat
     assert any(isinstance(m, bnb.nn.Linear4bit) for m in on.model.modules())
     assert (on.args.advantage_mode, on.args.zero_std_groups, on.args.kl_controller) == ("process", "skip", "adaptive")
     assert on.args.beta == gpu_step.BETA and on.args.process_include_outcome and on.process_reward_funcs
+    sampled = gpu_step.build_trainer(str(tiny_model), "qlora", "sampler", settings, "cpu", tmp_path)
+    assert sampled.args.generation_backend == "sampler" and sampled._sampler.decode == "auto"
+    assert (sampled.args.advantage_mode, sampled.args.cache_implementation) == ("outcome", None)
 
 
-def test_gpu_step_rehearsal_times_the_three_variants(tiny_model):
+def test_gpu_step_rehearsal_times_every_variant(tiny_model):
     settings = gpu_step.settings_for(types.SimpleNamespace(batch=8, group=4, completion=6))
     out = gpu_step.run_kind(str(tiny_model), "qlora", settings, device="cpu", reps=2, warmup=1)
     assert out["errors"] == {} and set(out["variants"]) == set(gpu_step.VARIANTS)
-    for variant in out["variants"].values():
-        assert variant["seconds"]["n"] == 2 and len(variant["warmup_seconds"]) == 1
+    for name, variant in out["variants"].items():
+        warmup = 1 + gpu_step.EXTRA_WARMUP.get(name, 0)
+        assert variant["seconds"]["n"] == 2 and len(variant["warmup_seconds"]) == warmup
         assert variant["resident_bytes"] is None and variant["peak_bytes"] is None  # no CUDA allocator on the CPU
         assert len(variant["losses"]) == 2 and all(math.isfinite(x) for x in variant["losses"])
         assert 0 < variant["mean_completion_length"] <= 6
-    assert set(out["time_over_off"]) == {"on", "static"}
-    assert gpu_step.table("tiny", {"qlora": out}).count("| tiny | qlora |") == 3
+    assert set(out["time_over_off"]) == {"on", "static", "sampler"}
+    assert gpu_step.table("tiny", {"qlora": out}).count("| tiny | qlora |") == 4
+    assert gpu_step.sampler_target({"qlora": out})["peak_over_off"] is None  # no CUDA peaks: never "met" on a CPU
+    assert gpu_step.sampler_target({"qlora": out})["met"] is False and gpu_step.sampler_target({}) is None
 
 
 # ---- gpu_check ---------------------------------------------------------------------------------------------------
@@ -198,7 +204,7 @@ def test_gpu_check_dry_run_parses_every_step(tmp_path, capsys):
     printed = capsys.readouterr().out
     for name in ["packages", "prepare", *(step.name for step in gpu_check.plan(tmp_path, cpu=False))]:
         assert f"PASS  {name} " in printed
-    assert "10/10 passed" in printed
+    assert "11/11 passed" in printed
     from grpo_ext.tasks import get_task
 
     rows = [json.loads(line) for line in (tmp_path / "w" / "gsm8k.jsonl").read_text().splitlines()]
@@ -235,7 +241,7 @@ def test_gpu_check_dry_run_names_a_broken_step(tmp_path, capsys, monkeypatch):
     assert set(failed) == {"harness", "ext_process_prm"}
     assert "zero_std_groups" in failed["ext_process_prm"] and "sometimes" in failed["ext_process_prm"]
     assert "16" in failed["harness"]
-    assert lines[-1].startswith("8/10 passed") and lines[-1].endswith("failed: harness, ext_process_prm")
+    assert lines[-1].startswith("9/11 passed") and lines[-1].endswith("failed: harness, ext_process_prm")
 
 
 def test_gpu_check_outcome_reads_the_run(tmp_path):
