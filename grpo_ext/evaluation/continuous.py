@@ -299,6 +299,16 @@ class _Decoder:
         groups, counters = [row.samples for row in rows], [len(row.history) for row in rows]
         drawn = draw_tokens(logits, self.seed, groups, counters, self.temperature, self.top_p, **self.filters)
         for slot, row, tokens in zip(live, rows, drawn, strict=True):
+            if len(tokens) == 1:  # one sample on the row (most rows, once samples diverge): nothing to branch
+                token = tokens[0]
+                row.history.append(token)  # a row's history is its own: forks and finished samples take copies
+                if token in self.eos or len(row.history) >= self.max_new_tokens:
+                    yield from self.finish(row.samples[0], row.history)
+                    self.rows[slot] = None
+                else:
+                    row.position += 1
+                    self.set_input(slot, token, row.position)
+                continue
             going = yield from self.branch(row, tokens)
             if not going:
                 self.rows[slot] = None

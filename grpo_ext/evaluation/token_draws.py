@@ -102,6 +102,9 @@ def draw_tokens(
     sizes = [len(g) for g in groups]
     ids = np.fromiter((q for g in groups for q in g), dtype=np.int64)
     counts = np.repeat(np.array(counters, dtype=np.uint64), sizes)
+    if len(ids) == len(groups):  # one sample a row (most rows, once samples diverge): one draw a row, no padding
+        uniforms = torch.from_numpy(counter_uniforms(seeds[ids], counts)).to(cdf.device)
+        return [[t] for t in draw_from_cdf(cdf, uniforms).tolist()]
     # a row's samples side by side ([rows, largest group], padded): the row's CDF is searched, never copied
     used = torch.arange(max(sizes), device="cpu") < torch.tensor(sizes, device="cpu").unsqueeze(1)  # host masks
     uniforms = torch.zeros(used.shape, dtype=torch.float64, device="cpu")
