@@ -6,6 +6,8 @@ import json
 import shutil
 
 import pytest
+import torch
+from safetensors.torch import load_file as safetensors_load
 
 from grpo_ext.errors import UserError
 from grpo_ext.models import EMBEDDED_MODEL_DIR
@@ -170,3 +172,33 @@ def test_a_full_disk_inside_torch_save_fails_in_one_line_and_leaves_the_last_che
     assert status["status"] == "failed" and "the partial save was removed" in status["error"]
     assert f"--resume_from_checkpoint {out / 'checkpoint-1'}" in status["error"]
     check_resumable(out / "checkpoint-1")
+
+
+# ---- 3. the sample cache's fingerprint ----------------------------------------------------------------------------
+
+
+def test_the_fingerprint_sees_an_adapters_base_and_the_tokenizer(tmp_path):
+    from safetensors.torch import save_file
+
+    from grpo_ext.evaluation.cache import model_fingerprint
+
+    base, adapter = tmp_path / "base", tmp_path / "adapter"
+    shutil.copytree(EMBEDDED_MODEL_DIR, base)
+    adapter.mkdir()
+    save_file({"lora_A": torch.zeros(2, 2)}, adapter / "adapter_model.safetensors")
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(base)}))
+    before = model_fingerprint(adapter)
+
+    weights = safetensors_load(base / "model.safetensors")  # the base retrained in place: same names and shapes
+    save_file({name: tensor + 1 for name, tensor in weights.items()}, base / "model.safetensors")
+    after_base = model_fingerprint(adapter)
+    assert after_base != before
+    assert model_fingerprint(adapter, base_model="org/other") != after_base  # another base named at load time
+
+    config = json.loads((base / "tokenizer_config.json").read_text())
+    (base / "tokenizer_config.json").write_text(json.dumps({**config, "eos_token": "="}))  # the adapter's tokenizer
+    assert model_fingerprint(adapter) != after_base
+    assert model_fingerprint(base) != model_fingerprint(EMBEDDED_MODEL_DIR)
+
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(adapter)}))
+    assert model_fingerprint(adapter)  # an adapter naming itself: no endless recursion

@@ -172,7 +172,7 @@ class TransformersBackend(Backend):
             model,
             tokenizer,
             name=name_or_path,
-            fingerprint=model_fingerprint(resolve_model_path(name_or_path)),
+            fingerprint=model_fingerprint(resolve_model_path(name_or_path), load_kwargs.get("base_model")),
             continuous=continuous,
         )
 
