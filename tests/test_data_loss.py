@@ -202,3 +202,14 @@ def test_the_fingerprint_sees_an_adapters_base_and_the_tokenizer(tmp_path):
 
     (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(adapter)}))
     assert model_fingerprint(adapter)  # an adapter naming itself: no endless recursion
+
+
+# ---- 5. a PRM without its head -----------------------------------------------------------------------------------
+
+
+def test_a_model_that_is_not_a_prm_is_refused_naming_the_missing_weights():
+    """The embedded causal LM read as a token-classification PRM: its score head would be random, scoring noise."""
+    from grpo_ext.rewards.prm import load_process_reward_model
+
+    with pytest.raises(UserError, match=r"weights in .*embedded have no score\.bias, score\.weight, which a "):
+        load_process_reward_model(EMBEDDED_MODEL_DIR, "token_classification")
