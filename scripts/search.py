@@ -154,9 +154,7 @@ def _score(report: dict, metric: str, model: int = 0) -> float:
 
 
 def main(argv: list[str]) -> dict:
-    import yaml
-
-    from grpo_ext.errors import UserError, user_file
+    from grpo_ext.errors import UserError, read_yaml
     from grpo_ext.evaluation.scoring import default_ks
     from grpo_ext.io import atomic_write_json, atomic_write_text
 
@@ -179,8 +177,7 @@ def main(argv: list[str]) -> dict:
     ks = default_ks(args.n)  # the ks the harness reports by default
     if metric_name not in ("pass", "maj") or not metric_k.isdigit() or int(metric_k) not in ks:
         raise UserError(f"--metric: expected pass@k or maj@k with k one of {ks} (--n {args.n}), got {args.metric!r}")
-    with user_file(args.config, "--config"):
-        config = yaml.safe_load(Path(args.config).read_text()) or {}
+    config = read_yaml(args.config, "--config") or {}
     args.task = str(config.get("task", "arithmetic"))
     args.task_kwargs = json.dumps(config.get("task_kwargs") or {})
     base = str(config.get("model_name_or_path", "embedded"))

@@ -432,7 +432,7 @@ CASES = {
     ),
     "method config: bad field": (
         written("m.yaml", Path("configs/methods/rft.yaml").read_text() + "samples_per_prompt: 0\n", method_config),
-        "samples_per_prompt: must be >= 1, got 0",
+        r"samples_per_prompt: must be in \[1, inf\), got 0",
     ),
     "--run: unknown method": (runs("ppo=embedded"), "--run 'ppo=embedded': unknown method 'ppo'"),
     "--run: no checkpoint": (runs("rft"), "--run 'rft': expected NAME=CHECKPOINT"),

@@ -22,7 +22,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from grpo_ext.errors import UserError, check_weights, user_file
+from grpo_ext.errors import UserError, check_weights, user_file, user_input
 from grpo_ext.evaluation.report import read_report
 from grpo_ext.hub.card import build_model_card
 from grpo_ext.hub.training import CONFIG_FILE, is_embedded, trained_with
@@ -236,7 +236,8 @@ def write_upload_folder(
         raise PublishError(
             f"--merge: {checkpoint} holds full model weights, not a LoRA adapter; publish it without --merge"
         )
-    report = read_report(eval_report, eval_model) if eval_report else None
+    with user_input("--eval-report"):  # a report that is not the harness's: one line naming the file
+        report = read_report(eval_report, eval_model) if eval_report else None
     summary = trained_with(checkpoint)
 
     if checkpoint_type == "adapter":
