@@ -178,7 +178,9 @@ def check_resumable(checkpoint: str | os.PathLike) -> None:
         )
     with user_file(state, what):
         json.loads(state.read_text())
-    check_weights(folder, what)
+    # Weights are checked where they are safetensors files; FSDP and DeepSpeed keep sharded states in subfolders.
+    if any(folder.glob("*.safetensors")) or not any(p.is_dir() for p in folder.iterdir()):
+        check_weights(folder, what)
     for path in sorted([*folder.glob("*.pt"), *folder.glob("*.pth")]):
         try:  # torch.save writes a zip archive whose directory ends the file: a torn or junk file has none
             with zipfile.ZipFile(path):

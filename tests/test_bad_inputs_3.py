@@ -257,3 +257,12 @@ def test_scalar_strings_the_libraries_take_stay_allowed(tmp_path):
     path.write_text("use_cpu: true\nbf16: false\nlora_target_modules: all-linear\n")
     _, _, model_args = train.parse_args(["--config", str(path)])
     assert model_args.lora_target_modules == "all-linear"
+
+
+def test_a_sharded_checkpoint_passes_the_resume_check(tmp_path):
+    """FSDP / DeepSpeed checkpoints keep their weights in subfolders (no safetensors file): not refused up front."""
+    from grpo_ext.checkpoints import check_resumable
+
+    (tmp_path / "trainer_state.json").write_text('{"global_step": 4}')
+    (tmp_path / "pytorch_model_fsdp_0").mkdir()
+    check_resumable(tmp_path)
