@@ -19,9 +19,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e ".[dev]"
 	touch $(STAMP)
 
+# A second `make train` is refused (the folder holds a finished run): TRAIN_ARGS="--overwrite_output_dir true".
+TRAIN_ARGS ?=
 train: $(STAMP)
 	OMP_NUM_THREADS=$(THREADS) $(BIN)/accelerate launch --num_processes 1 --num_machines 1 --mixed_precision no \
-		--dynamo_backend no scripts/train.py --config configs/qlora.yaml
+		--dynamo_backend no scripts/train.py --config configs/qlora.yaml $(TRAIN_ARGS)
 
 test: $(STAMP)
 	OMP_NUM_THREADS=$(THREADS) HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q

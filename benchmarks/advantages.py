@@ -64,7 +64,9 @@ def reference_process_advantages(step_rewards: torch.Tensor, group_size: int, ep
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
     parser.add_argument("--n", type=int, default=4096)
     parser.add_argument("--t", type=int, default=1024)
     parser.add_argument("--steps", type=int, default=16)

@@ -21,7 +21,9 @@ DECODES = ("eager", "static", "compiled")
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--n", type=int, default=16)
     parser.add_argument("--batch", default="8,32", help="prompts per batch, comma-separated (slots = batch * n)")

@@ -122,7 +122,9 @@ def measure(model, tokenizer, rows: int, args, requests, problems, load_cell_fn)
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--n", type=int, default=16)
     parser.add_argument(

@@ -176,7 +176,9 @@ def time_single_cases(n: int, exact_baseline: bool) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
     parser.add_argument("--problems", type=int, default=10_000)
     parser.add_argument("--n", type=int, default=64)
     parser.add_argument("--reps", type=int, default=7)

@@ -139,7 +139,9 @@ def one_step(trainer, batch) -> float:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
     parser.add_argument("--reps", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--batch", type=int, default=None, help="samples a step (default: configs/default.yaml's)")

@@ -219,7 +219,9 @@ def mapping_benchmark(reps: int, lengths: tuple[int, ...] = (816, 3264)) -> dict
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--batch", type=int, default=None, help="samples a step (default: configs/default.yaml's)")

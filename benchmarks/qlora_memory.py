@@ -308,7 +308,9 @@ def _step_cell(step: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
     parser.add_argument("--shapes", default="0.5b,1.5b")
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--step-shape", default="0.5b", help="shape of the training-step measurement")

@@ -171,7 +171,9 @@ def summary_rows() -> list[list]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
     parser.add_argument("--only", default=None, help="comma-separated benchmark names")
     parser.add_argument("--skip", default="", help="comma-separated benchmark names to leave out")
     parser.add_argument("--summary-only", action="store_true", help="print the summary of the existing results")

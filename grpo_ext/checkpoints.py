@@ -7,6 +7,10 @@
   `--resume_from_checkpoint` (or `get_last_checkpoint`) would pick: the previous checkpoint stays the last one.
 - On resume the config decides the KL setup (`restore_kl_controller`): TRL decided from the config's β at start
   whether a reference model exists, so a β taken from the checkpoint could ask for log-probs no one computes.
+- A save that fails any way (an `OSError`, or the `RuntimeError` torch's writer raises on a full disk) removes its
+  partial folder; a failed write is one line naming the previous checkpoint to resume from.
+- `check_resumable` checks a checkpoint folder whole before a resume loads anything (its state, weights and torch
+  files), and the loads themselves name the file they could not read.
 - `RUN_STATUS_FILE` (`grpo_ext_run.json`) in the output folder says whether the run finished: `running` while it
   trains, `complete` after the final save, `failed` (with the error) when it stopped. A run killed outright, or
   stopped by a full disk that could not even record the failure, stays `running`: never mistaken for complete.
@@ -18,13 +22,15 @@ import contextlib
 import json
 import math
 import os
+import pickle
 import shutil
 import time
+import zipfile
 from pathlib import Path
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
-from grpo_ext.errors import UserError, user_file
+from grpo_ext.errors import UserError, check_weights, user_file
 from grpo_ext.io import atomic_write_json
 from grpo_ext.kl_control import AdaptiveKLController, FixedKLController
 
@@ -32,6 +38,7 @@ __all__ = [
     "CHECKPOINT_STATE_FILE",
     "StagedCheckpointsMixin",
     "RUN_STATUS_FILE",
+    "check_resumable",
     "promote_staged_checkpoint",
     "read_run_status",
     "restore_kl_controller",
@@ -141,6 +148,49 @@ def last_checkpoint(run_dir: str | os.PathLike) -> str | None:
     return get_last_checkpoint(str(run_dir)) if os.path.isdir(run_dir) else None
 
 
+# Messages of torch's zip writer (caffe2/serialize/inline_container.cc) when a write fails, e.g. on a full disk.
+_TORCH_WRITE_FAILURES = ("PytorchStreamWriter", "inline_container", "unexpected pos", "file write failed")
+
+
+def is_write_failure(err: BaseException) -> bool:
+    """Whether `err` says a file could not be written: an `OSError`, torch.save's `RuntimeError` (it does not raise an
+    `OSError` when the disk fills), or a safetensors serialisation error."""
+    if isinstance(err, OSError) or type(err).__name__ == "SafetensorError":
+        return True
+    return isinstance(err, RuntimeError) and any(text in str(err) for text in _TORCH_WRITE_FAILURES)
+
+
+# ---- what a resume reads ----------------------------------------------------------------------------------------
+
+
+def check_resumable(checkpoint: str | os.PathLike) -> None:
+    """`checkpoint` is a folder a run can resume from, checked before any model loads, else a `UserError` naming the
+    folder or the file: not a folder, no `trainer_state.json` (an empty or foreign folder), a state that does not
+    parse, weights missing or torn, a torch file (`optimizer.pt`, `rng_state.pth`, ...) torn or not one at all."""
+    what = "resume_from_checkpoint"
+    folder = Path(checkpoint).expanduser()
+    if not folder.is_dir():
+        raise UserError(f"{what}: no such checkpoint folder: {checkpoint} (expected OUTPUT_DIR/checkpoint-N)")
+    state = folder / "trainer_state.json"
+    if not state.is_file():
+        raise UserError(
+            f"{what}: {folder} is not a checkpoint (no trainer_state.json); expected OUTPUT_DIR/checkpoint-N"
+        )
+    with user_file(state, what):
+        json.loads(state.read_text())
+    # Weights are checked where they are safetensors files; FSDP and DeepSpeed keep sharded states in subfolders.
+    if any(folder.glob("*.safetensors")) or not any(p.is_dir() for p in folder.iterdir()):
+        check_weights(folder, what)
+    for path in sorted([*folder.glob("*.pt"), *folder.glob("*.pth")]):
+        try:  # torch.save writes a zip archive whose directory ends the file: a torn or junk file has none
+            with zipfile.ZipFile(path):
+                pass
+        except (zipfile.BadZipFile, OSError) as err:
+            raise UserError(
+                f"{what}: {path} is torn or not a torch file ({err}); resume from another checkpoint"
+            ) from None
+
+
 # ---- whether a run finished ---------------------------------------------------------------------------------------
 
 
@@ -197,14 +247,17 @@ class StagedCheckpointsMixin:
             if self.args.should_save:
                 self._unstage_best_checkpoint(staging, run_dir, name)
                 atomic_write_json(staging / name / CHECKPOINT_STATE_FILE, self.extension_state())
-        except OSError as err:
-            if self.args.should_save:
+        except Exception as err:
+            if self.args.should_save:  # whatever failed, a partial save must not stay (it may be filling the disk)
                 shutil.rmtree(staging, ignore_errors=True)
+            if not is_write_failure(err):
+                raise
             previous = last_checkpoint(run_dir)
             resume = f"resume with --resume_from_checkpoint {previous}" if previous else "no earlier checkpoint exists"
+            reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err).strip().splitlines()[0]
             raise UserError(
-                f"saving {name} in {run_dir} failed ({err.strerror or err}); the partial save was removed and the "
-                f"previous checkpoint is intact: {resume}"
+                f"saving {name} in {run_dir} failed ({reason}); the partial save was removed and the previous "
+                f"checkpoint is intact: {resume}"
             ) from err
         finally:
             self._checkpoint_staging = None
@@ -229,8 +282,13 @@ class StagedCheckpointsMixin:
             self.state.best_model_checkpoint = os.path.join(run_dir, name)
             self.state.save_to_json(str(staging / name / TRAINER_STATE_NAME))
 
+    def _load_rng_state(self, checkpoint):
+        with _checkpoint_file_errors(checkpoint, "rng_state*.pth"):
+            super()._load_rng_state(checkpoint)
+
     def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
+        with _checkpoint_file_errors(checkpoint, "optimizer.pt / scheduler.pt"):
+            super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
         path = os.path.join(checkpoint, CHECKPOINT_STATE_FILE)
@@ -241,3 +299,19 @@ class StagedCheckpointsMixin:
             if not isinstance(state, dict):
                 raise UserError(f"resume_from_checkpoint: {path} is not a grpo-ext state file")
         self.restore_extension_state(state, checkpoint)
+
+
+@contextlib.contextmanager
+def _checkpoint_file_errors(checkpoint, files: str):
+    """Inside, a torch file of `checkpoint` that does not load (torn, junk, or another model's optimizer state, which
+    torch reports as a `ValueError` or `KeyError`) is a `UserError` naming the checkpoint and the files."""
+    try:
+        yield
+    except UserError:
+        raise
+    except (RuntimeError, ValueError, KeyError, TypeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile) as err:
+        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(
+            f"resume_from_checkpoint: cannot load {files} of {checkpoint} ({type(err).__name__}: {message}); resume "
+            "from another checkpoint, or with the settings that wrote this one"
+        ) from err

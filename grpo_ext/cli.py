@@ -11,7 +11,7 @@ import contextlib
 import sys
 from collections.abc import Callable, Sequence
 
-from grpo_ext.errors import UserError, user_file, user_input
+from grpo_ext.errors import UserError, read_yaml, user_file, user_input
 
 __all__ = ["one_line", "parse_trl_config", "run_cli"]
 
@@ -48,24 +48,45 @@ def run_cli(main: Callable[[list[str]], object], argv: list[str] | None = None) 
         sys.exit(2)
 
 
+# List fields whose library takes one string too (PEFT's `all-linear`, DPO's `sigmoid`, transformers' debug options).
+_SCALAR_TAKEN = ("lora_target_modules", "loss_type", "debug")
+
+
 def parse_trl_config(dataclass_types: Sequence[type], argv: list[str]) -> tuple:
     """`trl.TrlParser(dataclass_types).parse_args_and_config(argv)`, where everything the user can get wrong is a
-    `UserError`: a flag argparse rejects (one line, not the usage text), a `--config` file that cannot be read or
-    parsed, a value a dataclass's `__post_init__` rejects (TRL's checks and ours), and a training config's numbers out
-    of range (`grpo_ext.validation.check_training_ranges`, for each parsed `GRPOConfig`)."""
-    from trl import GRPOConfig, TrlParser
+    `UserError`: a flag argparse rejects (one line, not the usage text), an abbreviated flag (argparse would take
+    `--learning_rat` for `--learning_rate`), a `--config` file that cannot be read or parsed or that repeats a key, a
+    single value where the field takes a list (it would be split into characters), a value a dataclass's
+    `__post_init__` rejects (TRL's checks and ours), and a training config's numbers out of range
+    (`grpo_ext.validation.check_training_ranges`, for each parsed `TrainingArguments`)."""
+    from transformers import TrainingArguments
+    from trl import TrlParser
 
     from grpo_ext.validation import check_training_ranges
+
+    config = next((argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--config"), None)
 
     class Parser(TrlParser):
         def error(self, message):  # argparse would print the usage and exit
             raise UserError(message)
 
-    parser = Parser(list(dataclass_types))
-    config = next((argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--config"), None)
+        def set_defaults_with_config(self, **values):
+            for action in self._actions:
+                value = values.get(action.dest)
+                listed = action.nargs in ("+", "*") and action.dest not in _SCALAR_TAKEN
+                if listed and value is not None and not isinstance(value, list):
+                    raise UserError(
+                        f"{action.dest}: {config} gives the single value {value!r} where a list is expected "
+                        f"(write {action.dest}: [{value}])"
+                    )
+            return super().set_defaults_with_config(**values)
+
+    parser = Parser(list(dataclass_types), allow_abbrev=False)
+    if config:
+        read_yaml(config, "--config")  # a repeated key or a parse error, named; TRL then reads the same file
     with user_file(config, "--config") if config else contextlib.nullcontext(), user_input(None):
         parsed = parser.parse_args_and_config(argv)
     for args in parsed:
-        if isinstance(args, GRPOConfig):
+        if isinstance(args, TrainingArguments):
             check_training_ranges(args)
     return tuple(parsed)

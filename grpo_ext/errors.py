@@ -12,12 +12,18 @@ caller knows which file it was.
 
 from __future__ import annotations
 
+import collections.abc
 import contextlib
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["UserError", "check_weights", "user_file", "user_input"]
+__all__ = ["UserError", "check_tokenizer", "check_weights", "read_yaml", "user_file", "user_input"]
+
+
+#: The files a saved tokenizer is made of (any one of them is enough for `AutoTokenizer` to start from).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
 
 
 class UserError(ValueError):
@@ -79,3 +85,42 @@ def check_weights(folder: str | Path, what: str) -> None:
     for path in files:
         with user_file(path, what), safe_open(str(path), framework="pt"):
             pass
+
+
+def check_tokenizer(folder: str | os.PathLike, what: str) -> None:
+    """A local model folder holds a tokenizer (the files `save_pretrained` writes), else a `UserError` naming the
+    folder: without one transformers fails deep inside with a message about sentencepiece or processors."""
+    folder = Path(folder)
+    if folder.is_dir() and not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise UserError(
+            f"{what}: {folder} has no tokenizer (expected one of {', '.join(TOKENIZER_FILES)}); save it next to the "
+            "model with tokenizer.save_pretrained(folder)"
+        )
+
+
+def read_yaml(path: str | os.PathLike, what: str):
+    """The YAML document in `path`; a `UserError` naming the file when it cannot be read or parsed, or when a mapping
+    repeats a key (YAML keeps the last one silently, so a setting the user sees in the file would not be the one
+    used)."""
+    import yaml
+
+    class StrictLoader(yaml.SafeLoader):
+        pass
+
+    def mapping(loader, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            if not isinstance(key, collections.abc.Hashable):
+                continue  # YAML itself refuses it
+            if key in seen:
+                raise UserError(
+                    f"{what}: {path} line {key_node.start_mark.line + 1}: key {key!r} is given twice (YAML would keep "
+                    "the last one silently); keep one"
+                )
+            seen.add(key)
+        return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+    StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    with user_file(path, what):
+        return yaml.load(Path(path).read_text(), Loader=StrictLoader)  # noqa: S506 (a SafeLoader)

@@ -60,3 +60,16 @@ class TaskArguments:
             )
         if not self.reward_funcs:
             raise UserError("reward_funcs: at least one reward function is needed")
+
+
+@dataclass
+class TrainArguments(TaskArguments):
+    """scripts/train.py's script arguments: the task's, and what to do with an output folder holding another run."""
+
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Delete what an earlier grpo-ext run left in output_dir (a folder holding grpo_ext_run.json) and "
+            "train from scratch. Without it such a folder is refused, unless resume_from_checkpoint continues it."
+        },
+    )

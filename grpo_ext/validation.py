@@ -1,6 +1,7 @@
 """Range checks for the numbers of a training config: TRL's and transformers' fields that they accept unchecked
-(a negative learning rate trains uphill, a temperature of 0 divides by zero, a negative seed fails deep in NumPy)
-and grpo-ext's own. Each failure is a `UserError` naming the field, the expected range and the value.
+(a negative learning rate trains uphill, a temperature of 0 divides by zero, a negative seed fails deep in NumPy, a
+negative DPO beta prefers the rejected answers) and grpo-ext's own. Each failure is a `UserError` naming the field,
+the expected range and the value. GRPO, DPO and SFT configs are checked, each for the fields it has.
 
 `check_training_ranges(config)` runs in `GRPOExtConfig.__post_init__` and again when `GRPOExtTrainer` starts (a
 config object can be changed after it was built); a plain `GRPOConfig` passes through the second check too.
@@ -17,6 +18,25 @@ __all__ = ["check_number", "check_training_ranges"]
 
 SCALE_REWARDS = ("group", "batch", "none")
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
+# TRL 1.16's DPOConfig.loss_type values (its help text); DPOTrainer only finds an unknown one at the first loss.
+DPO_LOSS_TYPES = (
+    "sigmoid",
+    "hinge",
+    "ipo",
+    "exo_pair",
+    "nca_pair",
+    "robust",
+    "bco_pair",
+    "sppo_hard",
+    "aot",
+    "aot_unpaired",
+    "apo_zero",
+    "apo_down",
+    "discopop",
+    "sft",
+    "sigmoid_norm",
+)
+SFT_LOSS_TYPES = ("nll", "dft", "chunked_nll")
 
 
 def check_number(
@@ -75,9 +95,13 @@ def _rules(config) -> dict[str, dict]:
         "epsilon_high": dict(low=0, allowed=(None,)),
         "delta": dict(low=0, low_open=True, allowed=(None,)),
         "top_entropy_quantile": dict(low=0, high=1, low_open=True),
+        # trl.SFTConfig / DPOConfig
+        "max_length": dict(low=1, integer=True, allowed=(None,)),
         # grpo-ext
         "max_refill_rounds": dict(low=0, integer=True),
     }
+    if _is_dpo(config):  # DPO's beta scales the preference margin: 0 learns nothing, below 0 learns the reverse
+        rules["beta"] = dict(low=0, low_open=True)
     if config.logging_strategy == "steps":
         rules["logging_steps"] = dict(low=0, low_open=True)
     if config.save_strategy == "steps":
@@ -93,9 +117,29 @@ def _rules(config) -> dict[str, dict]:
     return {name: kwargs for name, kwargs in rules.items() if hasattr(config, name)}
 
 
+def _is_dpo(config) -> bool:
+    from trl import DPOConfig
+
+    return isinstance(config, DPOConfig)
+
+
+def _check_loss_type(config) -> None:
+    from trl import GRPOConfig, SFTConfig
+
+    if _is_dpo(config):
+        unknown = [t for t in config.loss_type if t not in DPO_LOSS_TYPES]
+        if unknown:
+            raise UserError(f"loss_type: unknown value {unknown[0]!r}; expected one of {', '.join(DPO_LOSS_TYPES)}")
+        return
+    known = LOSS_TYPES if isinstance(config, GRPOConfig) else SFT_LOSS_TYPES if isinstance(config, SFTConfig) else ()
+    if known and config.loss_type not in known:
+        raise UserError(f"loss_type: unknown value {config.loss_type!r}; expected one of {', '.join(known)}")
+
+
 def check_training_ranges(config) -> None:
-    """Every numeric field of a `GRPOConfig` / `GRPOExtConfig` in its range; the reward weights finite; the
-    string choices TRL only checks when it first uses them (`scale_rewards`, `loss_type`)."""
+    """Every numeric field of a training config (`GRPOConfig` / `GRPOExtConfig`, `DPOConfig`, `SFTConfig`, or plain
+    `TrainingArguments`) in its range; the reward weights finite; the string choices TRL only checks when it first
+    uses them (`scale_rewards`, `loss_type`)."""
     for name, kwargs in _rules(config).items():
         check_number(name, getattr(config, name), **kwargs)
     for i, weight in enumerate(getattr(config, "reward_weights", None) or []):
@@ -110,9 +154,7 @@ def check_training_ranges(config) -> None:
                 f"beta: the adaptive controller starts at beta, which must lie in [beta_min, beta_max] = "
                 f"[{config.beta_min}, {beta_max}], got {config.beta}"
             )
-    loss_type = getattr(config, "loss_type", "dapo")
-    if loss_type not in LOSS_TYPES:
-        raise UserError(f"loss_type: unknown value {loss_type!r}; expected one of {', '.join(LOSS_TYPES)}")
+    _check_loss_type(config)
 
 
 def check_combinations(trainer) -> None:

@@ -147,7 +147,9 @@ def paired_change(before: dict, after: dict) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
     parser.add_argument("--sft-size", type=int, default=2000, help="problems in the fixed SFT set")
     parser.add_argument("--epochs", type=int, default=48, help="passes over the SFT set")
     parser.add_argument("--decay-epochs", type=int, default=12, help="last epochs, learning rate decays linearly to 0")

@@ -4,8 +4,9 @@ adapter folded into the full-precision base, plus a model card with the eval har
     python scripts/publish.py outputs/qlora --repo-id ORG/NAME [--merge] [--eval-report DIR] [--private] [--dry-run]
 
 --dry-run writes exactly the folder that would be uploaded (default: CHECKPOINT-hub next to the checkpoint) and
-prints its path. The folder is assembled under a temporary name and renamed at the end, so a failure never leaves a
-folder that looks complete. Before anything is uploaded the checkpoint and the assembled folder are checked (a run
+prints its path; a hidden list of the files it wrote lets a later --overwrite replace it, and only such a folder.
+The folder is assembled under a temporary name and renamed at the end, so a failure never leaves a folder that
+looks complete. Before anything is uploaded the checkpoint and the assembled folder are checked (a run
 that did not finish, torn weights, an adapter naming a base folder of this machine, unexpected files) and the list
 of files is printed.
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="publish.py", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="publish.py", description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("checkpoint", help="training output folder or checkpoint-N (adapter or full weights)")
     parser.add_argument("--repo-id", required=True, help="Hub repository, ORG/NAME")
     parser.add_argument("--merge", action="store_true", help="fold the LoRA adapter into the full-precision base")
@@ -27,7 +28,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--private", action="store_true", help="create the Hub repository as private")
     parser.add_argument("--dry-run", action="store_true", help="write the folder that would be uploaded; no upload")
     parser.add_argument("--output-dir", help="--dry-run destination (default: CHECKPOINT-hub)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing --output-dir")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing --output-dir, only if an earlier --dry-run wrote it (and nothing else is in it)",
+    )
     parser.add_argument(
         "--base-model",
         help="base model (hub id or folder) to merge into and to name in the card and adapter_config.json "

@@ -61,6 +61,7 @@ def main(argv: list[str]) -> dict:
     study = load_study(args.study)
     if args.quick:
         study = study.trimmed(values_per_axis=2, seeds=2)
+        study.validation.check_metric(QUICK_EVALUATION["n"])  # --quick scores fewer samples: before any training
     if args.model:
         study.base = args.model
     if args.arms:

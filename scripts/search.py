@@ -29,6 +29,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_RECORD = "search_run.json"  # the training command of a run, next to its model: a resumed search checks it
+# Where a run writes and what it continues: the search decides these (under --out), so neither a grid nor
+# --train-args may name them (a grid of output_dir values would train outside --out, into folders it then reads).
+SEARCH_OWNED = ("output_dir", "logging_dir", "resume_from_checkpoint", "overwrite_output_dir", "config")
 
 
 def parse_grid(specs: list[str]) -> dict[str, list[str]]:
@@ -43,6 +46,8 @@ def parse_grid(specs: list[str]) -> dict[str, list[str]]:
         items = [v.strip() for v in values.split(",") if v.strip()]
         if not sep or not name or not items:
             raise UserError(f"--grid: expected FIELD=V1,V2,... (e.g. learning_rate=1e-4,3e-4), got {spec!r}")
+        if name in SEARCH_OWNED:
+            raise UserError(f"--grid {name}: the search sets {name} itself (runs go under --out); not a grid field")
         if name in grid:
             raise UserError(f"--grid: field {name!r} given twice")
         if len(set(items)) != len(items):
@@ -51,6 +56,18 @@ def parse_grid(specs: list[str]) -> dict[str, list[str]]:
     if not grid:
         raise UserError("--grid: give at least one FIELD=V1,V2,...")
     return grid
+
+
+def check_train_args(text: str) -> list[str]:
+    """`--train-args` as flags, none of them one the search sets itself (`SEARCH_OWNED`)."""
+    from grpo_ext.errors import UserError
+
+    flags = shlex.split(text)
+    for flag in flags:
+        name = flag.removeprefix("--").partition("=")[0]
+        if flag.startswith("--") and name in SEARCH_OWNED:
+            raise UserError(f"--train-args: {flag}: the search sets {name} itself (runs go under --out)")
+    return flags
 
 
 def settings_of(grid: dict[str, list[str]]) -> list[dict[str, str]]:
@@ -94,8 +111,10 @@ def _train(train: list[str], folder: Path) -> None:
             )
         return
     shutil.rmtree(folder / "validation", ignore_errors=True)  # scores of an earlier model in this folder
+    # An unfinished run of this search's own folder is trained again from scratch (train.py refuses it otherwise).
+    again = ["--overwrite_output_dir", "true"] if read_run_status(model) is not None else []
     print(f"training {folder.name}", flush=True)
-    _run(train, folder / "train.log")
+    _run([*train, *again], folder / "train.log")
     atomic_write_json(record, {"train": train})
 
 
@@ -135,13 +154,11 @@ def _score(report: dict, metric: str, model: int = 0) -> float:
 
 
 def main(argv: list[str]) -> dict:
-    import yaml
-
-    from grpo_ext.errors import UserError, user_file
+    from grpo_ext.errors import UserError, read_yaml
     from grpo_ext.evaluation.scoring import default_ks
     from grpo_ext.io import atomic_write_json, atomic_write_text
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--config", required=True, help="the training YAML (scripts/train.py's --config)")
     parser.add_argument("--grid", action="append", default=[], help="FIELD=V1,V2,...; repeat for more axes")
     parser.add_argument("--out", required=True, help="folder of the runs, search.json / search.md and test/")
@@ -155,12 +172,12 @@ def main(argv: list[str]) -> dict:
     args = parser.parse_args(argv)
 
     grid = parse_grid(args.grid)
+    train_args = check_train_args(args.train_args)
     metric_name, _, metric_k = args.metric.partition("@")
     ks = default_ks(args.n)  # the ks the harness reports by default
     if metric_name not in ("pass", "maj") or not metric_k.isdigit() or int(metric_k) not in ks:
         raise UserError(f"--metric: expected pass@k or maj@k with k one of {ks} (--n {args.n}), got {args.metric!r}")
-    with user_file(args.config, "--config"):
-        config = yaml.safe_load(Path(args.config).read_text()) or {}
+    config = read_yaml(args.config, "--config") or {}
     args.task = str(config.get("task", "arithmetic"))
     args.task_kwargs = json.dumps(config.get("task_kwargs") or {})
     base = str(config.get("model_name_or_path", "embedded"))
@@ -173,7 +190,7 @@ def main(argv: list[str]) -> dict:
         folder = out / "runs" / slug
         flags = [a for name, value in setting.items() for a in (f"--{name}", value)]
         train = ["scripts/train.py", "--config", args.config, "--output_dir", str(folder / "model")]
-        _train([*train, *shlex.split(args.train_args), *flags, "--disable_tqdm", "true"], folder)
+        _train([*train, *train_args, *flags, "--disable_tqdm", "true"], folder)
         print(f"[{i}/{len(settings)}] validation {slug}", flush=True)
         reports[slug] = _evaluate([str(folder / "model")], "validation", args.n, args, folder / "validation")
         scores[slug] = _score(reports[slug], args.metric)

@@ -4,7 +4,9 @@ accelerate launch scripts/train.py --config configs/qlora.yaml [--max_steps 20 .
 python scripts/train.py --config configs/default.yaml
 
 The output folder records whether the run finished (`grpo_ext_run.json`: running, complete or failed), so a run
-stopped by a full disk or a kill is never taken for a complete one (scripts/publish.py refuses it).
+stopped by a full disk or a kill is never taken for a complete one (scripts/publish.py refuses it). One run at a
+time writes into a folder (a lock), and a folder holding another run's results is refused unless
+`--resume_from_checkpoint` continues that run or `--overwrite_output_dir true` replaces it (`grpo_ext.run_folder`).
 """
 
 from __future__ import annotations
@@ -28,9 +30,9 @@ def parse_args(argv: list[str]):
 
     from grpo_ext.cli import parse_trl_config
     from grpo_ext.config import GRPOExtConfig
-    from grpo_ext.script_args import TaskArguments
+    from grpo_ext.script_args import TrainArguments
 
-    return parse_trl_config((TaskArguments, GRPOExtConfig, ModelConfig), argv)
+    return parse_trl_config((TrainArguments, GRPOExtConfig, ModelConfig), argv)
 
 
 def save_resolved_config(output_dir: str, task_args, training_args, model_args) -> Path:
@@ -39,8 +41,10 @@ def save_resolved_config(output_dir: str, task_args, training_args, model_args) 
     the machine that ran it."""
     from grpo_ext.models import EMBEDDED_MODEL_DIR, EMBEDDED_NAME
 
+    task = dataclasses.asdict(task_args)
+    task.pop("overwrite_output_dir", None)  # what happened to an earlier run's folder, not how this one trained
     resolved = {
-        "task": dataclasses.asdict(task_args),
+        "task": task,
         "training": training_args.to_dict(),
         "model": {k: v for k, v in dataclasses.asdict(model_args).items()},
     }
@@ -56,18 +60,27 @@ def save_resolved_config(output_dir: str, task_args, training_args, model_args) 
 
 
 def main(argv: list[str]) -> None:
-    from grpo_ext.assembly import build_grpo_trainer
-    from grpo_ext.checkpoints import write_run_status
-    from grpo_ext.cli import one_line
-    from grpo_ext.errors import UserError, user_input
-    from grpo_ext.tasks import get_task
+    from grpo_ext.checkpoints import check_resumable
+    from grpo_ext.run_folder import OutputFolderLock, prepare_output_dir
 
     task_args, training_args, model_args = parse_args(argv)
     resume = training_args.resume_from_checkpoint
-    if resume and not Path(resume).expanduser().is_dir():  # not taken for anything else: a checkpoint folder or nothing
-        raise UserError(
-            f"resume_from_checkpoint: no such checkpoint folder: {resume} (expected OUTPUT_DIR/checkpoint-N)"
-        )
+    if resume:  # a checkpoint folder or nothing; checked whole before any model is loaded
+        check_resumable(resume)
+    if training_args.process_index != 0:  # the main process holds the folder for all of them
+        return _train(task_args, training_args, model_args)
+    with OutputFolderLock(training_args.output_dir):
+        prepare_output_dir(training_args.output_dir, resume=resume, overwrite=task_args.overwrite_output_dir)
+        _train(task_args, training_args, model_args)
+
+
+def _train(task_args, training_args, model_args) -> None:
+    from grpo_ext.assembly import build_grpo_trainer
+    from grpo_ext.checkpoints import write_run_status
+    from grpo_ext.cli import one_line
+    from grpo_ext.errors import user_input
+    from grpo_ext.tasks import get_task
+
     with user_input("task"):
         task = get_task(task_args.task, **task_args.task_kwargs)
     trainer = build_grpo_trainer(

@@ -152,10 +152,13 @@ def gsm8k_rows(path):
     return get_task("gsm8k", data_files=str(path)).load("train")
 
 
-def study_with(text):
+def study_with(old, new):
+    """configs/compare.yaml with `old` replaced by `new` (a key given twice is an error of its own)."""
     from grpo_ext.methods.study.config import load_study
 
-    return written("study.yaml", Path("configs/compare.yaml").read_text() + text, load_study)
+    text = Path("configs/compare.yaml").read_text()
+    assert old in text
+    return written("study.yaml", text.replace(old, new), load_study)
 
 
 def method_config(path):
@@ -431,27 +434,33 @@ CASES = {
         r"--config: .*m\.yaml is not a valid file",
     ),
     "method config: bad field": (
-        written("m.yaml", Path("configs/methods/rft.yaml").read_text() + "samples_per_prompt: 0\n", method_config),
-        "samples_per_prompt: must be >= 1, got 0",
+        written(
+            "m.yaml",
+            Path("configs/methods/rft.yaml").read_text().replace("samples_per_prompt: 8", "samples_per_prompt: 0"),
+            method_config,
+        ),
+        r"samples_per_prompt: must be in \[1, inf\), got 0",
     ),
     "--run: unknown method": (runs("ppo=embedded"), "--run 'ppo=embedded': unknown method 'ppo'"),
     "--run: no checkpoint": (runs("rft"), "--run 'rft': expected NAME=CHECKPOINT"),
     "--run: repeated name": (runs("base=embedded", "base=embedded"), "--run names must be unique; repeated: base"),
-    "study: learning rates not numbers": (study_with("learning_rates: [fast]\n"), "`learning_rates` must be a"),
+    "study: learning rates not numbers": (
+        study_with("learning_rates: [2.0e-5,", "learning_rates: [fast,"),
+        "`learning_rates` must be a",
+    ),
     "study: extension naming no arm": (
-        study_with("extensions: {x: {arm: nope, against: sft}}\n"),
+        study_with("extensions:\n", "extensions:\n  x: {arm: nope, against: sft}\n"),
         r"study\.yaml: extensions\.x\.arm: unknown arm 'nope'",
     ),
     "study: unknown evaluation field": (
-        study_with("test: {split: test, limit: 2, n: 2, temp: 1}\n"),
+        study_with("  n: 64\n", "  n: 64\n  temp: 1\n"),
         r"test: unknown field\(s\) \['temp'\]",
     ),
 }
 
 
-@pytest.mark.parametrize("case", CASES, ids=list(CASES))
-def test_bad_input_is_one_line_exit_2_naming_the_culprit(case, tmp_path, capsys):
-    trigger, message = CASES[case]
+def check_one_line(trigger, message, tmp_path, capsys):
+    """`trigger(tmp_path)` run as a CLI's main ends with exit code 2 and one `error:` line matching `message`."""
     with pytest.raises(SystemExit) as exit_info:
         run_cli(lambda argv: trigger(tmp_path), [])
     assert exit_info.value.code == 2
@@ -459,6 +468,11 @@ def test_bad_input_is_one_line_exit_2_naming_the_culprit(case, tmp_path, capsys)
     errors = [line for line in err.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "Traceback" not in err, err[-2000:]
     assert re.search(message, errors[0]), errors[0]
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_bad_input_is_one_line_exit_2_naming_the_culprit(case, tmp_path, capsys):
+    check_one_line(*CASES[case], tmp_path, capsys)
 
 
 def test_table_is_big_enough():

@@ -45,6 +45,9 @@ def test_a_finished_run_is_marked_complete_and_records_portable_paths(tmp_path, 
     assert resolved["model"]["model_name_or_path"] == "embedded"  # not /<this machine>/grpo_ext/assets/embedded
     assert resolved["training"]["output_dir"] == "."  # the record's own folder
     assert "training steps: 1\n" in (out / "README.md").read_text()  # the final model's card
+    with pytest.raises(UserError, match="holds a finished run"):  # a second run would mix with this one
+        train.main([*FAST, "--output_dir", str(out), "--max_steps", "2"])
+    assert read_run_status(out)["global_step"] == 1
 
     where = tmp_path / "upload"
     publish.main([str(out), "--repo-id", "me/run", "--dry-run", "--output-dir", str(where)])

@@ -338,7 +338,8 @@ def test_written_files_are_as_readable_as_any_file(tmp_path):
 def test_fingerprint_sees_every_byte_of_a_large_weights_file(tmp_path):
     """Bug 4: a 40 MiB weights file retrained in place (same size, same first and last 4 MiB, a middle layer changed)
     gets a new fingerprint, also when its modification time is set back and the file was hashed before in this
-    process; the embedded model keeps the fingerprint earlier versions gave it (its cached samples stay valid)."""
+    process; the embedded model's fingerprint is its files' names, sizes and bytes (tokenizer included, since issue 26:
+    caches written before draw their samples again once)."""
     from grpo_ext.evaluation.cache import model_fingerprint
 
     (tmp_path / "config.json").write_text('{"model_type": "llama"}')
@@ -359,8 +360,14 @@ def test_fingerprint_sees_every_byte_of_a_large_weights_file(tmp_path):
 
     from grpo_ext.models import EMBEDDED_MODEL_DIR
 
-    by_hand = hashlib.sha256()  # the earlier format: name, size and bytes of each config and weights file
-    for name in ("config.json", "model.safetensors"):
+    by_hand = hashlib.sha256()  # name, size and bytes of each config, tokenizer and weights file, sorted by name
+    for name in (
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ):
         data = (EMBEDDED_MODEL_DIR / name).read_bytes()
         by_hand.update(f"{name}:{len(data)}:".encode() + data)
     assert model_fingerprint(EMBEDDED_MODEL_DIR) == by_hand.hexdigest()[:16]

@@ -38,11 +38,19 @@ def test_grid_product_slugs_and_pick_by_validation_then_grid_order():
         (["lr=1,2", "lr=3"], "field 'lr' given twice"),
         (["lr=1,1"], "repeated value"),
         ([], "at least one"),
+        (["output_dir=/a,/b"], "the search sets output_dir itself"),  # would train outside --out
+        (["resume_from_checkpoint=/a/checkpoint-1"], "the search sets resume_from_checkpoint itself"),
     ],
 )
 def test_bad_grids_name_the_flag(specs, message):
     with pytest.raises(UserError, match=f"--grid.*{message}"):
         search.parse_grid(specs)
+
+
+def test_train_args_may_not_move_the_runs():
+    assert search.check_train_args("--max_steps 2 --beta=0") == ["--max_steps", "2", "--beta=0"]
+    with pytest.raises(UserError, match="--train-args: --output_dir=/tmp/x: the search sets output_dir itself"):
+        search.check_train_args("--max_steps 2 --output_dir=/tmp/x")
 
 
 def test_a_failing_run_is_reported_with_its_reason(python, root, tmp_path):

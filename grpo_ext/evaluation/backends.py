@@ -18,7 +18,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from grpo_ext.errors import UserError
+from grpo_ext.errors import UserError, check_tokenizer, check_weights
 from grpo_ext.evaluation.cache import model_fingerprint  # re-exported: callers import it from here too
 from grpo_ext.evaluation.sampling import SamplingParams, derive_seed, sample, sample_stream
 from grpo_ext.models import resolve_model_path
@@ -121,10 +121,15 @@ def load_model_and_tokenizer(
         dtype = torch.float32 if device == "cpu" else "auto"
     is_adapter = (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file()
     base_path = _adapter_base(folder, base_model) if is_adapter else path
+    tokenizer_source = path if (is_adapter and _has_tokenizer(folder)) else base_path
+    # A torn or missing weights file, named (safetensors' own error names none); a hub id is no folder: skipped.
+    check_weights(folder, "model")
+    if is_adapter:
+        check_weights(base_path, "base model")
+    check_tokenizer(tokenizer_source, "model")
     kwargs = {"trust_remote_code": trust_remote_code, "use_safetensors": True, "dtype": dtype}
     try:
         model = AutoModelForCausalLM.from_pretrained(base_path, **kwargs)
-        tokenizer_source = path if (is_adapter and _has_tokenizer(folder)) else base_path
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_source, trust_remote_code=trust_remote_code)
     except OSError as err:  # no weights / not a model / hub id while offline
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
@@ -172,7 +177,7 @@ class TransformersBackend(Backend):
             model,
             tokenizer,
             name=name_or_path,
-            fingerprint=model_fingerprint(resolve_model_path(name_or_path)),
+            fingerprint=model_fingerprint(resolve_model_path(name_or_path), load_kwargs.get("base_model")),
             continuous=continuous,
         )
 

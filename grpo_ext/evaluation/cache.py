@@ -1,7 +1,8 @@
 """A resumable sample cache: one JSON line per sampled completion.
 
-Records are keyed by the model's :func:`model_fingerprint` (a hash of its config and weights), so a model folder
-retrained in place never reuses the samples of the old weights.
+Records are keyed by the model's :func:`model_fingerprint` (a hash of its config, weights and tokenizer, and of an
+adapter's base model), so a model folder retrained in place, a base replaced under its adapter or an edited tokenizer
+never reuses the samples of the old model.
 
 Record fields: ``model``, ``model_fingerprint``, ``task``, ``problem_id``, ``sample_index``, ``params`` (the
 :meth:`SamplingParams.key` of the draw), ``prompt`` and ``completion``. Verdicts (extracted answer, correct or
@@ -29,6 +30,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from grpo_ext.errors import UserError, user_file
+from grpo_ext.models import resolve_model_path
 
 logger = logging.getLogger(__name__)
 
@@ -37,8 +39,25 @@ __all__ = ["RECORD_FIELDS", "SampleCache", "model_fingerprint", "prompt_key", "t
 RECORD_FIELDS = ("model", "model_fingerprint", "task", "problem_id", "sample_index", "params", "prompt", "completion")
 
 
-# What identifies a model's outputs: its config and its weights (a PEFT adapter's too).
-_FINGERPRINTED = ({".safetensors", ".bin"}, {"config.json", "adapter_config.json"})
+# What identifies a model's outputs: its config, its weights (a PEFT adapter's too), its generation settings and its
+# tokenizer (an edited eos_token ends completions elsewhere).
+_FINGERPRINTED = (
+    {".safetensors", ".bin"},
+    {
+        "config.json",
+        "adapter_config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "added_tokens.json",
+        "vocab.json",
+        "merges.txt",
+        "tokenizer.model",
+        "chat_template.jinja",
+        "chat_template.json",
+    },
+)
 # Digests already computed in this process, by file identity and state: a file rewritten in place gets a new mtime and
 # ctime (ctime cannot be set back by tools that preserve times), so a changed file is never looked up under its old key.
 _FILE_DIGESTS: dict[tuple, bytes] = {}
@@ -56,15 +75,18 @@ def _file_digest(path: Path) -> bytes:
     return _FILE_DIGESTS[key]
 
 
-def model_fingerprint(folder: str | os.PathLike) -> str | None:
-    """A 16-hex-digit hash of a model folder's config and every byte of its weights (None when `folder` is not a
-    local folder: a hub id is pinned by the hub's own revision).
+def model_fingerprint(
+    folder: str | os.PathLike, base_model: str | None = None, *, _follow_base: bool = True
+) -> str | None:
+    """A 16-hex-digit hash of a model folder's config, tokenizer and every byte of its weights (None when `folder` is
+    not a local folder: a hub id is pinned by the hub's own revision). An adapter folder's hash covers its base model
+    too (`base_model`, else the one its adapter_config.json names; a local base by its own fingerprint, a hub id by
+    name): the samples come from the base's weights, and from the base's tokenizer when the adapter has none.
 
     Every byte, not a sample of them: a model retrained in place keeps its size and often its first and last
     megabytes (a middle layer changed), and must not reuse the old weights' samples. Hashing reads the weights once
     (~0.5 GB/s on one core here; a 1.5B-parameter bf16 model in ~6 s); a file already hashed in this process and
-    unchanged since is not read again. For a folder whose files are at most 16 MiB the digest is the one earlier
-    versions computed, so their caches stay valid.
+    unchanged since is not read again.
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -74,12 +96,27 @@ def model_fingerprint(folder: str | os.PathLike) -> str | None:
     for path in sorted(p for p in folder.iterdir() if p.is_file() and (p.suffix in suffixes or p.name in names)):
         digest.update(f"{path.name}:{path.stat().st_size}:".encode())
         digest.update(_content(path))
+    base = _adapter_base(folder, base_model) if _follow_base else None
+    if base is not None:  # one level: a base is loaded as a full model (and an adapter naming itself ends here)
+        digest.update(f"base:{model_fingerprint(base, _follow_base=False) or base}".encode())
     return digest.hexdigest()[:16]
 
 
+def _adapter_base(folder: Path, base_model: str | None) -> str | None:
+    """The base an adapter folder loads onto (a local folder's path, or a hub id); None for a full model. An unreadable
+    adapter_config.json is left to the loader, which names it."""
+    if (folder / "config.json").is_file() or not (folder / "adapter_config.json").is_file():
+        return None
+    try:
+        base = base_model or json.loads((folder / "adapter_config.json").read_text()).get("base_model_name_or_path")
+        return resolve_model_path(base) if isinstance(base, str) and base else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def _content(path: Path) -> bytes:
-    """What `model_fingerprint` feeds to its digest for one file: the bytes of a small file (the earlier format), the
-    SHA-256 of a large one (the same information, without holding gigabytes in memory)."""
+    """What `model_fingerprint` feeds to its digest for one file: the bytes of a small file, the SHA-256 of a large
+    one (the same information, without holding gigabytes in memory)."""
     if path.stat().st_size <= 16 << 20:
         with user_file(path, "model"):
             return path.read_bytes()

@@ -21,6 +21,7 @@ from typing import Any
 from grpo_ext.errors import UserError, user_input
 from grpo_ext.evaluation.cache import task_id_for
 from grpo_ext.script_args import parse_task_kwargs
+from grpo_ext.validation import check_number
 
 __all__ = [
     "CACHE_NAME",
@@ -52,7 +53,12 @@ CACHE_NAME = "samples.jsonl"
 
 class HarnessArgumentParser(argparse.ArgumentParser):
     """argparse that raises ``UserError`` instead of printing the usage and exiting, so ``run_cli`` reports a bad
-    flag in one line (exit code 2) like any other bad input."""
+    flag in one line (exit code 2) like any other bad input; an abbreviated flag is refused, not taken for the full
+    name (``--temp`` is not ``--temperature``)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         raise UserError(f"{message} (see --help)")
@@ -173,6 +179,9 @@ def harness_settings(args: argparse.Namespace) -> HarnessSettings:
     max_new_tokens = args.max_new_tokens if args.max_new_tokens is not None else defaults["max_new_tokens"]
     if args.n < 1:
         raise UserError(f"--n must be >= 1, got {args.n}")
+    # Finite, and a seed NumPy and torch both take (SamplingParams would let inf and -1 through).
+    check_number("--temperature", args.temperature, low=0)
+    check_number("--seed", args.seed, low=0, high=2**32 - 1, integer=True)
     batch_size = args.batch_size if args.batch_size is not None else max(1, min(8, DECODE_BUDGET // args.n))
     ks = args.k if args.k is not None else default_ks(args.n)
     with user_input("--k"):

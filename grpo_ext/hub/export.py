@@ -8,6 +8,9 @@ removed.
 What is uploaded is checked first, on both sides: the checkpoint (a training run that did not finish, a torn weights
 file, an adapter whose base is a folder of this machine) and the assembled folder (`check_upload_folder`: every
 weights file opens, every JSON parses, nothing but the model's files), whose file list `publish` returns.
+
+A dry run's folder carries `EXPORT_MARKER`, the list of files it wrote: `--overwrite` replaces only such a folder,
+holding nothing else, and never the checkpoint itself or a folder that contains it.
 """
 
 from __future__ import annotations
@@ -19,12 +22,21 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from grpo_ext.errors import UserError, check_weights, user_file
+from grpo_ext.errors import UserError, check_weights, user_file, user_input
 from grpo_ext.evaluation.report import read_report
 from grpo_ext.hub.card import build_model_card
 from grpo_ext.hub.training import CONFIG_FILE, is_embedded, trained_with
+from grpo_ext.io import atomic_write_json
 
-__all__ = ["PublishError", "check_upload_folder", "checkpoint_type_of", "publish", "write_upload_folder"]
+__all__ = [
+    "EXPORT_MARKER",
+    "PublishError",
+    "check_overwritable",
+    "check_upload_folder",
+    "checkpoint_type_of",
+    "publish",
+    "write_upload_folder",
+]
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
@@ -46,6 +58,10 @@ TOKENIZER_FILES = (
     "chat_template.jinja",
     "chat_template.json",
 )
+
+
+#: Written into a dry run's folder: the files that export wrote (what `--overwrite` may later replace).
+EXPORT_MARKER = ".grpo_ext_export.json"
 
 
 class PublishError(UserError):
@@ -220,7 +236,8 @@ def write_upload_folder(
         raise PublishError(
             f"--merge: {checkpoint} holds full model weights, not a LoRA adapter; publish it without --merge"
         )
-    report = read_report(eval_report, eval_model) if eval_report else None
+    with user_input("--eval-report"):  # a report that is not the harness's: one line naming the file
+        report = read_report(eval_report, eval_model) if eval_report else None
     summary = trained_with(checkpoint)
 
     if checkpoint_type == "adapter":
@@ -277,10 +294,42 @@ def check_upload_folder(folder: Path) -> list[tuple[str, int]]:
 # ---- the whole step ---------------------------------------------------------------------------------------------
 
 
-def _replace_dir(staging: Path, out: Path, overwrite: bool) -> None:
-    if out.exists():
+def check_overwritable(out: Path, checkpoint: Path) -> None:
+    """`out` may be deleted by `--overwrite`: a folder an earlier export wrote (its `EXPORT_MARKER`) holding only the
+    files that export listed, and neither the checkpoint being published nor a folder containing it. Anything else
+    is a `PublishError`: a user's folder named by mistake is never deleted."""
+    source = checkpoint.resolve()
+    if out.resolve() == source or out.resolve() in source.parents:
+        raise PublishError(
+            f"--output-dir: {out} is the checkpoint being published or a folder containing it; --overwrite never "
+            "deletes the source: choose another --output-dir"
+        )
+    if out.is_symlink() or not out.is_dir():
+        raise PublishError(f"--output-dir: {out} is not a folder an earlier export wrote; not overwritten")
+    marker = out / EXPORT_MARKER
+    try:
+        written = set(json.loads(marker.read_text())["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise PublishError(
+            f"--output-dir: {out} was not written by publish.py (no readable {EXPORT_MARKER}); --overwrite replaces "
+            "only an earlier export: remove the folder yourself or choose another --output-dir"
+        ) from None
+    others = sorted(p.name for p in out.iterdir() if p.name != EXPORT_MARKER and p.name not in written)
+    if others:
+        shown = ", ".join(others[:5]) + (", ..." if len(others) > 5 else "")
+        raise PublishError(
+            f"--output-dir: {out} holds files the earlier export did not write ({shown}); not overwritten: remove "
+            "them or choose another --output-dir"
+        )
+
+
+def _replace_dir(staging: Path, out: Path, overwrite: bool, checkpoint: Path) -> None:
+    files = sorted(p.name for p in staging.iterdir())
+    atomic_write_json(staging / EXPORT_MARKER, {"files": files})
+    if out.exists() or out.is_symlink():
         if not overwrite:
             raise PublishError(f"--output-dir: {out} exists; remove it or pass --overwrite")
+        check_overwritable(out, checkpoint)  # again: the folder may have changed while the export was written
         trash = out.with_name(f".{out.name}.old")
         shutil.rmtree(trash, ignore_errors=True)
         out.rename(trash)
@@ -317,8 +366,10 @@ def publish(
     is its path; without, it is uploaded to `repo_id` and `where` is the URL. `files` is `check_upload_folder`'s list
     of what was (or would be) uploaded. `folder_kwargs` go to `write_upload_folder`."""
     if output_dir is not None:
-        if output_dir.exists() and not overwrite:
-            raise PublishError(f"--output-dir: {output_dir} exists; remove it or pass --overwrite")
+        if output_dir.exists() or output_dir.is_symlink():
+            if not overwrite:
+                raise PublishError(f"--output-dir: {output_dir} exists; remove it or pass --overwrite")
+            check_overwritable(output_dir, checkpoint)  # before any work: refused folders cost nothing
         output_dir.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(dir=output_dir.parent, prefix=f".{output_dir.name}.partial-"))
         staging.chmod(0o755)  # mkdtemp makes it private; the result is an ordinary folder
@@ -328,7 +379,7 @@ def publish(
         checkpoint_type = write_upload_folder(checkpoint, staging, repo_id, **folder_kwargs)
         files = check_upload_folder(staging)
         if output_dir is not None:
-            _replace_dir(staging, output_dir, overwrite)
+            _replace_dir(staging, output_dir, overwrite, checkpoint)
             return str(output_dir), checkpoint_type, files
         url = upload(staging, repo_id, private=private, commit_message=commit_message)
         return url, checkpoint_type, files

@@ -15,10 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
-from grpo_ext.errors import UserError, user_file
+from grpo_ext.errors import UserError, read_yaml
 from grpo_ext.methods.paradigm import get_method
+from grpo_ext.validation import check_number
 
 __all__ = ["MethodArguments", "config_class", "parse_method_args", "sampling_budget", "trained_sequences_per_step"]
 
@@ -66,14 +65,11 @@ class MethodArguments:
             "curve_prompts",
             "curve_n",
         ):
-            if getattr(self, name) < 1:
-                raise UserError(f"{name}: must be >= 1, got {getattr(self, name)}")
-        if self.curve_every < 0:
-            raise UserError(f"curve_every: must be >= 0, got {self.curve_every}")
-        if self.sample_budget is not None and self.sample_budget < 0:
-            raise UserError(f"sample_budget: must be >= 0, got {self.sample_budget}")
-        if self.sample_temperature <= 0:
-            raise UserError(f"sample_temperature: must be > 0, got {self.sample_temperature}")
+            check_number(name, getattr(self, name), low=1, integer=True)
+        check_number("curve_every", self.curve_every, low=0, integer=True)
+        check_number("sample_budget", self.sample_budget, low=0, integer=True, allowed=(None,))
+        for name in ("sample_temperature", "curve_temperature"):  # finite: NaN and inf sample garbage
+            check_number(name, getattr(self, name), low=0, low_open=True)
 
 
 def config_class(method_name: str):
@@ -107,8 +103,7 @@ def _method_name(argv: list[str]) -> str:
     path = Path(argv[i + 1])
     if not path.is_file():
         raise FileNotFoundError(f"--config: no such file: {path}")
-    with user_file(path, "--config"):
-        config = yaml.safe_load(path.read_text())
+    config = read_yaml(path, "--config")
     if not isinstance(config, dict) or not config.get("method"):
         raise UserError(f"{path}: no `method:` key (one of the names in grpo_ext.methods.METHODS)")
     return str(config["method"])

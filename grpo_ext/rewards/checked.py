@@ -66,8 +66,8 @@ def checked_reward_func(func: Callable) -> Callable:
 
     Accepted per completion: one number (NaN allowed: TRL treats it as missing) or None (missing); see the module
     docstring for the types. Rejected with a `UserError`: other types, infinities, a result that is not a sequence,
-    and an exception inside the user's function (its type and message kept, the traceback with --debug). A wrong
-    number of results is left to TRL, whose message already names the function.
+    and an exception inside the user's function (its type and message kept, the traceback with --debug), and a
+    number of results other than the number of completions (TRL would fail on it with a traceback).
     """
     name = func_name(func)
 
@@ -79,6 +79,12 @@ def checked_reward_func(func: Callable) -> Callable:
             raise UserError(
                 f"reward function {name!r} returned {type(returned).__name__}; expected a list with one float (or "
                 "None) per completion"
+            )
+        completions = kwargs.get("completions", args[1] if len(args) > 1 else None)
+        if completions is not None and len(rewards) != len(completions):
+            raise UserError(
+                f"reward function {name!r} returned {len(rewards)} rewards for {len(completions)} completions; "
+                "expected one float (or None) per completion"
             )
         for i, value in enumerate(rewards):
             if value is None:

@@ -26,8 +26,16 @@ from pathlib import Path
 
 import torch
 
+from grpo_ext.errors import UserError
 from grpo_ext.rewards.classifier import right_pad, token_ids
-from grpo_ext.rewards.prm_formats import STEP_TAG_DEFAULTS, load_qwen_prm, load_step_tag_prm, model_load_kwargs
+from grpo_ext.rewards.prm_formats import (
+    STEP_TAG_DEFAULTS,
+    check_batch_size,
+    load_qwen_prm,
+    load_step_tag_prm,
+    load_whole,
+    model_load_kwargs,
+)
 from grpo_ext.rewards.weights import require_safetensors, reward_model_folder
 from grpo_ext.steps import step_end_token_indices
 from grpo_ext.tasks.base import completion_text
@@ -98,14 +106,19 @@ class ProcessRewardModel:
                 if device is not None or dtype is not None or load_in_4bit
                 else {"use_safetensors": True}
             )
-            model = AutoModelForTokenClassification.from_pretrained(
-                folder, trust_remote_code=trust_remote_code, **placement
+            model = load_whole(
+                AutoModelForTokenClassification,
+                folder,
+                "token_classification",
+                trust_remote_code=trust_remote_code,
+                **placement,
             )
             tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
         if model is None or tokenizer is None:
             raise ValueError("ProcessRewardModel needs a model folder or both model= and tokenizer=")
         if not step_separator:
             raise ValueError("ProcessRewardModel needs a step_separator")
+        check_batch_size(batch_size)
         self.model, self.tokenizer = model.eval(), tokenizer
         self.step_separator, self.batch_size = step_separator, batch_size
         self.__name__ = f"prm_{Path(path).name}" if path is not None else "prm"
@@ -156,7 +169,7 @@ def detect_prm_format(path: str | os.PathLike) -> str:
         return "token_classification"
     if any(a.endswith("ForCausalLM") for a in architectures):
         return "step_tag"  # the one causal-LM format: a tag after each step, good/bad tokens scored there
-    raise ValueError(
+    raise UserError(
         f"process_reward_model: cannot tell the format of {folder} from config.json (architectures "
         f"{architectures}); set process_reward_model_format to one of {', '.join(PRM_FORMATS)}"
     )
@@ -180,9 +193,11 @@ def load_process_reward_model(path: str | os.PathLike, format: str | None = None
     if format is None:
         format = detect_prm_format(folder)
     if format not in PRM_FORMATS:
-        raise ValueError(
+        raise UserError(
             f"process_reward_model_format: unknown value {format!r}; expected one of {', '.join(PRM_FORMATS)}"
         )
+    if "batch_size" in format_kwargs:  # before any weights load
+        check_batch_size(format_kwargs["batch_size"])
     allowed = COMMON_OPTIONS + FORMAT_OPTIONS[format]
     unknown = sorted(set(format_kwargs) - set(allowed))
     if unknown:

@@ -21,12 +21,14 @@ batches of rows of similar length. Weights load from safetensors only; no remote
 from __future__ import annotations
 
 import inspect
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
+from grpo_ext.errors import UserError, user_file
 from grpo_ext.rewards.classifier import right_pad, with_pad_token
 from grpo_ext.steps import step_texts
 from grpo_ext.tasks.base import completion_text
@@ -40,6 +42,8 @@ __all__ = [
     "StepTagPRM",
     "load_qwen_prm",
     "load_step_tag_prm",
+    "check_batch_size",
+    "load_whole",
     "model_load_kwargs",
     "prm_questions",
     "qwen_prm_messages",
@@ -117,6 +121,27 @@ def model_load_kwargs(device=None, dtype=None, load_in_4bit: bool = False, keep_
     return kwargs
 
 
+def check_batch_size(batch_size) -> None:
+    """A PRM's scoring batch: an integer >= 1 (`range(0, n, 0)` would fail deep inside a training step)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise UserError(f"process_reward_model_batch_size: must be an integer >= 1, got {batch_size!r}")
+
+
+def load_whole(model_class, folder: Path, prm_format: str, **kwargs):
+    """`model_class.from_pretrained(folder, **kwargs)`, refusing a folder whose weights lack some of the model's:
+    transformers would start them at random (a causal LM's folder read as a token classifier gets a random score
+    head) and the PRM would score noise without a word."""
+    model, info = model_class.from_pretrained(folder, output_loading_info=True, **kwargs)
+    missing = sorted(info.get("missing_keys") or [])
+    if missing:
+        shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
+        raise UserError(
+            f"process_reward_model: the weights in {folder} have no {shown}, which a {prm_format} PRM needs "
+            "(transformers would start them at random): is this folder a PRM of that format?"
+        )
+    return model
+
+
 def _tokenizer(folder: Path):
     from transformers import AutoTokenizer
 
@@ -126,9 +151,9 @@ def _tokenizer(folder: Path):
 def _single_token_id(tokenizer, text: str, field: str, folder: Path) -> int:
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     if not ids or (tokenizer.unk_token_id is not None and tokenizer.unk_token_id in ids):
-        raise ValueError(f"{field} {text!r} is not in the vocabulary of the PRM's tokenizer ({folder})")
+        raise UserError(f"{field} {text!r} is not in the vocabulary of the PRM's tokenizer ({folder})")
     if len(ids) != 1:
-        raise ValueError(
+        raise UserError(
             f"{field} {text!r} is not one token of the PRM's tokenizer ({folder}): it encodes to {len(ids)} tokens"
         )
     return ids[0]
@@ -141,8 +166,7 @@ class _TaggedStepPRM:
     """Shared by the formats: split, encode (subclass), batch rows by length, score at tag positions (subclass)."""
 
     def __init__(self, model, tokenizer, step_separator: str, batch_size: int, name: str):
-        if batch_size < 1:
-            raise ValueError(f"process reward model: batch_size must be >= 1, got {batch_size}")
+        check_batch_size(batch_size)
         self.model, self.tokenizer = model.eval(), tokenizer
         self.step_separator, self.batch_size, self.__name__ = step_separator, batch_size, name
 
@@ -191,7 +215,7 @@ class StepTagPRM(_TaggedStepPRM):
         positions = []
         for tag_end in tag_ends:
             if tag_end not in token_ending_at:
-                raise ValueError(
+                raise UserError(
                     f"step_tag {self.step_tag!r}: no token of the PRM's tokenizer ends where the tag ends in "
                     f"{text[max(0, tag_end - 40) : tag_end + 10]!r}; the tag must end a token"
                 )
@@ -226,7 +250,7 @@ class QwenPRM(_TaggedStepPRM):
         ids = list(self.tokenizer(text)["input_ids"])  # as the model card's `tokenizer.encode(conversation_str)`
         positions = [i for i, t in enumerate(ids) if t == self.tag_id]
         if len(positions) != len(steps):
-            raise ValueError(
+            raise UserError(
                 f"qwen_prm: the PRM input holds {len(positions)} {QWEN_PRM_STEP_TAG} tokens for {len(steps)} steps; "
                 "the tokenizer's chat template must keep the assistant text as it is"
             )
@@ -263,13 +287,17 @@ def load_step_tag_prm(
     tokenizer = _tokenizer(folder)
     tag_ids = tokenizer(step_tag, add_special_tokens=False)["input_ids"]
     if not tag_ids or (tokenizer.unk_token_id is not None and tokenizer.unk_token_id in tag_ids):
-        raise ValueError(f"step_tag {step_tag!r} is not in the vocabulary of the PRM's tokenizer ({folder})")
+        raise UserError(f"step_tag {step_tag!r} is not in the vocabulary of the PRM's tokenizer ({folder})")
     good_id = _single_token_id(tokenizer, good_token, "good_token", folder)
     bad_id = _single_token_id(tokenizer, bad_token, "bad_token", folder)
     if good_id == bad_id:
-        raise ValueError(f"good_token {good_token!r} and bad_token {bad_token!r} are the same token ({good_id})")
-    model = AutoModelForCausalLM.from_pretrained(
-        folder, trust_remote_code=False, **model_load_kwargs(device, dtype, load_in_4bit)
+        raise UserError(f"good_token {good_token!r} and bad_token {bad_token!r} are the same token ({good_id})")
+    model = load_whole(
+        AutoModelForCausalLM,
+        folder,
+        "step_tag",
+        trust_remote_code=False,
+        **model_load_kwargs(device, dtype, load_in_4bit),
     )
     return StepTagPRM(
         model,
@@ -299,19 +327,25 @@ def load_qwen_prm(
     from grpo_ext.rewards.qwen_prm import Qwen2ProcessRewardModel, check_head_tensors
 
     folder = Path(folder)
+    with user_file(folder / "config.json", "process_reward_model"):  # Qwen2Config reads any config as its own
+        model_type = json.loads((folder / "config.json").read_text()).get("model_type")
+    if model_type != "qwen2":
+        raise UserError(f"qwen_prm: {folder}/config.json has model_type {model_type!r}, expected 'qwen2'")
     config = Qwen2Config.from_pretrained(folder)
-    if config.model_type != "qwen2":
-        raise ValueError(f"qwen_prm: {folder}/config.json has model_type {config.model_type!r}, expected 'qwen2'")
     tokenizer = _tokenizer(folder)
     if not tokenizer.chat_template:
-        raise ValueError(
+        raise UserError(
             f"qwen_prm: the tokenizer in {folder} has no chat template (tokenizer_config.json 'chat_template' or "
             "chat_template.jinja); the PRM reads a system/user/assistant conversation"
         )
     tag_id = _single_token_id(tokenizer, QWEN_PRM_STEP_TAG, "qwen_prm step tag", folder)
     check_head_tensors(folder, config.hidden_size)
-    model = Qwen2ProcessRewardModel.from_pretrained(
-        folder, config=config, **model_load_kwargs(device, dtype, load_in_4bit, keep_modules=["score"])
+    model = load_whole(
+        Qwen2ProcessRewardModel,
+        folder,
+        "qwen_prm",
+        config=config,
+        **model_load_kwargs(device, dtype, load_in_4bit, keep_modules=["score"]),
     )
     return QwenPRM(
         model,

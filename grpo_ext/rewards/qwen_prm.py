@@ -17,6 +17,7 @@ from torch import nn
 from transformers import Qwen2Config, Qwen2Model
 from transformers.models.qwen2.modeling_qwen2 import Qwen2PreTrainedModel
 
+from grpo_ext.errors import UserError
 from grpo_ext.rewards.weights import safetensors_shapes
 
 __all__ = ["HEAD_TENSORS", "Qwen2ProcessRewardModel", "check_head_tensors"]
@@ -49,7 +50,7 @@ def check_head_tensors(folder: str | Path, hidden_size: int) -> None:
     files = sorted({file for _, file in shapes.values()})
     missing = [name for name in HEAD_TENSORS if name not in shapes]
     if missing:
-        raise ValueError(
+        raise UserError(
             f"qwen_prm: the weights in {Path(folder)} ({', '.join(files)}) have no {', '.join(missing)}: a Qwen PRM "
             "needs the head score.0 (Linear hidden->hidden) and score.2 (Linear hidden->2)"
         )
@@ -61,7 +62,7 @@ def check_head_tensors(folder: str | Path, hidden_size: int) -> None:
     }
     for name, shape in expected.items():
         if shapes[name][0] != shape:
-            raise ValueError(
+            raise UserError(
                 f"qwen_prm: {name} in {Path(folder) / shapes[name][1]} has shape {list(shapes[name][0])}, "
                 f"expected {list(shape)}"
             )

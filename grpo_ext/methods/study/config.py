@@ -18,15 +18,19 @@ import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
-from grpo_ext.errors import UserError, user_file
+from grpo_ext.errors import UserError, read_yaml
 from grpo_ext.methods.paradigm import get_method
+from grpo_ext.validation import check_number
 
-__all__ = ["Arm", "Evaluation", "Setting", "Study", "load_study", "pick_settings"]
+__all__ = ["Arm", "Evaluation", "Setting", "Study", "evaluation_ks", "load_study", "pick_settings"]
 
 #: The config field each search axis sets (``learning_rates`` is the shared axis).
 AXIS_FIELDS = {"lr": "learning_rate", "beta": "beta"}
+
+
+def evaluation_ks(n: int) -> list[int]:
+    """The ks a study's evaluation reports for `n` samples a problem: the powers of two up to n."""
+    return [2**i for i in range(11) if 2**i <= n]
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,20 @@ class Evaluation:
         numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (self.limit, self.n))
         if not numbers or self.limit < 1 or self.n < 1:
             raise UserError(f"{self.split}: limit and n must be numbers >= 1, got {self.limit}, {self.n}")
+        check_number(f"{self.split}.temperature", self.temperature, low=0)
+        if self.temperature == 0 and self.n != 1:
+            raise UserError(f"{self.split}.temperature: 0 (greedy) gives one sample a problem; got n = {self.n}")
+        check_number(f"{self.split}.max_new_tokens", self.max_new_tokens, low=1, integer=True)
+        self.check_metric(self.n)
+
+    def check_metric(self, n: int) -> None:
+        """`metric` is one the evaluation reports with `n` samples a problem (checked before any run trains)."""
+        name, _, k = str(self.metric).partition("@")
+        ks = evaluation_ks(n)
+        if name not in ("pass", "maj") or not k.isdigit() or int(k) not in ks:
+            raise UserError(
+                f"{self.split}.metric: expected pass@k or maj@k with k one of {ks} (n = {n}), got {self.metric!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -176,13 +194,46 @@ def _evaluation(data: dict, split_name: str, where: str) -> Evaluation:
         raise UserError(f"{where}: {err}") from None
 
 
+def _check_axis(axis: str, values: list, method: str | None, where: str) -> None:
+    """A search axis's values in their field's range: learning rates > 0, DPO's beta > 0 (at 0 DPO learns nothing,
+    below 0 it prefers the rejected answers), a GRPO beta >= 0."""
+    field_name = AXIS_FIELDS[axis]
+    positive = axis == "lr" or (method is not None and get_method(method).trainer == "trl.DPOTrainer")
+    for value in values:
+        try:
+            check_number(field_name, value, low=0, low_open=positive)
+        except UserError as err:
+            raise UserError(f"{where}: {err}") from None
+
+
+def _check_overrides(overrides: dict, method: str, axes: list[str], where: str) -> None:
+    """An arm's overrides name fields of its method's config (in full: no abbreviation is expanded), and none that
+    the search sets (its value would be replaced by the searched one without a word)."""
+    from trl import ModelConfig
+
+    from grpo_ext.methods.config import MethodArguments, config_class
+    from grpo_ext.script_args import TaskArguments
+
+    searched = {AXIS_FIELDS[axis]: axis for axis in axes}
+    known = {
+        f.name
+        for cls in (MethodArguments, TaskArguments, config_class(method), ModelConfig)
+        for f in dataclasses.fields(cls)
+    }
+    for key in overrides:
+        if key in searched:
+            source = "learning_rates" if searched[key] == "lr" else f"grid.{searched[key]}"
+            raise UserError(f"{where}.{key}: the study searches {key} ({source}); set its values there")
+        if key not in known:
+            raise UserError(f"{where}: unknown field {key!r} for method {method!r} (not a field of its config)")
+
+
 def load_study(path: str | Path) -> Study:
     """Parse and check a study YAML; a `UserError` names the file and the field."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"--study: no such file: {path}")
-    with user_file(path, "--study"):
-        data = yaml.safe_load(path.read_text())
+    data = read_yaml(path, "--study")
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a mapping of study fields")
     arms = []
@@ -200,11 +251,19 @@ def load_study(path: str | Path) -> Study:
         if unknown:
             raise UserError(f"{where}.grid: unknown axis {sorted(unknown)}; searchable: {sorted(AXIS_FIELDS)}")
         grid = {k: _numbers(grid, k, f"{where}.grid", None) for k in grid}
-        arms.append(Arm(name, method, dict(_mapping(spec.get("overrides"), f"{where}.overrides")), grid))
+        for axis, values in grid.items():
+            _check_axis(axis, values, method, f"{where}.grid")
+        overrides = dict(_mapping(spec.get("overrides"), f"{where}.overrides"))
+        _check_overrides(overrides, method, ["lr", *grid], f"{where}.overrides")
+        arms.append(Arm(name, method, overrides, grid))
     if not arms:
         raise UserError(f"{path}: `arms` is empty")
     learning_rates = _numbers(data, "learning_rates", str(path), float)
+    _check_axis("lr", learning_rates, None, str(path))
     seeds = _numbers(data, "seeds", str(path), int)
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    if repeated:  # a seed counted twice would make "every seed agrees" count one run twice
+        raise UserError(f"{path}: `seeds` repeats {repeated}; each seed once")
     try:
         search_seed = int(data.get("search_seed", seeds[0]))
     except (TypeError, ValueError):

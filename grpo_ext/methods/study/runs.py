@@ -13,7 +13,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpo_ext.methods.study.config import Arm, Evaluation, Setting, Study
+from grpo_ext.methods.study.config import Arm, Evaluation, Setting, Study, evaluation_ks
 
 __all__ = ["Job", "evaluation_file", "method_config_path", "read_score", "run_jobs", "task_of"]
 
@@ -58,11 +58,10 @@ def method_config_path(method: str, configs: str) -> Path:
 
 
 def task_of(config: Path) -> tuple[str, dict]:
-    import yaml
-
+    from grpo_ext.errors import read_yaml
     from grpo_ext.script_args import parse_task_kwargs
 
-    data = yaml.safe_load(config.read_text()) or {}
+    data = read_yaml(config, "method config") or {}
     return str(data.get("task", "arithmetic")), parse_task_kwargs(data.get("task_kwargs"))
 
 
@@ -109,7 +108,7 @@ def _evaluate(job: Job, folder: Path, study: Study, options: dict) -> None:
         n=n, temperature=evaluation.temperature, max_new_tokens=max_new_tokens, seed=0, batch_size=16
     )
     model = str(folder) if job.arm else options["base"]
-    ks = [k for k in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if k <= n]
+    ks = evaluation_ks(n)
     print(f"=== evaluating {job.name}", flush=True)
     result = evaluate_model(
         load_backend(model, "transformers"),
