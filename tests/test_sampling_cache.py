@@ -371,3 +371,16 @@ def test_fingerprint_sees_every_byte_of_a_large_weights_file(tmp_path):
         data = (EMBEDDED_MODEL_DIR / name).read_bytes()
         by_hand.update(f"{name}:{len(data)}:".encode() + data)
     assert model_fingerprint(EMBEDDED_MODEL_DIR) == by_hand.hexdigest()[:16]
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("temperature", float("inf"), "temperature must be a finite number >= 0"),
+        ("temperature", float("nan"), "temperature must be a finite number >= 0"),
+        ("seed", -1, "seed must be an integer >= 0"),
+    ],
+)
+def test_sampling_params_refuse_what_the_harness_cli_refuses(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        SamplingParams(**{field: value})

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -69,10 +70,10 @@ class SamplingParams:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"SamplingParams.{name} must be an integer >= 1, got {value!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise ValueError(f"SamplingParams.seed must be an integer, got {self.seed!r}")
-        if not self.temperature >= 0:
-            raise ValueError(f"SamplingParams.temperature must be >= 0, got {self.temperature!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"SamplingParams.seed must be an integer >= 0, got {self.seed!r}")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"SamplingParams.temperature must be a finite number >= 0, got {self.temperature!r}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p!r}")
         if self.temperature == 0 and self.n != 1:
