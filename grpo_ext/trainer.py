@@ -35,7 +35,7 @@ from grpo_ext.checkpoints import (
     restore_kl_controller,
 )
 from grpo_ext.config import GRPOExtConfig
-from grpo_ext.errors import UserError, check_weights
+from grpo_ext.errors import UserError, check_weights, user_input
 from grpo_ext.hub import trainer_model_card
 from grpo_ext.kl_control import AdaptiveKLController
 from grpo_ext.modeling import prepare_quantized_policy
@@ -119,7 +119,8 @@ class GRPOExtTrainer(StagedCheckpointsMixin, GRPOTrainer):
         if config.process_reward_model:  # any PRM format, on this process's device (one copy per process)
             from grpo_ext.rewards.prm import process_reward_model_from_config
 
-            resolved.append(process_reward_model_from_config(config, self.accelerator))
+            with user_input("process_reward_model"):  # a folder that is no PRM: one line naming it
+                resolved.append(process_reward_model_from_config(config, self.accelerator))
         return resolved
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import math
 import logging
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 
