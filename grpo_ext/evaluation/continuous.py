@@ -102,7 +102,11 @@ class _Decoder:
             raise ContinuousUnsupported("encoder-decoder model")
         if getattr(getattr(model, "generation_config", None), "cache_implementation", None) is not None:
             raise ContinuousUnsupported("the model's generation config asks for its own cache implementation")
-        for name in ("past_key_values", "position_ids", "attention_mask"):
+        # transformers 5.24 renamed the forward's ``past_key_values`` to ``cache`` (the old name is deprecated)
+        self.cache_keyword = next((n for n in ("cache", "past_key_values") if _forward_accepts(model, n)), None)
+        if self.cache_keyword is None:
+            raise ContinuousUnsupported("the model's forward takes no cache (cache or past_key_values)")
+        for name in ("position_ids", "attention_mask"):
             if not _forward_accepts(model, name):
                 raise ContinuousUnsupported(f"the model's forward takes no {name}")
         self.model, self.prompt_ids = model, prompt_ids
@@ -249,7 +253,7 @@ class _Decoder:
             input_ids=self.step_input.unsqueeze(1),
             attention_mask=self.cache.mask[:, : column + 1],
             position_ids=self.position.unsqueeze(1),
-            past_key_values=self.cache.cache,
+            **{self.cache_keyword: self.cache.cache},
             use_cache=True,
             return_dict=True,
             **self.keep_logits,
@@ -263,7 +267,7 @@ class _Decoder:
             input_ids=input_ids,
             attention_mask=self.cache.mask,
             position_ids=position_ids,
-            past_key_values=self.cache.cache,
+            **{self.cache_keyword: self.cache.cache},
             use_cache=True,
             return_dict=True,
             **self.keep_logits,

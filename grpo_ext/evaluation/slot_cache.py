@@ -62,7 +62,9 @@ def prefill(model, prompt_ids: Sequence[Sequence[int]], pad_id: int, keep_logits
         return_dict=True,
         **keep_logits,
     )
-    cache = getattr(out, "past_key_values", None)
+    cache = getattr(out, "cache", None)  # transformers >= 5.24; ``past_key_values`` before
+    if cache is None:
+        cache = getattr(out, "past_key_values", None)
     if not isinstance(cache, DynamicCache) or not cache.layers:
         raise ContinuousUnsupported(f"the model returned a {type(cache).__name__}, not a DynamicCache")
     for layer in cache.layers:  # sliding-window, quantised or recurrent layers cannot be copied slot-wise
