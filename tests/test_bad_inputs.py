@@ -340,7 +340,10 @@ CASES = {
     ),
     "process: wrong number of completions": (steps([[1.0, 1.0], [1.0]]), "returned 2 results for 1 completions"),
     "process: wrong number of step scores": (steps([[1.0]]), "returned 1 step scores for completion 0, which has 2"),
-    "process: non-number step score": (steps([[1.0, "ok"]]), "non-number step score 'ok'"),
+    "process: non-number step score": (
+        steps([[1.0, "ok"]]),
+        "process reward function .*: completion 0 got 'ok'; expected a float or None",
+    ),
     "process: infinite step score": (steps([[1.0, -math.inf]]), "infinite step score"),
     "process: function raises": (steps(ZeroDivisionError("x")), "process reward function 'bad_steps' raised"),
     # scripts/publish.py
