@@ -8,6 +8,7 @@ import dataclasses
 import json
 import math
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -400,6 +401,21 @@ def test_resume_after_an_interrupted_iteration(interrupted_run):
     assert not list(run_dir.rglob("*.tmp"))
     again = run_quick(run_dir, r["base"])  # a finished run started again does nothing but rewrite the report
     assert again["iterative"][0]["history"] == state["history"]
+
+
+def test_every_iteration_leaves_the_training_record_of_any_run(interrupted_run):
+    """The policy an iteration trained holds the run status and the resolved config, as scripts/train.py's runs do:
+    its card finds the record, and the model it started from is the previous policy."""
+    from grpo_ext.checkpoints import read_run_status
+    from grpo_ext.hub.training import trained_with
+
+    state = interrupted_run["final"]["iterative"][0]
+    policy = Path(state["history"][1]["policy"])
+    status = read_run_status(policy)
+    assert status["status"] == "complete" and status["global_step"] == 2
+    summary = trained_with(policy)
+    assert summary["task"] == "arithmetic" and summary["advantage_mode"] == "process"
+    assert Path(policy, summary["base_model"]).resolve() == Path(state["history"][1]["reference"]).resolve()
 
 
 def test_arms_share_iteration_0_and_differ_in_their_reward(interrupted_run):
