@@ -14,6 +14,7 @@ import numpy as np
 
 from grpo_ext.evaluation.analysis import DEFAULT_BOOTSTRAP, per_problem_values
 from grpo_ext.evaluation.bootstrap import bootstrap_mean_ci, bootstrap_paired_difference_ci
+from grpo_ext.evaluation.registry import keyed_metrics
 
 __all__ = [
     "BOOTSTRAP",
@@ -38,11 +39,12 @@ BOOTSTRAP = DEFAULT_BOOTSTRAP.kwargs()
 def per_problem(result: dict, metric: str) -> np.ndarray:
     """One value per problem of ``metric`` (``pass@k`` or ``maj@k``) from a harness result, in problem-id order
     (the values of :func:`grpo_ext.evaluation.analysis.per_problem_values`)."""
-    name, _, k = metric.partition("@")
-    if name not in ("pass", "maj"):
-        raise ValueError(f"metric {metric!r}: expected pass@k or maj@k")
+    k = metric[len(metric.rstrip("0123456789")) :]  # pass@4 -> 4, pass^4 -> 4
+    name = metric[: len(metric) - len(k)] + "k"  # the registry's name: pass@k, pass^k
+    if not k or name not in {m.name for m in keyed_metrics("k")}:  # the registry's metrics with one value per k
+        raise ValueError(f"metric {metric!r}: expected one of {', '.join(m.name for m in keyed_metrics('k'))}")
     ids = [str(p["problem_id"]) for p in sorted(result["per_problem"], key=lambda p: p["problem_id"])]
-    values = per_problem_values(result, f"{name}@k", [k], ids)
+    values = per_problem_values(result, name, [k], ids)
     if values is None:
         raise ValueError(f"metric {metric!r}: the result has no per-problem counts or {metric} values")
     return values[:, 0]
