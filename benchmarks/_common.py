@@ -195,3 +195,14 @@ def write_results(name: str, payload: dict, table: str) -> Path:
     print(table)
     print(f"\nwrote {path.relative_to(ROOT)}")
     return path
+
+
+def load_result(name: str) -> dict | None:
+    """``results/<name>.json`` as written by that benchmark, or None before it has run."""
+    path = RESULTS_DIR / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def load_cell(values) -> str:
+    """A load-average list as one summary cell (``0.5 / 0.7 / 0.9``); empty when there is none."""
+    return " / ".join(str(v) for v in values) if values else ""

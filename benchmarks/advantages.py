@@ -149,5 +149,25 @@ def _time_many(fn, k: int) -> list[tuple[float, float]]:
     return out
 
 
+def summary_rows() -> list[list]:
+    """This benchmark's rows of the `run_all` summary, from its results file: measure, value, target, result, load
+    average, date (`run_all` adds the benchmark's name)."""
+    rows = []
+    r = C.load_result("advantages")
+    if r:
+        rows.append(
+            [
+                f"process_advantages N={r['params']['n']} T={r['params']['t']}, 1 thread "
+                f"({r['speedup']:.0f}x the Python loop)",
+                f"{r['median_ms']:.1f} ms",
+                "<= 50 ms",
+                C.verdict(r["pass"]),
+                C.load_cell(r["load_average_end"]),
+                r["date"],
+            ]
+        )
+    return rows
+
+
 if __name__ == "__main__":
     main()

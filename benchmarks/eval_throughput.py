@@ -18,6 +18,7 @@ Target: ours >= 1.5x lm-eval (median of per-repetition ratios), at every batch s
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 
@@ -223,6 +224,40 @@ def main(argv: list[str] | None = None) -> dict:
     }
     C.write_results("eval_throughput" + (f"_fewshot{args.fewshot}" if args.fewshot else ""), payload, table)
     return payload
+
+
+def summary_rows() -> list[list]:
+    """This benchmark's rows of the `run_all` summary, from its results file: measure, value, target, result, load
+    average, date (`run_all` adds the benchmark's name)."""
+    rows = []
+    r = C.load_result("eval_throughput")
+    if r:
+        for res in r["results"]:
+            rows.append(
+                [
+                    f"samples/s ours / lm-eval HFLM, batch {res['rows']} sequences",
+                    f"{res['ratio']['median_of_ratios']:.2f}x",
+                    ">= 1.5x",
+                    C.verdict(res["pass"]),
+                    C.load_cell(res["load_average"]),
+                    r["date"],
+                ]
+            )
+    for path in sorted(C.RESULTS_DIR.glob("eval_throughput_fewshot*.json")):  # `--fewshot K`: long prompts, info
+        r = json.loads(path.read_text())
+        for res in r["results"]:
+            rows.append(
+                [
+                    f"same, {r['params']['fewshot']} solved problems prepended to every "
+                    f"prompt (long prompts; info), batch {res['rows']}",
+                    f"{res['ratio']['median_of_ratios']:.2f}x",
+                    "(info)",
+                    "",
+                    C.load_cell(res["load_average"]),
+                    r["date"],
+                ]
+            )
+    return rows
 
 
 if __name__ == "__main__":

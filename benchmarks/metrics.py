@@ -327,5 +327,38 @@ def main(argv: list[str] | None = None) -> dict:
     return payload
 
 
+def summary_rows() -> list[list]:
+    """This benchmark's rows of the `run_all` summary, from its results file: measure, value, target, result, load
+    average, date (`run_all` adds the benchmark's name)."""
+    rows = []
+    r = C.load_result("metrics")
+    if r:
+        rows.append(
+            [
+                f"pass@k + maj@k, {r['params']['problems']} problems, n={r['params']['n']}, "
+                f"k=1..{r['params']['ks'][-1]}",
+                f"{r['median_seconds']:.2f} s",
+                "<= 2 s",
+                C.verdict(r["pass"]),
+                C.load_cell(r["load_average_end"]),
+                r["date"],
+            ]
+        )
+        large = r.get("large")
+        if large:
+            rows.append(
+                [
+                    f"every metric + bootstrap, {large['problems']} problems, n={large['n']}, "
+                    f"k=1..{large['ks'][-1]} (powers of two)",
+                    f"{large['total_seconds']['median']:.1f} s",
+                    "<= 30 s",
+                    C.verdict(large["pass"]),
+                    C.load_cell(r["load_average_end"]),
+                    r["date"],
+                ]
+            )
+    return rows
+
+
 if __name__ == "__main__":
     main()

@@ -277,5 +277,34 @@ def profile(trainer, batches, reps: int, before, name: str) -> dict:
     return {}
 
 
+def summary_rows() -> list[list]:
+    """This benchmark's rows of the `run_all` summary, from its results file: measure, value, target, result, load
+    average, date (`run_all` adds the benchmark's name)."""
+    rows = []
+    r = C.load_result("overhead")
+    if r:
+        for key, label, target in (
+            ("off", "GRPOExtTrainer, extensions off / TRL GRPOTrainer", "<= 1.02x"),
+            ("all_on", "GRPOExtTrainer, all on / TRL GRPOTrainer (same beta)", "<= 1.10x"),
+        ):
+            ratio = r["ratios"][key]
+            cpu = r.get("cpu_time_ratios", {}).get(key)
+            value = f"{ratio['median_of_ratios']:.3f}x" + (f" (CPU time {cpu['median_of_ratios']:.3f}x)" if cpu else "")
+            result = C.verdict(r["pass"][key])
+            if "pass_cpu_time" in r:
+                result += f" (CPU time: {C.verdict(r['pass_cpu_time'][key])})"
+            rows.append(
+                [
+                    f"{label}: median step time",
+                    value,
+                    target,
+                    result,
+                    C.load_cell(r["load_average_end"]),
+                    r["date"],
+                ]
+            )
+    return rows
+
+
 if __name__ == "__main__":
     main()

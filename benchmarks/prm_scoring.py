@@ -313,5 +313,25 @@ def main(argv: list[str] | None = None) -> dict:
     return payload
 
 
+def summary_rows() -> list[list]:
+    """This benchmark's rows of the `run_all` summary, from its results file: measure, value, target, result, load
+    average, date (`run_all` adds the benchmark's name)."""
+    rows = []
+    r = C.load_result("prm_scoring")
+    if r:
+        shares = " / ".join(f"{v['median_of_ratios']:.2f}x" for v in r["prm_share_of_step"].values())
+        rows.append(
+            [
+                f"PRM time / GRPO step time ({', '.join(r['prm_share_of_step'])})",
+                shares,
+                "(info)",
+                "",
+                C.load_cell(r["load_average_end"]),
+                r["date"],
+            ]
+        )
+    return rows
+
+
 if __name__ == "__main__":
     main()

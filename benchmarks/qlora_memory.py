@@ -354,21 +354,15 @@ def main(argv: list[str] | None = None) -> dict:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
 
+    blank = ("", "", "")  # no target, result or load for an information row
     load = C.load_average()
     load_cell = " / ".join(map(str, load))
     rows = []
     for shape, f in footprints.items():
         nf4 = f["nf4"]
         is_target = shape == "1.5b"
-        rows.append(
-            [
-                f"Qwen2.5-{shape.upper()} shape ({f['parameters'] / 1e9:.2f} B params): weights bf16",
-                mib(f["bf16_bytes"]),
-                "",
-                "",
-                "",
-            ]
-        )
+        weights = f"Qwen2.5-{shape.upper()} shape ({f['parameters'] / 1e9:.2f} B params): weights bf16"
+        rows.append([weights, mib(f["bf16_bytes"]), *blank])
         rows.append(
             [
                 f"Qwen2.5-{shape.upper()} shape: nf4 + double quant ({mib(nf4['base_bytes'])} incl. bf16 embeddings, "
@@ -388,24 +382,10 @@ def main(argv: list[str] | None = None) -> dict:
         full, qlora = steps["full" + suffix], steps["qlora" + suffix]
         ratio = step_ratios["step_peak" + suffix] = qlora["peak_rss_step"] / full["peak_rss_step"]
         shape = args.step_shape.upper()
-        rows.append(
-            [
-                f"{shape} shape, one step (batch 1 x {args.seq}, {label}): full bf16 + fused AdamW, peak RSS",
-                _step_cell(full),
-                "",
-                "",
-                "",
-            ]
-        )
-        rows.append(
-            [
-                f"{shape} shape, one step ({label}): QLoRA nf4 + LoRA r16 + fused AdamW, peak RSS",
-                _step_cell(qlora),
-                "",
-                "",
-                "",
-            ]
-        )
+        full_step = f"{shape} shape, one step (batch 1 x {args.seq}, {label}): full bf16 + fused AdamW, peak RSS"
+        rows.append([full_step, _step_cell(full), *blank])
+        qlora_step = f"{shape} shape, one step ({label}): QLoRA nf4 + LoRA r16 + fused AdamW, peak RSS"
+        rows.append([qlora_step, _step_cell(qlora), *blank])
         rows.append(
             [
                 f"**QLoRA / full step peak RSS ({label})**",
@@ -436,6 +416,27 @@ def main(argv: list[str] | None = None) -> dict:
     }
     C.write_results("qlora_memory", payload, table)
     return payload
+
+
+def summary_rows() -> list[list]:
+    """This benchmark's rows of the `run_all` summary, from its results file: measure, value, target, result, load
+    average, date (`run_all` adds the benchmark's name)."""
+    r = C.load_result("qlora_memory")
+    if not r:
+        return []
+    tail = [C.load_cell(r["load_average_end"]), r["date"]]
+    rows = []
+    if "1.5b" in r["footprints"]:
+        ratio, ok = r["footprints"]["1.5b"]["ratio"], r["pass"]["footprint_1.5b"]
+        rows.append(
+            ["weights nf4 + LoRA / bf16, Qwen2.5-1.5B shape", f"{ratio:.3f}x", "<= 0.40x", C.verdict(ok), *tail]
+        )
+    for key, label in (("step_peak", "no activation checkpointing"), ("step_peak_ac", "activation checkpointing")):
+        if key in r.get("step_peak_ratios", {}):
+            measure = f"GRPO training step peak RSS, QLoRA / full bf16 (fused AdamW), 0.5B shape ({label})"
+            ratio = r["step_peak_ratios"][key]
+            rows.append([measure, f"{ratio:.3f}x", "<= 0.35x", C.verdict(r["pass"][key]), *tail])
+    return rows
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import pickle
 import shutil
@@ -32,13 +31,14 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from grpo_ext.errors import UserError, check_weights, user_file
 from grpo_ext.io import atomic_write_json
-from grpo_ext.kl_control import AdaptiveKLController, FixedKLController
+from grpo_ext.kl_control import KL_CONTROLLERS, new_kl_controller
 
 __all__ = [
     "CHECKPOINT_STATE_FILE",
     "StagedCheckpointsMixin",
     "RUN_STATUS_FILE",
     "check_resumable",
+    "new_kl_controller",
     "promote_staged_checkpoint",
     "read_run_status",
     "restore_kl_controller",
@@ -54,64 +54,25 @@ RUN_STATUSES = ("running", "complete", "failed")
 # ---- the KL controller on resume ------------------------------------------------------------------------------
 
 
-def new_kl_controller(config) -> FixedKLController | AdaptiveKLController:
-    """The controller `config` asks for, at its initial β."""
-    if config.kl_controller == "adaptive":
-        return AdaptiveKLController(
-            config.beta,
-            config.target_kl,
-            config.kl_horizon,
-            beta_min=config.beta_min,
-            beta_max=config.beta_max if config.beta_max is not None else math.inf,
-        )
-    return FixedKLController(config.beta)
-
-
-def restore_kl_controller(config, saved: dict) -> tuple[FixedKLController | AdaptiveKLController, list[str]]:
+def restore_kl_controller(config, saved: dict) -> tuple:
     """The controller to resume with, and one note per way it differs from the checkpoint's (to be logged).
 
-    The config wins, because TRL built (or did not build) the reference model from the config's β:
-    - fixed β in the config: that β, whatever the checkpoint ran (a run trained at 0 and resumed with `--beta 0.04`
-      gets its KL term; one trained at 0.04 and resumed with `--beta 0` drops it);
-    - adaptive in the config and in the checkpoint: the checkpoint's β (the controller's state) clamped to the
-      config's `[beta_min, beta_max]`; `target_kl`, `kl_horizon` and the bounds are the config's;
-    - adaptive in the config, fixed in the checkpoint: the controller starts at the config's β.
-    Either way β > 0 whenever the config's β is, so the reference log-probs TRL computes are there.
+    The config wins, because TRL built (or did not build) the reference model from the config's β: the config's
+    controller is built fresh and takes from the checkpoint's state what its ``resume`` rule allows
+    (:mod:`grpo_ext.kl_control`: a fixed β stays the config's; an adaptive one keeps the checkpoint's adaptive β,
+    clamped to the config's bounds). Either way β > 0 whenever the config's β is, so the reference log-probs TRL
+    computes are there.
     """
-    controller = new_kl_controller(config)
-    kind, notes = saved.get("type"), []
-    if kind not in ("fixed", "adaptive"):
-        raise UserError(f"{CHECKPOINT_STATE_FILE}: unknown KL controller type {kind!r} (expected fixed or adaptive)")
-    if isinstance(controller, FixedKLController):
-        if kind != "fixed" or saved.get("beta") != controller.beta:
-            notes.append(
-                f"beta: the checkpoint ran a {kind} beta (last {saved.get('beta')}); this run uses the config's fixed "
-                f"beta={controller.beta}"
-            )
-        return controller, notes
-    if kind == "fixed":
-        notes.append(
-            f"kl_controller: the checkpoint ran a fixed beta={saved.get('beta')}; the adaptive controller starts at "
-            f"the config's beta={controller.beta}"
+    kind = saved.get("type")
+    if kind not in KL_CONTROLLERS:
+        raise UserError(
+            f"{CHECKPOINT_STATE_FILE}: unknown KL controller type {kind!r} (expected {' or '.join(KL_CONTROLLERS)})"
         )
-        return controller, notes
-    checked = AdaptiveKLController(1.0, 1.0, 1.0)
+    controller = new_kl_controller(config)
     try:
-        checked.load_state_dict(saved)  # validates the saved state
+        notes = controller.resume(saved)
     except ValueError as err:
         raise UserError(f"{CHECKPOINT_STATE_FILE}: {err}") from err
-    for field, ours, theirs in (
-        ("target_kl", controller.target_kl, checked.target_kl),
-        ("kl_horizon", controller.horizon, checked.horizon),
-        ("beta_min", controller.beta_min, checked.beta_min),
-        ("beta_max", controller.beta_max, checked.beta_max),
-    ):
-        if ours != theirs:
-            notes.append(f"{field}: the checkpoint used {theirs}; this run uses the config's {ours}")
-    beta = min(max(checked.beta, controller.beta_min), controller.beta_max)
-    if beta != checked.beta:
-        notes.append(f"beta: the checkpoint's adaptive beta {checked.beta} is clamped to {beta} (the config's bounds)")
-    controller.beta = beta
     return controller, notes
 
 

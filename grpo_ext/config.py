@@ -3,19 +3,18 @@ TRL's behaviour."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
 from grpo_ext.advantages import get_gradient_coefficient
 from grpo_ext.errors import UserError
+from grpo_ext.kl_control import KL_CONTROLLERS as KL_CONTROLLER_REGISTRY
+from grpo_ext.kl_control import get_kl_controller
 from grpo_ext.validation import check_training_ranges
 
 ZERO_STD_GROUPS = ("keep", "skip", "refill")
-# grpo_ext.rewards.prm.PRM_FORMATS, repeated here so that the config does not import the model-loading code
-PRM_FORMATS = ("token_classification", "step_tag", "qwen_prm")
-KL_CONTROLLERS = ("fixed", "adaptive")
+KL_CONTROLLERS = tuple(KL_CONTROLLER_REGISTRY)  # the registry's names, for the field's choices
 GENERATION_BACKENDS = ("trl", "sampler")
 
 
@@ -232,29 +231,23 @@ class GRPOExtConfig(GRPOConfig):
         except ValueError as err:
             raise UserError(str(err)) from None
         _choice("zero_std_groups", self.zero_std_groups, ZERO_STD_GROUPS)
-        _choice("kl_controller", self.kl_controller, KL_CONTROLLERS)
+        try:  # the registry is the list of controllers; its error names the field
+            controller = get_kl_controller(self.kl_controller)
+        except ValueError as err:
+            raise UserError(str(err)) from None
         _choice("generation_backend", self.generation_backend, GENERATION_BACKENDS)
         if self.generation_backend == "sampler" and self.use_vllm:
             raise UserError("generation_backend: `sampler` and use_vllm both generate the completions; pick one")
         if self.step_separator == "":
             raise UserError("step_separator: must be a non-empty string")
         self._check_process_reward_model()
-        if self.max_refill_rounds < 0:
-            raise UserError(f"max_refill_rounds: must be >= 0, got {self.max_refill_rounds}")
-        if self.kl_controller == "adaptive":
-            if self.beta == 0.0:
-                raise UserError(
-                    "kl_controller: `adaptive` needs beta > 0 as its initial value (with beta == 0 TRL builds no "
-                    "reference model, so there is no KL to control)"
-                )
-            if not (self.target_kl > 0 and math.isfinite(self.target_kl)):
-                raise UserError(f"target_kl: must be a positive number, got {self.target_kl}")
-            if not (self.kl_horizon > 0 and math.isfinite(self.kl_horizon)):
-                raise UserError(f"kl_horizon: must be a positive number, got {self.kl_horizon}")
-            if not self.beta_min > 0:
-                raise UserError(f"beta_min: must be > 0 with the adaptive controller, got {self.beta_min}")
-            if self.beta_max is not None and self.beta_max < self.beta_min:
-                raise UserError(f"beta_max: must be >= beta_min ({self.beta_min}), got {self.beta_max}")
+        # The numeric ranges (target_kl, kl_horizon, beta_min, beta_max, max_refill_rounds, ...) are validation.py's:
+        # check_training_ranges below. What stays here is why beta == 0 cannot start a controller that moves beta.
+        if controller.moves_beta and self.beta == 0.0:
+            raise UserError(
+                f"kl_controller: `{self.kl_controller}` needs beta > 0 as its initial value (with beta == 0 TRL builds "
+                "no reference model, so there is no KL to control)"
+            )
         if self.zero_std_groups == "refill":
             local = self.per_device_train_batch_size * self.steps_per_generation
             if local % self.num_generations != 0:
@@ -272,6 +265,9 @@ class GRPOExtConfig(GRPOConfig):
             if unused:
                 raise UserError(f"{unused[0]}: set without process_reward_model")
         if self.process_reward_model_format is not None:
+            # imported here: the PRM loader's module (and its imports) only when a PRM format is named
+            from grpo_ext.rewards.prm import PRM_FORMATS
+
             _choice("process_reward_model_format", self.process_reward_model_format, PRM_FORMATS)
         for name in step_tag_fields:
             value = getattr(self, name)
@@ -284,7 +280,3 @@ class GRPOExtConfig(GRPOConfig):
                     f"{name}: only the `step_tag` format reads it (process_reward_model_format is "
                     f"`{self.process_reward_model_format}`)"
                 )
-        if self.process_reward_model_batch_size < 1:
-            raise UserError(
-                f"process_reward_model_batch_size: must be >= 1, got {self.process_reward_model_batch_size}"
-            )

@@ -13,14 +13,30 @@ proportional controller on ``log(beta)``:
 then clamped to ``[beta_min, beta_max]``. KL above target raises beta (pull harder towards the reference),
 below target lowers it. The clip bounds one step's change to a factor ``1 +- 0.2 * n_samples / horizon``,
 so a single noisy KL estimate cannot swing beta far; ``horizon`` (in samples) sets the time constant.
+
+The controllers are a small registry, like the gradient coefficients of :mod:`grpo_ext.advantages`:
+:data:`KL_CONTROLLERS` maps the config's ``kl_controller`` value (also the ``type`` of a saved state) to a
+:class:`KLControllerSpec`, and every reader (the config's choices, the trainer's construction, the resume rule) goes
+through it. A new controller is a class with ``update`` / ``state_dict`` / ``load_state_dict`` / ``resume`` plus one
+line in :data:`KL_CONTROLLERS`.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["AdaptiveKLController", "FixedKLController", "KL_ERROR_CLIP"]
+__all__ = [
+    "KL_CONTROLLERS",
+    "KL_ERROR_CLIP",
+    "AdaptiveKLController",
+    "FixedKLController",
+    "KLControllerSpec",
+    "get_kl_controller",
+    "new_kl_controller",
+]
 
 KL_ERROR_CLIP = 0.2
 """Bound on the proportional error ``current_kl / target_kl - 1`` (Ziegler et al. 2019)."""
@@ -70,6 +86,17 @@ class FixedKLController:
     def load_state_dict(self, d: dict[str, Any]) -> None:
         _check_state(d, "fixed", ("beta",))
         self.beta = _check_number("beta", d["beta"])
+
+    def resume(self, saved: dict[str, Any]) -> list[str]:
+        """Resume from a checkpoint's controller state ``saved`` (any registered type): a fixed beta is the config's,
+        whatever the checkpoint ran; returns one note when the checkpoint's differed (to be logged)."""
+        kind = saved.get("type")
+        if kind != "fixed" or saved.get("beta") != self.beta:
+            return [
+                f"beta: the checkpoint ran a {kind} beta (last {saved.get('beta')}); this run uses the config's fixed "
+                f"beta={self.beta}"
+            ]
+        return []
 
     def __repr__(self) -> str:
         return f"FixedKLController(beta={self.beta})"
@@ -166,8 +193,86 @@ class AdaptiveKLController:
         self.beta_max = beta_max
         self.beta = beta
 
+    def resume(self, saved: dict[str, Any]) -> list[str]:
+        """Resume from a checkpoint's controller state ``saved`` (any registered type); returns one note per way this
+        controller differs from the checkpoint's (to be logged).
+
+        The config (this controller) wins, because TRL built its reference model from the config's beta: from an
+        adaptive state the checkpoint's beta is kept, clamped to this controller's ``[beta_min, beta_max]``, while
+        ``target_kl``, ``horizon`` and the bounds stay this controller's; from any other type the controller starts
+        at its own initial beta. A malformed adaptive state is a ``ValueError``.
+        """
+        if saved.get("type") != "adaptive":
+            return [
+                f"kl_controller: the checkpoint ran a {saved.get('type')} beta={saved.get('beta')}; the adaptive "
+                f"controller starts at the config's beta={self.beta}"
+            ]
+        checked = AdaptiveKLController(1.0, 1.0, 1.0)
+        checked.load_state_dict(saved)  # validates the saved state before anything is taken from it
+        notes = [
+            f"{field}: the checkpoint used {theirs}; this run uses the config's {ours}"
+            for field, ours, theirs in (
+                ("target_kl", self.target_kl, checked.target_kl),
+                ("kl_horizon", self.horizon, checked.horizon),
+                ("beta_min", self.beta_min, checked.beta_min),
+                ("beta_max", self.beta_max, checked.beta_max),
+            )
+            if ours != theirs
+        ]
+        beta = min(max(checked.beta, self.beta_min), self.beta_max)
+        if beta != checked.beta:
+            notes.append(
+                f"beta: the checkpoint's adaptive beta {checked.beta} is clamped to {beta} (the config's bounds)"
+            )
+        self.beta = beta
+        return notes
+
     def __repr__(self) -> str:
         return (
             f"AdaptiveKLController(beta={self.beta}, target_kl={self.target_kl}, horizon={self.horizon}, "
             f"beta_min={self.beta_min}, beta_max={self.beta_max})"
         )
+
+
+# ---- the registry ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KLControllerSpec:
+    """A registry entry. ``from_config`` builds the controller at its initial beta from a config holding the KL fields
+    (``beta``, ``target_kl``, ``kl_horizon``, ``beta_min``, ``beta_max``); ``moves_beta``: beta changes during training
+    (so it needs beta > 0 to start, and a checkpoint without its state loses where it had got to)."""
+
+    name: str
+    from_config: Callable[[Any], Any]
+    moves_beta: bool
+    description: str
+
+
+def _adaptive_from_config(config) -> AdaptiveKLController:
+    beta_max = config.beta_max if config.beta_max is not None else math.inf
+    return AdaptiveKLController(
+        config.beta, config.target_kl, config.kl_horizon, beta_min=config.beta_min, beta_max=beta_max
+    )
+
+
+#: ``kl_controller`` value -> its entry; the first is the default (TRL's constant beta).
+KL_CONTROLLERS: dict[str, KLControllerSpec] = {
+    "fixed": KLControllerSpec("fixed", lambda c: FixedKLController(c.beta), False, "beta stays constant (TRL)"),
+    "adaptive": KLControllerSpec("adaptive", _adaptive_from_config, True, "Ziegler et al. 2019, eq. 2"),
+}
+
+
+def get_kl_controller(name: str) -> KLControllerSpec:
+    """The registry entry for ``name``; ``ValueError`` naming ``kl_controller`` and the registered names."""
+    try:
+        return KL_CONTROLLERS[name]
+    except KeyError:
+        raise ValueError(
+            f"kl_controller: unknown value {name!r}; expected one of {', '.join(KL_CONTROLLERS)}"
+        ) from None
+
+
+def new_kl_controller(config):
+    """The controller ``config.kl_controller`` names, at its initial beta."""
+    return get_kl_controller(config.kl_controller).from_config(config)

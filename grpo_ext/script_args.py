@@ -22,8 +22,9 @@ def parse_task_kwargs(value: dict | str | None) -> dict:
 
 
 @dataclass
-class TaskArguments:
-    """Which task supplies the prompts and the verifier, and which reward functions score completions."""
+class TaskFields:
+    """Which task supplies the prompts and the verifier, and how many of its train prompts to use: the fields every
+    runner's arguments share (`TaskArguments` here, `grpo_ext.iterative.args.IterativeArguments`)."""
 
     task: str = field(default="arithmetic", metadata={"help": "Task name (see grpo_ext.tasks.TASKS)."})
     task_kwargs: dict | str | None = field(
@@ -31,6 +32,16 @@ class TaskArguments:
         metadata={"help": "Task knobs, e.g. {max_operands: 3} in YAML or a JSON string on the command line."},
     )
     train_size: int | None = field(default=None, metadata={"help": "Number of training prompts (task default)."})
+
+    def __post_init__(self):
+        self.task_kwargs = parse_task_kwargs(self.task_kwargs)
+        check_number("train_size", self.train_size, low=1, integer=True, allowed=(None,))
+
+
+@dataclass
+class TaskArguments(TaskFields):
+    """The task (`TaskFields`), and which reward functions score completions."""
+
     reward_funcs: list[str] = field(
         default_factory=lambda: ["outcome"],
         metadata={"help": "Reward functions: `outcome` (the task's verifier) or dotted import paths."},
@@ -45,8 +56,7 @@ class TaskArguments:
     passk_eval_k: list[int] = field(default_factory=lambda: [1, 8], metadata={"help": "k values (<= passk_eval_n)."})
 
     def __post_init__(self):
-        self.task_kwargs = parse_task_kwargs(self.task_kwargs)
-        check_number("train_size", self.train_size, low=1, integer=True, allowed=(None,))
+        super().__post_init__()
         check_number("passk_eval_steps", self.passk_eval_steps, low=0, integer=True)
         check_number("passk_eval_prompts", self.passk_eval_prompts, low=1, integer=True)
         check_number("passk_eval_n", self.passk_eval_n, low=1, integer=True)

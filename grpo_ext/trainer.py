@@ -36,7 +36,6 @@ from grpo_ext.checkpoints import (
 )
 from grpo_ext.config import GRPOExtConfig
 from grpo_ext.errors import UserError, check_weights, user_input
-from grpo_ext.hub import trainer_model_card
 from grpo_ext.kl_control import AdaptiveKLController
 from grpo_ext.modeling import prepare_quantized_policy
 from grpo_ext.rewards import load_callable
@@ -127,6 +126,8 @@ class GRPOExtTrainer(StagedCheckpointsMixin, GRPOTrainer):
         """TRL writes README.md on checkpoint saves and push_to_hub: the grpo-ext card instead."""
         if not self.is_world_process_zero():
             return
+        from grpo_ext.hub.card import trainer_model_card  # here: the card's report stack only when a card is written
+
         card = trainer_model_card(self, model_name=model_name, dataset_name=dataset_name, tags=tags)
         card.save(os.path.join(self.args.output_dir, "README.md"))
 

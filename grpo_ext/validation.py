@@ -99,6 +99,7 @@ def _rules(config) -> dict[str, dict]:
         "max_length": dict(low=1, integer=True, allowed=(None,)),
         # grpo-ext
         "max_refill_rounds": dict(low=0, integer=True),
+        "process_reward_model_batch_size": dict(low=1, integer=True),
     }
     if _is_dpo(config):  # DPO's beta scales the preference margin: 0 learns nothing, below 0 learns the reverse
         rules["beta"] = dict(low=0, low_open=True)

@@ -79,9 +79,10 @@ def slug_of(setting: dict[str, str]) -> str:
 
 
 def pick(settings: list[dict[str, str]], scores: dict[str, float]) -> dict[str, str]:
-    """The setting with the highest validation score; ties go to the earlier one of the grid."""
-    best = max(range(len(settings)), key=lambda i: (scores[slug_of(settings[i])], -i))
-    return settings[best]
+    """The setting with the highest validation score; ties go to the earlier one of the grid (the study's picker)."""
+    from grpo_ext.methods.study.config import pick_best
+
+    return settings[pick_best([slug_of(s) for s in settings], scores)]
 
 
 def _run(argv: list[str], log: Path) -> None:

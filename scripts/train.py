@@ -11,18 +11,6 @@ time writes into a folder (a lock), and a folder holding another run's results i
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-from pathlib import Path
-
-import yaml
-
-from grpo_ext.hub import CONFIG_FILE
-from grpo_ext.io import atomic_write_text, portable_path
-
-# Path-valued fields of the resolved config, recorded relative to the output folder or the repository.
-_PATH_FIELDS = {"training": ("output_dir", "logging_dir", "resume_from_checkpoint"), "model": ("model_name_or_path",)}
-
 
 def parse_args(argv: list[str]):
     """The three argument groups; whatever they reject is a `UserError` (see `grpo_ext.cli.parse_trl_config`)."""
@@ -33,30 +21,6 @@ def parse_args(argv: list[str]):
     from grpo_ext.script_args import TrainArguments
 
     return parse_trl_config((TrainArguments, GRPOExtConfig, ModelConfig), argv)
-
-
-def save_resolved_config(output_dir: str, task_args, training_args, model_args) -> Path:
-    """All three argument groups as one YAML, next to the model (what was really run). Paths are recorded relative to
-    the output folder or the repository (the shipped base model as `embedded`), so the record names no folder of
-    the machine that ran it."""
-    from grpo_ext.models import EMBEDDED_MODEL_DIR, EMBEDDED_NAME
-
-    task = dataclasses.asdict(task_args)
-    task.pop("overwrite_output_dir", None)  # what happened to an earlier run's folder, not how this one trained
-    resolved = {
-        "task": task,
-        "training": training_args.to_dict(),
-        "model": {k: v for k, v in dataclasses.asdict(model_args).items()},
-    }
-    for section, fields in _PATH_FIELDS.items():
-        for field in fields:
-            value = resolved[section].get(field)
-            if isinstance(value, str) and value:
-                embedded = Path(value).expanduser().resolve() == EMBEDDED_MODEL_DIR.resolve()
-                resolved[section][field] = EMBEDDED_NAME if embedded else portable_path(value, base=output_dir)
-    return atomic_write_text(
-        Path(output_dir) / CONFIG_FILE, yaml.safe_dump(resolved, sort_keys=False, default_flow_style=False)
-    )
 
 
 def main(argv: list[str]) -> None:
@@ -76,9 +40,8 @@ def main(argv: list[str]) -> None:
 
 def _train(task_args, training_args, model_args) -> None:
     from grpo_ext.assembly import build_grpo_trainer
-    from grpo_ext.checkpoints import write_run_status
-    from grpo_ext.cli import one_line
     from grpo_ext.errors import user_input
+    from grpo_ext.hub.training import training_run
     from grpo_ext.tasks import get_task
 
     with user_input("task"):
@@ -96,7 +59,6 @@ def _train(task_args, training_args, model_args) -> None:
         from grpo_ext.modeling import log_memory_footprint
 
         log_memory_footprint(trainer.model, model_id)
-        write_run_status(training_args.output_dir, "running", max_steps=training_args.max_steps)
     if task_args.passk_eval_steps:
         from grpo_ext.evaluation.callback import make_passk_callback
 
@@ -110,22 +72,16 @@ def _train(task_args, training_args, model_args) -> None:
             seed=training_args.seed,
             trainer=trainer,
         )
-    try:
+    # the run's record (status, resolved config), as every runner writes it: grpo_ext.hub.training.training_run
+    with training_run(trainer, task_args, model_args) as run:
         trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
         trainer.save_state()  # trainer_state.json: the real step count for the model card
         trainer.save_model(training_args.output_dir)
         if main_process:
             trainer.processing_class.save_pretrained(training_args.output_dir)
-            save_resolved_config(training_args.output_dir, task_args, training_args, model_args)
-            trainer.create_model_card()  # the card of the final model (the last one was a checkpoint's)
-    except Exception as err:
-        if main_process:  # best effort: with a full disk even this can fail, and the status stays `running`
-            with contextlib.suppress(OSError):
-                step = trainer.state.global_step
-                write_run_status(training_args.output_dir, "failed", error=one_line(err), step=step)
-        raise
+        run.save_config()
+        trainer.create_model_card()  # the card of the final model (the last one was a checkpoint's); main process only
     if main_process:
-        write_run_status(training_args.output_dir, "complete", global_step=trainer.state.global_step)
         print(f"saved to {training_args.output_dir}")
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=task.name)

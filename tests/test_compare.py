@@ -65,15 +65,18 @@ def fake_result(correct: int, maj_top: float, *, temperature: float = 0.7, n: in
                 "n_correct": correct,
                 "n_extracted": n,
                 "top_answer": "2",
+                "maj@k": {"1": correct / n, "2": correct / n, "4": maj_top},
             }
             for i in range(PROBLEMS)
         ],
     }
 
 
-# (correct of 4, maj@4) per run. Built so that each finding gets a different verdict:
-#   online RFT > RFT in both seeds (agrees); GRPO vs online RFT: +0, +0.25 (inconclusive);
-#   process vs outcome: -0.25, -0.5 (disagrees); GRPO raises maj@4 (0.5 -> 0.9/0.95), pass@4 stays 1 (agrees).
+# (correct of 4, maj@4) per run, every problem alike (so every bootstrap interval is its point). Built so that each
+# finding gets a different verdict under the study's rule (interval excludes 0, every seed the same sign):
+#   online RFT > RFT by +0.25 in both seeds (agrees); GRPO vs online RFT: +0, +0.25 (a seed at 0: inconclusive);
+#   process vs outcome: -0.25, -0.5 (disagrees); GRPO raises maj@4 (0.5 -> 0.9/0.95), pass@4 stays 1: the gap
+#   (maj gain - pass gain) is +0.4 / +0.45 (agrees).
 RUNS = {
     "base": (2, 0.5),
     "rft@s0": (2, 0.5),
@@ -108,7 +111,10 @@ def test_report_from_results_files_has_every_output_and_each_verdict(tmp_path):
     assert report["paradigm"] == paradigm_rows(methods)  # generated from the registry
     verdicts = [f["verdict"] for f in report["findings"]]
     assert verdicts == ["agrees", "inconclusive", "disagrees", "agrees"]
-    assert report["findings"][0]["diffs"] == [0.25, 0.25]  # paired by seed label
+    assert report["findings"][0]["pass@1"]["per_seed"] == [0.25, 0.25]  # paired by seed label
+    assert report["findings"][1]["pass@1"]["per_seed"] == [0.0, 0.25]
+    majk = report["findings"][3]["by_k"]
+    assert [r["k"] for r in majk] == [4] and majk[0]["per_seed"] == pytest.approx([0.4, 0.45])
     summary = report["summary"]["methods"]
     assert summary["grpo_outcome"]["metrics"]["pass@1"]["min"] == 0.75
     assert summary["grpo_outcome"]["metrics"]["pass@1"]["max"] == 1.0

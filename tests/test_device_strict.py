@@ -109,6 +109,7 @@ def test_the_iterative_policy_trainer_keeps_one_device(tmp_path, gpu_like_defaul
     from grpo_ext.models import EMBEDDED_MODEL_DIR
 
     args = _copied_config_in_a_fresh_process(tmp_path)
+    args.advantage_mode = "process"  # the step verifier's scores feed the advantages (a process RM type needs it)
     trainer = build_policy_trainer(
         EMBEDDED_MODEL_DIR, "verifier", "process", TASK, TASK.load("train", 16), args, tmp_path / "it", seed=0
     )

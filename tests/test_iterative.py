@@ -4,9 +4,11 @@ is tests/test_iterative_quick.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -108,11 +110,28 @@ def test_replay_ratio_outside_unit_interval_is_refused(ratio):
         ({"rm_heldout_prompts": -1}, "rm_heldout_prompts: must be an integer >= 0"),
         ({"train_offset": -5}, "train_offset: must be >= 0"),
         ({"rm_initial_epochs": 0.0}, "rm_initial_epochs: must be > 0"),
+        ({"train_size": 0}, r"train_size: must be in \[1, inf\)"),  # TaskFields' check, as in scripts/train.py
     ],
 )
 def test_bad_iterative_arguments_are_user_errors(overrides, message):
     with pytest.raises(UserError, match=message):
         IterativeArguments(**overrides)
+
+
+def test_iterative_arguments_take_the_task_fields_of_task_fields():
+    from grpo_ext.script_args import TaskFields
+
+    assert issubclass(IterativeArguments, TaskFields)
+    names = [f.name for f in dataclasses.fields(IterativeArguments)]
+    assert names[:3] == ["task", "task_kwargs", "train_size"] and names.count("task") == 1
+    assert IterativeArguments(task_kwargs='{"max_operands": 2}').task_kwargs == {"max_operands": 2}
+
+
+def test_a_process_rm_with_a_mode_that_reads_no_steps_is_refused_before_any_job(tmp_path):
+    it_args, training_args, model_args = quick_args(tmp_path / "run", tmp_path / "no_model")
+    training_args.advantage_mode = "outcome"
+    with pytest.raises(UserError, match="reward_model_type process feeds step scores to the advantages, but `outcome`"):
+        Experiment(it_args, training_args, model_args)
 
 
 def test_arms_and_seeds_parse():
@@ -216,6 +235,10 @@ def test_process_rm_arm_logs_rm_and_verifier_rewards_side_by_side(tmp_path):
     task = get_task("arithmetic", max_operands=3)
     args = GRPOExtConfig(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, max_steps=1, report_to="none")
     args.model_init_kwargs = {"dtype": "float32"}
+    # a process RM's step scores need a mode that reads them: refused, never silently switched
+    with pytest.raises(UserError, match="advantage_mode: reward_model_type process feeds step scores.*`outcome`"):
+        build_policy_trainer(policy, tmp_path / "prm", "process", task, task.load("train", 8), args, tmp_path / "o")
+    args.advantage_mode = "process"
     trainer = build_policy_trainer(
         policy, tmp_path / "prm", "process", task, task.load("train", 8), args, tmp_path / "out"
     )
@@ -289,6 +312,7 @@ def quick_args(run_dir, policy_dir, iterations=2, **overrides):
     )
     training_args = GRPOExtConfig(
         output_dir=str(run_dir),
+        advantage_mode="process" if it_args.reward_model_type == "process" else "outcome",
         use_cpu=True,
         bf16=False,
         seed=0,
@@ -377,6 +401,21 @@ def test_resume_after_an_interrupted_iteration(interrupted_run):
     assert not list(run_dir.rglob("*.tmp"))
     again = run_quick(run_dir, r["base"])  # a finished run started again does nothing but rewrite the report
     assert again["iterative"][0]["history"] == state["history"]
+
+
+def test_every_iteration_leaves_the_training_record_of_any_run(interrupted_run):
+    """The policy an iteration trained holds the run status and the resolved config, as scripts/train.py's runs do:
+    its card finds the record, and the model it started from is the previous policy."""
+    from grpo_ext.checkpoints import read_run_status
+    from grpo_ext.hub.training import trained_with
+
+    state = interrupted_run["final"]["iterative"][0]
+    policy = Path(state["history"][1]["policy"])
+    status = read_run_status(policy)
+    assert status["status"] == "complete" and status["global_step"] == 2
+    summary = trained_with(policy)
+    assert summary["task"] == "arithmetic" and summary["advantage_mode"] == "process"
+    assert Path(policy, summary["base_model"]).resolve() == Path(state["history"][1]["reference"]).resolve()
 
 
 def test_arms_share_iteration_0_and_differ_in_their_reward(interrupted_run):

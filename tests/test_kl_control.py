@@ -129,3 +129,48 @@ def test_update_and_load_validation():
         FixedKLController(-0.1)
     with pytest.raises(ValueError, match="'adaptive'"):
         FixedKLController(0.1).load_state_dict(c.state_dict())
+
+
+def test_registry_builds_each_controller_from_a_config_and_names_the_field_on_an_unknown_one():
+    from types import SimpleNamespace
+
+    from grpo_ext.kl_control import KL_CONTROLLERS, get_kl_controller, new_kl_controller
+
+    assert list(KL_CONTROLLERS) == ["fixed", "adaptive"]
+    config = SimpleNamespace(beta=0.1, target_kl=0.05, kl_horizon=100, beta_min=0.01, beta_max=None)
+    fixed = new_kl_controller(SimpleNamespace(**vars(config), kl_controller="fixed"))
+    assert isinstance(fixed, FixedKLController) and fixed.beta == 0.1
+    adaptive = new_kl_controller(SimpleNamespace(**vars(config), kl_controller="adaptive"))
+    assert isinstance(adaptive, AdaptiveKLController) and adaptive.beta_max == math.inf and adaptive.beta_min == 0.01
+    # every entry's saved state carries its registry name, so a checkpoint names the controller that ran
+    for name, spec in KL_CONTROLLERS.items():
+        assert spec.from_config(config).state_dict()["type"] == name
+    assert not get_kl_controller("fixed").moves_beta and get_kl_controller("adaptive").moves_beta
+    with pytest.raises(ValueError, match="kl_controller: unknown value 'pid'; expected one of fixed, adaptive"):
+        get_kl_controller("pid")
+
+
+def test_resume_rule_the_config_wins_and_says_how_it_differs():
+    adaptive = AdaptiveKLController(0.1, target_kl=0.05, horizon=100, beta_min=0.01, beta_max=0.5)
+    saved = AdaptiveKLController(0.3, target_kl=0.02, horizon=100, beta_min=0.01, beta_max=0.5).state_dict()
+    assert adaptive.resume(saved) == ["target_kl: the checkpoint used 0.02; this run uses the config's 0.05"]
+    assert adaptive.beta == 0.3  # the checkpoint's beta, within the config's bounds
+    tight = AdaptiveKLController(0.1, target_kl=0.05, horizon=100, beta_min=0.01, beta_max=0.2)
+    notes = tight.resume(saved)
+    assert (
+        tight.beta == 0.2
+        and notes[-1] == "beta: the checkpoint's adaptive beta 0.3 is clamped to 0.2 (the config's bounds)"
+    )
+    fresh = AdaptiveKLController(0.1, target_kl=0.05, horizon=100)
+    assert fresh.resume({"type": "fixed", "beta": 0.04}) == [
+        "kl_controller: the checkpoint ran a fixed beta=0.04; the adaptive controller starts at the config's beta=0.1"
+    ]
+    assert fresh.beta == 0.1
+    fixed = FixedKLController(0.04)
+    assert fixed.resume({"type": "fixed", "beta": 0.04}) == []
+    assert fixed.resume(saved) == [
+        "beta: the checkpoint ran a adaptive beta (last 0.3); this run uses the config's fixed beta=0.04"
+    ]
+    assert fixed.beta == 0.04
+    with pytest.raises(ValueError, match="target_kl"):
+        fresh.resume(saved | {"target_kl": -1.0})

@@ -349,7 +349,10 @@ def test_process_reward_model_from_config_places_the_prm_on_the_process_device(f
             "process_reward_model_step_tag: only the `step_tag` format reads it",
         ),
         ({"process_reward_model": "x", "process_reward_model_bad_token": " "}, "bad_token: must be a non-empty"),
-        ({"process_reward_model": "x", "process_reward_model_batch_size": 0}, "batch_size: must be >= 1"),
+        (
+            {"process_reward_model": "x", "process_reward_model_batch_size": 0},
+            r"_batch_size: must be in \[1, inf\), got 0",
+        ),
     ],
 )
 def test_config_validates_the_prm_fields(tmp_path, overrides, message):

@@ -183,8 +183,10 @@ def test_study_stats_read_the_same_per_problem_values():
     }
     assert per_problem(result, "pass@2").tolist() == [1.0, 0.5]  # problem-id order; b: 1 - C(3, 2) / C(4, 2)
     assert per_problem(result, "maj@2").tolist() == [1.0, 0.25]
-    with pytest.raises(ValueError, match="expected pass@k or maj@k"):
-        per_problem(result, "pass^2")
+    # any registered metric keyed by k: pass^2 of b is C(1, 2) / C(4, 2) = 0, of a C(4, 2) / C(4, 2) = 1
+    assert per_problem(result, "pass^2").tolist() == [1.0, 0.0]
+    with pytest.raises(ValueError, match="expected one of pass@k, maj@k, pass\\^k"):
+        per_problem(result, "cover@0.5")
     with pytest.raises(ValueError, match="maj@4"):
         per_problem(result, "maj@4")
     assert BOOTSTRAP == {"n_resamples": 10_000, "seed": 0, "confidence": 0.95}  # what study reports record

@@ -86,3 +86,60 @@ def test_portable_paths(tmp_path):
     assert portable_path(tmp_path / "iter_1" / "policy", base=tmp_path) == "iter_1/policy"
     assert portable_path("Qwen/Qwen2.5-1.5B") == "Qwen/Qwen2.5-1.5B"  # a hub id is not a path of this machine
     assert portable_path("/elsewhere/model") == "/elsewhere/model"  # outside both: as the user gave it
+
+
+class _FakeTrainer:
+    """What `training_run` reads of a trainer: its args, whether it is the main process, its global step."""
+
+    def __init__(self, out, main=True):
+        from types import SimpleNamespace
+
+        from grpo_ext.config import GRPOExtConfig
+
+        self.args = GRPOExtConfig(output_dir=str(out), max_steps=3, use_cpu=True, bf16=False, report_to="none")
+        self.accelerator = SimpleNamespace(is_main_process=main)
+        self.state = SimpleNamespace(global_step=0)
+
+
+def test_training_run_writes_the_same_record_for_any_runner(tmp_path):
+    from trl import ModelConfig
+
+    from grpo_ext.hub.training import trained_with, training_run
+    from grpo_ext.script_args import TaskFields
+
+    trainer = _FakeTrainer(tmp_path / "ok")
+    with training_run(trainer, TaskFields(task_kwargs={"max_operands": 2}), ModelConfig("embedded_x")):
+        running = read_run_status(tmp_path / "ok")
+        assert running["status"] == "running" and running["max_steps"] == 3
+        assert not (tmp_path / "ok" / CONFIG_FILE).exists()  # the config is what was run: written at the end
+        trainer.state.global_step = 3
+    status = read_run_status(tmp_path / "ok")
+    assert status["status"] == "complete" and status["global_step"] == 3
+    summary = trained_with(tmp_path / "ok")  # the card's reader finds the record
+    assert summary["task"] == "arithmetic" and summary["task_kwargs"] == {"max_operands": 2}
+    assert summary["planned_steps"] == 3 and summary["base_model"] == "embedded_x"
+
+    failing = _FakeTrainer(tmp_path / "bad")
+    with pytest.raises(RuntimeError, match="disk"), training_run(failing, TaskFields(), ModelConfig("m")):
+        failing.state.global_step = 2
+        raise RuntimeError("disk\nfull")
+    status = read_run_status(tmp_path / "bad")
+    assert status["status"] == "failed" and status["step"] == 2 and "disk" in status["error"]
+    assert "\n" not in status["error"] and not (tmp_path / "bad" / CONFIG_FILE).exists()
+
+    other = _FakeTrainer(tmp_path / "worker", main=False)  # only the main process writes
+    with training_run(other, TaskFields(), ModelConfig("m")):
+        pass
+    assert not (tmp_path / "worker").exists()
+
+
+def test_loading_the_trainer_does_not_load_the_model_card_stack():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, grpo_ext.trainer; "
+        "print('grpo_ext.hub.card' in sys.modules, 'grpo_ext.evaluation.report' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]

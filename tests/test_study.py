@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from grpo_ext.checkpoints import read_run_status
+from grpo_ext.hub.training import trained_with
 from grpo_ext.methods.study.config import Setting, load_study, pick_settings
 from grpo_ext.methods.study.stats import finding_beats, paired_difference, samples_to_reach
 
@@ -121,6 +123,10 @@ def test_quick_run_of_every_method_picks_on_validation_before_any_test_number(tm
                 assert tests == []  # a setting that was not picked is never scored on test
         cost = json.loads((out / "runs" / arm / best / "seed0" / "training_cost.json").read_text())
         assert cost["optimizer_steps"] == 2 and cost["samples_generated"] == (0 if arm == "sft" else 32)
+        # every runner leaves the same training record as scripts/train.py: the card reads it
+        status = read_run_status(out / "runs" / arm / best / "seed0")
+        assert status["status"] == "complete" and status["global_step"] == 2
+        assert trained_with(out / "runs" / arm / best / "seed0")["task"] == "arithmetic"
         log = json.loads((out / "runs" / arm / best / "seed0" / "training_log.json").read_text())
         assert log[-1]["step"] == 2 and "train_runtime" in log[-1]  # the trainer's whole log history is kept
     report = (out / "report.md").read_text()

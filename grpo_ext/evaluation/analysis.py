@@ -30,7 +30,7 @@ from grpo_ext.evaluation.bootstrap import (
     crossover_k,
     solved_overlap,
 )
-from grpo_ext.evaluation.metrics import cover_at_many, pass_at_k_many, pass_hat_k_many
+from grpo_ext.evaluation.registry import get_metric, keyed_metrics, scalar_metrics
 from grpo_ext.evaluation.scoring import default_ks
 
 __all__ = [
@@ -48,9 +48,10 @@ __all__ = [
 
 #: A model *solves* a problem at k when its pass@k there is at least this (see bootstrap.solved_overlap).
 SOLVED_THRESHOLD = 0.5
-#: Metrics with one value per k (or per tau for Cover@tau), and metrics with one value per problem.
-KEYED_METRICS = ("pass@k", "maj@k", "pass^k", "cover@tau")
-SCALAR_METRICS = ("mean_accuracy", "distinct_answers", "answer_entropy")
+#: Metrics with one value per k (or per tau for Cover@tau), and metrics with one value per problem: the registry's
+#: (:mod:`grpo_ext.evaluation.registry`), in its order.
+KEYED_METRICS = tuple(m.name for m in keyed_metrics())
+SCALAR_METRICS = tuple(m.name for m in scalar_metrics())
 
 
 @dataclass(frozen=True)
@@ -111,9 +112,7 @@ def metric_keys(result: dict, metric: str) -> list[str]:
     table = result.get(metric)
     if not isinstance(table, dict):
         return []
-    if metric == "cover@tau":
-        return sorted(table, key=float)
-    return sorted(table, key=int)
+    return get_metric(metric).sort_keys(table)
 
 
 def per_problem_values(result: dict, metric: str, keys: Sequence[str] = (), ids: Sequence[str] | None = None):
@@ -124,31 +123,19 @@ def per_problem_values(result: dict, metric: str, keys: Sequence[str] = (), ids:
     pass@k, pass^k and Cover@tau come from ``n_correct`` and ``n`` (exact, any k <= n); maj@k, distinct answers and
     answer entropy are read from the records (the harness computed them from the answers).
     """
+    entry = get_metric(metric)  # an unknown metric is a ValueError naming the registered ones
     rows = _rows(result, ids)
     if rows is None:
         return None
     n = int(result["n"])
-    n_correct = np.array([r["n_correct"] for r in rows])
-    if metric == "mean_accuracy":
-        return n_correct / n
-    if metric in ("distinct_answers", "answer_entropy"):
-        if not all(metric in r for r in rows):
-            return None
-        return np.array([r[metric] for r in rows], dtype=np.float64)
+    if entry.keyed_by is None:
+        return entry.per_problem(n, rows, None)
     columns = []
     for key in keys:
-        if metric == "pass@k":
-            columns.append(pass_at_k_many(n, n_correct, int(key)))
-        elif metric == "pass^k":
-            columns.append(pass_hat_k_many(n, n_correct, int(key)))
-        elif metric == "cover@tau":
-            columns.append(cover_at_many(n, n_correct, float(key)))
-        elif metric == "maj@k":
-            if not all(isinstance(r.get("maj@k"), dict) and key in r["maj@k"] for r in rows):
-                return None
-            columns.append(np.array([r["maj@k"][key] for r in rows], dtype=np.float64))
-        else:
-            raise ValueError(f"unknown metric {metric!r}; expected one of {KEYED_METRICS + SCALAR_METRICS}")
+        column = entry.per_problem(n, rows, key)
+        if column is None:
+            return None
+        columns.append(column)
     return np.stack(columns, axis=1) if columns else np.zeros((len(rows), 0))
 
 
@@ -227,7 +214,7 @@ def compare_models(
     difference: dict = {}
     for metric in KEYED_METRICS:
         keys = [key for key in metric_keys(a, metric) if key in set(metric_keys(b, metric))]
-        if metric != "cover@tau":
+        if get_metric(metric).keyed_by == "k":
             keys = [key for key in keys if int(key) <= n]
         va = per_problem_values(a, metric, keys, ids) if keys else None
         vb = per_problem_values(b, metric, keys, ids) if keys else None

@@ -58,7 +58,8 @@ def plot_passk_majk(
     from matplotlib.ticker import FixedLocator, NullLocator
 
     fig, ax = plt.subplots(figsize=(9.0, 5.0), dpi=120)
-    colours = plt.get_cmap("tab10").colors
+    # ten distinct colours cover a harness report; a study draws more curves (the base and every arm)
+    colours = plt.get_cmap("tab10" if len(results) <= 10 else "tab20").colors
     all_ks = sorted({k for r in results for k in r["ks"]})
     for i, r in enumerate(results):
         colour = colours[i % len(colours)]

@@ -33,6 +33,7 @@ from grpo_ext.evaluation.analysis import (
     per_problem_values,
 )
 from grpo_ext.evaluation.plots import describe_task, plot_passk_majk, plot_problem_accuracy
+from grpo_ext.evaluation.registry import METRICS, keyed_metrics, scalar_metrics
 from grpo_ext.io import atomic_write_bytes, atomic_write_text, portable_path
 
 __all__ = [
@@ -49,15 +50,8 @@ __all__ = [
 REPORT_MD, REPORT_JSON, REPORT_PNG = "report.md", "report.json", "passk_majk.png"
 SCATTER_PNG = "per_problem_accuracy.png"
 
-_LEGEND = [
-    "- **pass@k**: P(at least one of k samples is right), unbiased (Chen et al.): what the model *can* solve.",
-    "- **maj@k**: P(the most frequent answer among k samples is right), exact (ties split, no answer does not "
-    "vote): what self-consistency gets.",
-    "- **pass^k**: P(all k samples are right), unbiased: how *reliably* it solves.",
-    "- **Cover@tau**: share of problems whose fraction of right samples is >= tau (breadth at low tau, depth at "
-    "high tau).",
-    "- **answer diversity**: distinct answers per problem and the entropy (bits) of their distribution.",
-]
+# the legend's lines: the registry's, in its order (a metric without one is covered by another's line)
+_LEGEND = [m.legend for m in METRICS.values() if m.legend]
 
 
 def _fmt(x: float | None) -> str:
@@ -81,13 +75,12 @@ def _signed(d: dict | None) -> str:
 
 def _model_section(r: dict, iv: dict) -> list[str]:
     keys = [str(k) for k in r["ks"]]
-    has_hat = isinstance(r.get("pass^k"), dict)
-    header = "| k | pass@k | maj@k |" + (" pass^k |" if has_hat else "")
-    lines = [f"## {r['model']}", "", header, "|---:|---:|---:|" + ("---:|" if has_hat else "")]
+    # one column per metric keyed by k that the result holds (older results lack pass^k)
+    columns = [m.name for m in keyed_metrics("k") if isinstance(r.get(m.name), dict)]
+    header = "| k | " + " | ".join(columns) + " |"
+    lines = [f"## {r['model']}", "", header, "|---:|" + "---:|" * len(columns)]
     for k in keys:
-        cells = [_with_ci(r[m].get(k), iv.get(m, {}).get(k)) for m in ("pass@k", "maj@k")]
-        if has_hat:
-            cells.append(_with_ci(r["pass^k"].get(k), iv.get("pass^k", {}).get(k)))
+        cells = [_with_ci(r[m].get(k), iv.get(m, {}).get(k)) for m in columns]
         lines.append(f"| {k} | " + " | ".join(cells) + " |")
     lines.append("")
     cover = r.get("cover@tau") or {}
@@ -134,6 +127,7 @@ def crossover_text(c: dict, n: int) -> str:
 
 def _comparison_section(c: dict, confidence: float) -> list[str]:
     d = c["difference"]
+    per_k = [m.name for m in keyed_metrics("k")]
     lines = [
         f"## B against A: {c['b']} (B) vs {c['a']} (A)",
         "",
@@ -141,24 +135,20 @@ def _comparison_section(c: dict, confidence: float) -> list[str]:
         f"{confidence:.0%} bootstrap intervals (bold: the interval excludes 0). Solved = pass@k >= "
         f"{c['solved_threshold']} (at k = n: at least one of the n samples right).",
         "",
-        "| k | Δ pass@k | Δ maj@k | Δ pass^k | solved by both | only A | only B | neither |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| k | " + " | ".join(f"Δ {m}" for m in per_k) + " | solved by both | only A | only B | neither |",
+        "|---:|" + "---:|" * (len(per_k) + 4),
     ]
     for k in c["ks"]:
         key, o = str(k), c["solved_overlap"][str(k)]
-        cells = [_signed(d.get(m, {}).get(key)) for m in ("pass@k", "maj@k", "pass^k")]
+        cells = [_signed(d.get(m, {}).get(key)) for m in per_k]
         counts = [str(o[f]) for f in ("both", "only_a", "only_b", "neither")]
         lines.append(f"| {k} | " + " | ".join(cells + counts) + " |")
     lines += ["", f"- crossover of pass@k: {crossover_text(c['crossover'], c['n'])}"]
     for t, diff in d.get("cover@tau", {}).items():
         lines.append(f"- Δ Cover@{t}: {_signed(diff)}")
-    for metric, name in (
-        ("mean_accuracy", "mean accuracy"),
-        ("distinct_answers", "distinct answers"),
-        ("answer_entropy", "answer entropy (bits)"),
-    ):
-        if metric in d:
-            lines.append(f"- Δ {name}: {_signed(d[metric])}")
+    for metric in scalar_metrics():
+        if metric.name in d:
+            lines.append(f"- Δ {metric.title}: {_signed(d[metric.name])}")
     return [*lines, ""]
 
 

@@ -25,13 +25,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from grpo_ext.evaluation.majority import maj_from_signature
-from grpo_ext.evaluation.metrics import (
-    answer_diversity,
-    answer_signature,
-    cover_at_many,
-    pass_at_k_many,
-    pass_hat_k_many,
-)
+from grpo_ext.evaluation.metrics import answer_diversity, answer_signature
+from grpo_ext.evaluation.registry import METRICS
 
 if TYPE_CHECKING:  # grpo_ext.tasks imports datasets: not needed to score
     from grpo_ext.tasks.base import Task
@@ -105,20 +100,22 @@ def score_problem(
 def summarize(per_problem: Sequence[dict], n: int, ks: Sequence[int], taus: Sequence[float] = DEFAULT_TAUS) -> dict:
     """Means over problems of every metric, from the records of :func:`score_problem` (``n`` samples each).
 
-    Keys: ``pass@k``, ``pass^k``, ``maj@k`` (``{"k": mean}``), ``cover@tau`` (``{"tau": share of problems}``),
-    ``mean_accuracy`` (mean fraction of correct samples = mean pass@1), ``answers_extracted`` (fraction of all
-    samples with an answer), ``distinct_answers`` and ``answer_entropy`` (means of the per-problem values).
+    Keys: every metric of :data:`grpo_ext.evaluation.registry.METRICS` in its order (``pass@k``, ``maj@k``, ``pass^k``:
+    ``{"k": mean}``; ``cover@tau``: ``{"tau": share of problems}``; ``mean_accuracy``: mean fraction of correct
+    samples = mean pass@1; ``distinct_answers``, ``answer_entropy``), then ``answers_extracted`` (fraction of all
+    samples with an answer).
     """
     if not per_problem:
         raise ValueError("no problems to summarise")
-    n_correct = np.array([p["n_correct"] for p in per_problem])
-    return {
-        "pass@k": {str(k): float(pass_at_k_many(n, n_correct, k).mean()) for k in ks},
-        "pass^k": {str(k): float(pass_hat_k_many(n, n_correct, k).mean()) for k in ks},
-        "maj@k": {str(k): float(np.mean([p["maj@k"][str(k)] for p in per_problem])) for k in ks},
-        "cover@tau": {tau_key(t): float(cover_at_many(n, n_correct, t).mean()) for t in taus},
-        "mean_accuracy": float(np.mean(n_correct / n)),
-        "answers_extracted": float(sum(p["n_extracted"] for p in per_problem) / (n * len(per_problem))),
-        "distinct_answers": float(np.mean([p["distinct_answers"] for p in per_problem])),
-        "answer_entropy": float(np.mean([p["answer_entropy"] for p in per_problem])),
-    }
+    keys = {"k": [str(k) for k in ks], "tau": [tau_key(t) for t in taus]}
+    out: dict = {}
+    for metric in METRICS.values():  # every registered metric: the mean of its per-problem values
+        if metric.keyed_by is None:
+            out[metric.name] = float(metric.per_problem(n, per_problem, None).mean())
+        else:
+            out[metric.name] = {
+                key: float(metric.per_problem(n, per_problem, key).mean()) for key in keys[metric.keyed_by]
+            }
+    # not a per-problem mean: the share of all samples (problems weigh by their samples, all n here)
+    out["answers_extracted"] = float(sum(p["n_extracted"] for p in per_problem) / (n * len(per_problem)))
+    return out

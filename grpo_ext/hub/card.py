@@ -13,6 +13,7 @@ from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from grpo_ext.evaluation.registry import METRICS
 from grpo_ext.evaluation.report import metric_table, read_report
 from grpo_ext.hub.training import is_embedded, is_hub_id, task_dataset, trained_with, trainer_summary
 
@@ -31,7 +32,7 @@ def eval_results(report: dict, dataset: str | None = None) -> list[EvalResult]:
     params = _sampling(report)
     args = {"n": report.get("n"), **params}
     results = []
-    for metric in ("pass@k", "maj@k"):
+    for metric in (m.name for m in METRICS.values() if m.in_card):  # the registry says which metrics a card lists
         for k, value in metric_table(report, metric).items():
             name = metric.replace("@k", f"@{k}")
             results.append(
@@ -162,13 +163,12 @@ def _sampling(report: dict) -> dict:
 def _eval_section(report: dict | None) -> str:
     if report is None:
         return ""
-    passes, majs = metric_table(report, "pass@k"), metric_table(report, "maj@k")
-    rows = [
-        f"| {k} | {passes[k]:.3f} | {majs[k]:.3f} |"
-        if k in passes and k in majs
-        else f"| {k} | {passes.get(k, '–')} | {majs.get(k, '–')} |"
-        for k in sorted(set(passes) | set(majs))
-    ]
+    tables = {m.name: metric_table(report, m.name) for m in METRICS.values() if m.in_card}
+    rows = []
+    for k in sorted(set().union(*tables.values())):
+        whole = all(k in t for t in tables.values())  # a k some metric lacks is shown as written, "–" where missing
+        cells = [f"{t[k]:.3f}" if whole else str(t.get(k, "–")) for t in tables.values()]
+        rows.append(f"| {k} | " + " | ".join(cells) + " |")
     sampling = ", ".join(f"{k} {v}" for k, v in _sampling(report).items())
     problems = f" ({report['n_problems']} problems)" if report.get("n_problems") else ""
     sampling = f", {sampling}" if sampling else ""
@@ -176,7 +176,7 @@ def _eval_section(report: dict | None) -> str:
         "## Evaluation\n\n"
         f"Pass@k (unbiased estimator) and maj@k (exact expectation of the majority vote) on `{report['task_id']}`"
         f"{problems}, n = {report['n']} samples per problem{sampling}, from the grpo-ext evaluation harness.\n\n"
-        "| k | pass@k | maj@k |\n|---:|---:|---:|\n" + "\n".join(rows) + "\n\n"
+        "| k | " + " | ".join(tables) + " |\n|---:|" + "---:|" * len(tables) + "\n" + "\n".join(rows) + "\n\n"
     )
 
 

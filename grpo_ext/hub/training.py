@@ -1,5 +1,9 @@
-"""What a checkpoint's model card says about its training: a summary dict built from the resolved config that
-scripts/train.py saves next to the checkpoint (`trained_with`) or from a live trainer (`trainer_summary`).
+"""A training run's record and what a checkpoint's model card says about it.
+
+The record, written by every runner (scripts/train.py, the method runners, the iterative loop) through
+`training_run`: `grpo_ext_run.json` (`running`, then `complete` or `failed`; see `grpo_ext.checkpoints`) and the
+resolved config `grpo_ext_config.yaml` (`save_resolved_config`). Its reader: a summary dict built from that config
+next to the checkpoint (`trained_with`) or from a live trainer (`trainer_summary`).
 
 How the gradient coefficient was computed is the registry record's own text (`GradientCoefficient.description`),
 so a mode added with `register_gradient_coefficient` is described on the card without editing this file.
@@ -7,16 +11,22 @@ so a mode added with `register_gradient_coefficient` is described on the card wi
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
 import platform
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from grpo_ext.advantages import GradientCoefficient, get_gradient_coefficient
+from grpo_ext.checkpoints import write_run_status
+from grpo_ext.cli import one_line
 from grpo_ext.errors import UserError
+from grpo_ext.io import atomic_write_text, portable_path
 
 __all__ = [
     "CONFIG_FILE",
@@ -24,15 +34,19 @@ __all__ = [
     "hardware_summary",
     "is_embedded",
     "is_hub_id",
+    "save_resolved_config",
     "summarize_training",
     "task_dataset",
     "trained_with",
     "trainer_summary",
+    "training_run",
 ]
 
-#: The resolved config scripts/train.py writes into the output folder (`{task, training, model}` sections).
+#: The resolved config every training run writes into its output folder (`{task, training, model}` sections).
 CONFIG_FILE = "grpo_ext_config.yaml"
 TRAINER_STATE_FILE = "trainer_state.json"
+# Path-valued fields of the resolved config, recorded relative to the output folder or the repository.
+_PATH_FIELDS = {"training": ("output_dir", "logging_dir", "resume_from_checkpoint"), "model": ("model_name_or_path",)}
 
 # Training fields shown in the card when set (label, key); the grpo-ext ones are listed only when not at TRL's default.
 _GRPO_FIELDS = (
@@ -257,3 +271,77 @@ def trainer_summary(trainer, dataset_name: str | None = None) -> dict:
     if trainer.state.max_steps and trainer.state.max_steps > 0:  # epochs resolved to steps by the Trainer
         summary["planned_steps"] = trainer.state.max_steps
     return summary
+
+
+# ---- writing the record ---------------------------------------------------------------------------------------------
+
+
+def save_resolved_config(output_dir: str | os.PathLike, task_args, training_args, model_args) -> Path:
+    """All three argument groups as one YAML, next to the model (what was really run). Paths are recorded relative to
+    the output folder or the repository (the shipped base model as `embedded`), so the record names no folder of
+    the machine that ran it. ``task_args``: any dataclass holding the task fields
+    (`grpo_ext.script_args.TaskFields`)."""
+    from grpo_ext.models import EMBEDDED_MODEL_DIR, EMBEDDED_NAME
+
+    task = dataclasses.asdict(task_args)
+    task.pop("overwrite_output_dir", None)  # what happened to an earlier run's folder, not how this one trained
+    resolved = {
+        "task": task,
+        "training": training_args.to_dict(),
+        "model": {k: v for k, v in dataclasses.asdict(model_args).items()},
+    }
+    for section, fields in _PATH_FIELDS.items():
+        for field in fields:
+            value = resolved[section].get(field)
+            if isinstance(value, str) and value:
+                embedded = Path(value).expanduser().resolve() == EMBEDDED_MODEL_DIR.resolve()
+                resolved[section][field] = EMBEDDED_NAME if embedded else portable_path(value, base=output_dir)
+    return atomic_write_text(
+        Path(output_dir) / CONFIG_FILE, yaml.safe_dump(resolved, sort_keys=False, default_flow_style=False)
+    )
+
+
+class TrainingRun:
+    """What `training_run` yields: ``save_config()`` writes the resolved config now (before a model card that reads
+    it); otherwise it is written when the block ends without an error."""
+
+    def __init__(self, trainer, task_args, model_args, main_process: bool):
+        self.trainer, self.task_args, self.model_args, self.main_process = trainer, task_args, model_args, main_process
+        self.config_saved = False
+
+    @property
+    def output_dir(self) -> str:
+        return self.trainer.args.output_dir
+
+    def save_config(self) -> None:
+        if self.main_process:
+            save_resolved_config(self.output_dir, self.task_args, self.trainer.args, self.model_args)
+        self.config_saved = True
+
+
+@contextlib.contextmanager
+def training_run(trainer, task_args, model_args) -> Iterator[TrainingRun]:
+    """The lifecycle of one training run in ``trainer.args.output_dir``, the same whichever runner trains:
+
+    on entry the run status `running` (with ``max_steps``); when the block (train, save) ends without an error, the
+    resolved config (unless ``save_config()`` wrote it already) and the status `complete` (with the global step);
+    when it raises, the status `failed` with the error in one line and the step reached, and the error goes on.
+    Only the main process writes. The status is written last, so a run whose record is half-written is never
+    `complete`.
+    """
+    main_process = trainer.accelerator.is_main_process
+    output_dir = trainer.args.output_dir
+    if main_process:
+        write_run_status(output_dir, "running", max_steps=trainer.args.max_steps)
+    run = TrainingRun(trainer, task_args, model_args, main_process)
+    try:
+        yield run
+        if not run.config_saved:
+            run.save_config()
+    except Exception as err:
+        if main_process:  # best effort: with a full disk even this can fail, and the status stays `running`
+            with contextlib.suppress(OSError):
+                write_run_status(output_dir, "failed", error=one_line(err), step=trainer.state.global_step)
+        raise
+    if main_process:
+        write_run_status(output_dir, "complete", global_step=trainer.state.global_step)

@@ -9,7 +9,7 @@ from grpo_ext.errors import UserError
 from grpo_ext.iterative.arms import ARMS, parse_arms, parse_seeds
 from grpo_ext.iterative.replay import check_replay_ratio
 from grpo_ext.iterative.rm_training import REWARD_MODEL_TYPES, RM_INITS, check_reward_model_type
-from grpo_ext.script_args import parse_task_kwargs
+from grpo_ext.script_args import TaskFields
 
 __all__ = ["IterativeArguments"]
 
@@ -27,24 +27,17 @@ _POSITIVE_INTS = (
 
 
 @dataclass
-class IterativeArguments:
+class IterativeArguments(TaskFields):
     """The iterative-RL experiment: task, arms, seeds, iterations, reward model, replay, evaluation and guard.
+
+    The task fields are `TaskFields`' (the task needs a verifier; ``train_size`` is the RL prompt pool: the train
+    prompts GRPO trains on and the RM's data is sampled on).
 
     The policy's GRPO settings are GRPOExtConfig's (``max_steps`` = GRPO steps per iteration, ``output_dir`` =
     the run folder; its ``seed`` is replaced by each of ``seeds``) and the base policy is ModelConfig's
     ``model_name_or_path``.
     """
 
-    task: str = field(
-        default="arithmetic", metadata={"help": "Task name (see grpo_ext.tasks.TASKS); needs a verifier."}
-    )
-    task_kwargs: dict | str | None = field(
-        default=None, metadata={"help": "Task knobs, e.g. {max_operands: 3} in YAML or a JSON string."}
-    )
-    train_size: int | None = field(
-        default=None,
-        metadata={"help": "The RL prompt pool: train prompts GRPO trains on and the RM's data is sampled on."},
-    )
     train_offset: int = field(
         default=0,
         metadata={
@@ -132,7 +125,7 @@ class IterativeArguments:
     )
 
     def __post_init__(self):
-        self.task_kwargs = parse_task_kwargs(self.task_kwargs)
+        super().__post_init__()
         check_reward_model_type(self.reward_model_type)
         if self.rm_init not in RM_INITS:
             raise UserError(f"rm_init: unknown value {self.rm_init!r}; expected one of {', '.join(RM_INITS)}")
@@ -149,8 +142,6 @@ class IterativeArguments:
             value = getattr(self, name)
             if value is not None and not (value > 0 and math.isfinite(value)):
                 raise UserError(f"{name}: must be > 0, got {value}")
-        if self.train_size is not None and self.train_size < 1:
-            raise UserError(f"train_size: must be >= 1, got {self.train_size}")
         if isinstance(self.rm_heldout_prompts, bool) or self.rm_heldout_prompts < 0:
             raise UserError(f"rm_heldout_prompts: must be an integer >= 0, got {self.rm_heldout_prompts!r}")
         if self.train_offset < 0:

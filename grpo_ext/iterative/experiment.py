@@ -60,10 +60,16 @@ class Experiment:
                 "saved after each iteration; run it in full precision"
             )
         mode = training_args.advantage_mode
-        if it_args.reward_model_type == "outcome" and get_gradient_coefficient(mode).needs_step_rewards:
+        reads_steps = get_gradient_coefficient(mode).needs_step_rewards
+        if it_args.reward_model_type == "outcome" and reads_steps:
             raise UserError(
                 f"advantage_mode: `{mode}` needs step rewards, which only reward_model_type: process gives in the "
                 "iterative loop"
+            )
+        if it_args.reward_model_type == "process" and not reads_steps:  # before any job (policy.py refuses it too)
+            raise UserError(
+                f"advantage_mode: reward_model_type process feeds step scores to the advantages, but `{mode}` reads "
+                "none; set a mode that reads step rewards (e.g. process)"
             )
         base_id, _, _ = policy_init(model_args, training_args)  # also sets the trainer's model_init_kwargs
         if not Path(base_id).is_dir():

@@ -17,7 +17,10 @@ import gc
 import time
 from pathlib import Path
 
+from trl import ModelConfig
+
 from grpo_ext.evaluation.sampling import derive_seed
+from grpo_ext.hub.training import training_run
 from grpo_ext.iterative.arms import RETRAINS_RM, USES_RM
 from grpo_ext.iterative.guard import CollapseGuard
 from grpo_ext.iterative.measure import Setting, rm_metrics
@@ -86,9 +89,12 @@ class ArmRun:
         reference_reset = reference_matches_policy(trainer)
         if reference_reset is False:
             raise RuntimeError("the reference model does not start from the current policy")
-        trainer.train()
-        trainer.save_model(str(work))
-        trainer.processing_class.save_pretrained(str(work))
+        # the run's record (status, resolved config) in the policy's folder, as every runner writes it; the model
+        # this iteration started from is the previous policy, not the experiment's base
+        with training_run(trainer, self.args, ModelConfig(model_name_or_path=str(state["policy"]))):
+            trainer.train()
+            trainer.save_model(str(work))
+            trainer.processing_class.save_pretrained(str(work))
         curve = training_curve(trainer.state.log_history)
         info = {
             "reference": state["policy"],

@@ -17,6 +17,7 @@ import copy
 from transformers import PrinterCallback, ProgressCallback, TrainerCallback
 
 from grpo_ext.advantages import get_gradient_coefficient
+from grpo_ext.errors import UserError
 from grpo_ext.rewards.orm import RMRewardFunction
 from grpo_ext.rewards.prm import ProcessRewardModel
 from grpo_ext.tasks.base import completion_text
@@ -111,8 +112,12 @@ def build_policy_trainer(
     process = reward_model_type == "process"
     if process:
         args.step_separator = args.step_separator or task.step_separator
+        # Refused, not switched: the report prints the config's advantage_mode, so it must be the mode that ran.
         if not get_gradient_coefficient(args.advantage_mode).needs_step_rewards:
-            args.advantage_mode = PROCESS_SUPERVISION
+            raise UserError(
+                f"advantage_mode: reward_model_type process feeds step scores to the advantages, but "
+                f"`{args.advantage_mode}` reads none; set a mode that reads step rewards (e.g. {PROCESS_SUPERVISION})"
+            )
     process_reward_funcs = None  # the config's, as in any GRPO run
     verifier = reward_source == "verifier"
     logged = _verifier_funcs(task, outcome=not verifier) if log_verifier_reward else []

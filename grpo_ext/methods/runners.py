@@ -299,57 +299,61 @@ def train_method(method_args, task_args, training_args, model_args) -> dict:
         training_args,
         generated=(lambda: counters[0].samples) if counters else (lambda: ctx.cost.get("samples_generated", 0)),
     )
-    trainer.train()
-    out = Path(training_args.output_dir)
-    trainer.save_model(str(out))
-    if counters:  # online: what the reward function scored is what was generated
-        ctx.cost.update(samples_generated=counters[0].samples, generated_tokens=counters[0].tokens)
-    curve_seconds = curve.seconds if curve is not None else 0.0
-    train_seconds = timer.seconds - curve_seconds
-    cost = {
-        "method": method.name,
-        "seed": training_args.seed,
-        "sample_budget": budget,
-        "samples_generated": int(ctx.cost.get("samples_generated", 0)),
-        "generated_tokens": int(ctx.cost.get("generated_tokens", 0)),
-        "optimizer_steps": timer.steps,
-        "trained_sequences": timer.steps * trained_sequences_per_step(method.name, training_args),
-        "trained_tokens": trained_tokens(trainer),
-        "sampling_seconds": round(ctx.cost.get("sampling_seconds", 0.0), 2),
-        "train_seconds": round(train_seconds, 2),
-        "curve_seconds": round(curve_seconds, 2),
-        "wall_seconds": round(ctx.cost.get("sampling_seconds", 0.0) + train_seconds, 2),
-        "details": ctx.details,
-    }
-    if trainer.accelerator.is_main_process:
-        trainer.processing_class.save_pretrained(str(out))
-        write_json_file(out, COST_FILE, cost)
-        if curve is not None:
+    from grpo_ext.hub.training import training_run
+
+    # the run's record (status, resolved config), as every runner writes it
+    with training_run(trainer, task_args, model_args):
+        trainer.train()
+        out = Path(training_args.output_dir)
+        trainer.save_model(str(out))
+        if counters:  # online: what the reward function scored is what was generated
+            ctx.cost.update(samples_generated=counters[0].samples, generated_tokens=counters[0].tokens)
+        curve_seconds = curve.seconds if curve is not None else 0.0
+        train_seconds = timer.seconds - curve_seconds
+        cost = {
+            "method": method.name,
+            "seed": training_args.seed,
+            "sample_budget": budget,
+            "samples_generated": int(ctx.cost.get("samples_generated", 0)),
+            "generated_tokens": int(ctx.cost.get("generated_tokens", 0)),
+            "optimizer_steps": timer.steps,
+            "trained_sequences": timer.steps * trained_sequences_per_step(method.name, training_args),
+            "trained_tokens": trained_tokens(trainer),
+            "sampling_seconds": round(ctx.cost.get("sampling_seconds", 0.0), 2),
+            "train_seconds": round(train_seconds, 2),
+            "curve_seconds": round(curve_seconds, 2),
+            "wall_seconds": round(ctx.cost.get("sampling_seconds", 0.0) + train_seconds, 2),
+            "details": ctx.details,
+        }
+        if trainer.accelerator.is_main_process:
+            trainer.processing_class.save_pretrained(str(out))
+            write_json_file(out, COST_FILE, cost)
+            if curve is not None:
+                write_json_file(
+                    out,
+                    CURVE_FILE,
+                    {
+                        "method": method.name,
+                        "seed": training_args.seed,
+                        "params": curve.params.to_dict(),
+                        "points": curve.points(),
+                    },
+                )
+            # what the report's diagnostics read (e.g. the share of groups without signal), kept with the run's records
+            write_json_file(out, LOG_FILE, _jsonable(trainer.state.log_history))
             write_json_file(
                 out,
-                CURVE_FILE,
-                {
-                    "method": method.name,
-                    "seed": training_args.seed,
-                    "params": curve.params.to_dict(),
-                    "points": curve.points(),
-                },
+                RUN_FILE,
+                _jsonable(
+                    {
+                        "method": dataclasses.asdict(method),
+                        "method_args": dataclasses.asdict(method_args),
+                        "task": dataclasses.asdict(task_args),
+                        "training": training_args.to_dict(),
+                        "model": dataclasses.asdict(model_args),
+                    }
+                ),
             )
-        # what the report's diagnostics read (e.g. the share of groups without signal), kept with the run's records
-        write_json_file(out, LOG_FILE, _jsonable(trainer.state.log_history))
-        write_json_file(
-            out,
-            RUN_FILE,
-            _jsonable(
-                {
-                    "method": dataclasses.asdict(method),
-                    "method_args": dataclasses.asdict(method_args),
-                    "task": dataclasses.asdict(task_args),
-                    "training": training_args.to_dict(),
-                    "model": dataclasses.asdict(model_args),
-                }
-            ),
-        )
     del trainer
     gc.collect()
     return cost

@@ -51,6 +51,20 @@ def as_number(value) -> float | None:
     return None
 
 
+def reward_value(value, where: str, noun: str = "reward") -> float | None:
+    """One reward (an outcome reward, or one step's score) as a float; None stays None (the function could not score
+    it: missing, not zero). Anything but one number, and an infinity (TRL would turn it into NaN advantages for the
+    whole group), is a `UserError` starting with ``where`` (which function, which completion)."""
+    if value is None:
+        return None
+    number = as_number(value)
+    if number is None:
+        raise UserError(f"{where} got {value!r}; expected a float or None")
+    if math.isinf(number):
+        raise UserError(f"{where} got an infinite {noun}")
+    return number
+
+
 def as_values(returned) -> list | None:
     """A function's per-completion output as a list (`returned` iterated once), or None if it is not a sequence of
     values: a string, a mapping, a scalar (a 0-d array too)."""
@@ -87,13 +101,7 @@ def checked_reward_func(func: Callable) -> Callable:
                 "expected one float (or None) per completion"
             )
         for i, value in enumerate(rewards):
-            if value is None:
-                continue
-            number = as_number(value)
-            if number is None:
-                raise UserError(f"reward function {name!r}: completion {i} got {value!r}; expected a float or None")
-            if math.isinf(number):
-                raise UserError(f"reward function {name!r}: completion {i} got an infinite reward")
+            reward_value(value, f"reward function {name!r}: completion {i}")
         return rewards
 
     return wrapper

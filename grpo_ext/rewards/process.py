@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from grpo_ext.errors import UserError
-from grpo_ext.rewards.checked import as_number, as_values, call_users_function, func_name
+from grpo_ext.rewards.checked import as_values, call_users_function, func_name, reward_value
 from grpo_ext.steps import step_end_token_indices
 
 
@@ -20,18 +20,6 @@ class ScoredSteps:
     ends: list[int]
     scores: list[float]
     length: int
-
-
-def _as_score(value, name: str, row: int) -> float:
-    """A step score as a float: the number types outcome rewards accept (NumPy scalars included); None is NaN."""
-    if value is None:
-        return math.nan  # the function could not score this step: it is missing, not zero
-    number = as_number(value)
-    if number is None:
-        raise UserError(f"process reward function {name!r}: completion {row} has a non-number step score {value!r}")
-    if math.isinf(number):
-        raise UserError(f"process reward function {name!r}: completion {row} has an infinite step score")
-    return number
 
 
 def score_steps(
@@ -75,7 +63,9 @@ def score_steps(
                     f"{len(row_ends)} steps (step_separator {separator!r}); expected one score per step"
                 )
             for j, value in enumerate(scores):
-                totals[row][j] += _as_score(value, name, row)
+                # the outcome rewards' check (same types accepted); a missing step score makes the step NaN
+                score = reward_value(value, f"process reward function {name!r}: completion {row}", "step score")
+                totals[row][j] += math.nan if score is None else score
     return [ScoredSteps(e, t, len(ids)) for e, t, ids in zip(ends, totals, completion_ids_list, strict=True)]
 
 

@@ -34,12 +34,6 @@ def build_parser() -> HarnessArgumentParser:
     )
     add_harness_arguments(parser)
     parser.add_argument(
-        "--tolerance",
-        type=float,
-        default=None,
-        help="margin (pass@1 points) a finding must clear in every seed (default: 0.01)",
-    )
-    parser.add_argument(
         "--allow-mixed-settings",
         action="store_true",
         help="report runs evaluated with different settings (flagged) instead of refusing them",
@@ -57,15 +51,11 @@ def main(argv: list[str]) -> dict:
     from grpo_ext.evaluation.cli import harness_settings
     from grpo_ext.evaluation.harness import load_problems
     from grpo_ext.methods.compare.evaluate import compare_runs
-    from grpo_ext.methods.compare.findings import DEFAULT_TOLERANCE
     from grpo_ext.methods.compare.runs import parse_runs
 
     runs = parse_runs(args.run)
     settings = harness_settings(args)
     ks = settings.ks if 1 in settings.ks else [1, *settings.ks]  # pass@1 is the headline number
-    tolerance = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
-    if tolerance < 0:
-        raise ValueError(f"--tolerance must be >= 0, got {tolerance}")
     problems = load_problems(settings.task, settings.split, settings.limit)
 
     result = compare_runs(
@@ -79,7 +69,6 @@ def main(argv: list[str]) -> dict:
         split=settings.split,
         backend=args.backend,
         allow_mixed_settings=args.allow_mixed_settings,
-        tolerance=tolerance,
         command=f"{COMMAND} {shlex.join(argv)}".strip(),
         progress=not args.no_progress,
     )

@@ -14,7 +14,6 @@ from pathlib import Path
 from grpo_ext.evaluation.cli import CACHE_NAME
 from grpo_ext.evaluation.sampling import SamplingParams
 from grpo_ext.io import portable_path
-from grpo_ext.methods.compare.findings import DEFAULT_TOLERANCE
 from grpo_ext.methods.compare.render import write_comparison
 from grpo_ext.methods.compare.runs import (
     CHECKPOINT,
@@ -109,7 +108,6 @@ def compare_runs(
     split: str,
     backend: str = "auto",
     allow_mixed_settings: bool = False,
-    tolerance: float = DEFAULT_TOLERANCE,
     command: str | None = None,
     progress: bool = True,
 ) -> dict:
@@ -129,5 +127,5 @@ def compare_runs(
     )
     out = Path(out_dir)
     cache = {"cache": portable_path(out / CACHE_NAME)}
-    paths = write_comparison(runs, out, warnings=warnings, command=command, tolerance=tolerance, extra=cache)
+    paths = write_comparison(runs, out, warnings=warnings, command=command, extra=cache)
     return {"runs": list(runs), "paths": paths, "warnings": warnings}

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
+from grpo_ext.evaluation import plots
 from grpo_ext.io import atomic_write_bytes, atomic_write_text, figure_png
-from grpo_ext.methods.compare.findings import DEFAULT_TOLERANCE, findings, summarize
+from grpo_ext.methods.compare.findings import findings, summarize
 from grpo_ext.methods.compare.runs import Run, settings_of
 from grpo_ext.methods.paradigm import BASE_RUN, get_method, paradigm_markdown, paradigm_rows
 
@@ -63,7 +64,6 @@ def render_comparison(
     warnings: list[str],
     *,
     command: str | None = None,
-    tolerance: float = DEFAULT_TOLERANCE,
 ) -> str:
     first = runs[0].result
     p = first["params"]
@@ -105,11 +105,11 @@ def render_comparison(
         "",
         "## The paper's findings on this run",
         "",
-        f"Verdicts: *agrees* when every pair of runs (paired by seed) shows the paper's direction by more than its "
-        f"margin, *disagrees* when every pair shows the opposite, *inconclusive* otherwise. A pair's margin is the "
-        f"larger of {tolerance} and twice the evaluation standard error (over problems) of its paired difference; "
-        f'"RL raises Maj@K" needs maj@K to rise by more than {tolerance} in every pair, "not Pass@K" pass@K '
-        f"to rise by no more than its margin.",
+        "Verdict rule (`grpo_ext.methods.study.stats`, the fair stage's too): *agrees* when the 95% bootstrap "
+        "interval over problems of the paired difference (runs paired by seed, the seed means compared problem by "
+        "problem) is above 0 and every seed's difference is positive; *disagrees* when the interval is below 0 and "
+        'every seed negative; *inconclusive* otherwise. "RL raises Maj@K more than Pass@K" judges (maj@K gain) - '
+        "(pass@K gain) over the base at each K, and agrees only when every K does.",
         "",
         "| finding (DeepSeekMath) | our run | numbers |",
         "|---|---|---|",
@@ -153,38 +153,18 @@ def _colour(method: str) -> str:
 
 
 def plot_comparison_passk_majk(summary: dict) -> bytes:
-    """Pass@K (solid) and Maj@K (dashed) against K per method: the mean over runs, the band spans min–max."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), dpi=110, sharey=True)
-    for ax, metric, title in ((axes[0], "pass@k", "Pass@K"), (axes[1], "maj@k", "Maj@K")):
-        for method, entry in summary["methods"].items():
-            ks = sorted(entry[metric])
-            mean = [entry[metric][k]["mean"] for k in ks]
-            style = "--" if method == BASE_RUN else "-"
-            ax.plot(ks, mean, style, marker="o", markersize=3.5, color=_colour(method), label=_title(method))
-            lo = [entry[metric][k]["min"] for k in ks]
-            hi = [entry[metric][k]["max"] for k in ks]
-            if lo != hi:
-                ax.fill_between(ks, lo, hi, color=_colour(method), alpha=0.15, linewidth=0)
-        ks_all = sorted({k for e in summary["methods"].values() for k in e[metric]})
-        if len(ks_all) > 1:
-            ax.set_xscale("log", base=2)
-        ax.set_xticks(ks_all, [str(k) for k in ks_all])
-        ax.minorticks_off()
-        ax.grid(True, alpha=0.3)
-        ax.set_xlabel("K (samples per problem)")
-        ax.set_title(title)
-    axes[0].set_ylabel("accuracy")
-    handles = [Line2D([], [], color=_colour(m), linestyle="--" if m == BASE_RUN else "-") for m in summary["methods"]]
-    fig.suptitle("Pass@K and Maj@K per method (mean over seeds, band: min–max)", fontsize=11)
-    fig.tight_layout(rect=(0, 0, 0.8, 1))
-    fig.legend(handles, [_title(m) for m in summary["methods"]], loc="center right", fontsize=8)
-    return figure_png(fig)
+    """Pass@K and Maj@K against K per method (the mean over runs; the band spans min–max), drawn by the harness's
+    plotter (:func:`grpo_ext.evaluation.plots.plot_passk_majk`), the one Pass@K plot of the project."""
+    series, bands = [], []
+    for method, entry in summary["methods"].items():
+        ks = sorted(entry["pass@k"])
+        series.append({"model": _title(method), "ks": ks})
+        bands.append({})
+        for metric in ("pass@k", "maj@k"):
+            series[-1][metric] = {str(k): entry[metric][k]["mean"] for k in ks}
+            bands[-1][metric] = {str(k): [entry[metric][k]["min"], entry[metric][k]["max"]] for k in ks}
+    title = "Pass@K and Maj@K per method (mean over seeds, band: min–max)"
+    return plots.plot_passk_majk(series, bands, title=title)
 
 
 def plot_accuracy_vs_samples(runs: Sequence[Run], summary: dict) -> bytes:
@@ -268,20 +248,18 @@ def write_comparison(
     *,
     warnings: list[str],
     command: str | None = None,
-    tolerance: float = DEFAULT_TOLERANCE,
     extra: dict | None = None,
 ) -> dict[str, Path]:
     """``report.md``, ``report.json``, ``passk_majk.png`` and ``accuracy_vs_samples.png`` in ``out_dir``."""
     out = Path(out_dir)
     summary = summarize(runs)
-    found = findings(runs, tolerance)
+    found = findings(runs)
     methods = [m for m in summary["methods"] if m != BASE_RUN]
     payload = {
         "command": command,
         "task": runs[0].result["task_id"],
         "settings": {k: v for k, v in settings_of(runs[0].result).items() if k != "problems"},
         "params": runs[0].result["params"],
-        "tolerance": tolerance,
         "warnings": warnings,
         "paradigm": paradigm_rows(methods),
         "summary": summary,
@@ -290,9 +268,7 @@ def write_comparison(
         **(extra or {}),
     }
     return {
-        "md": atomic_write_text(
-            out / REPORT_MD, render_comparison(runs, summary, found, warnings, command=command, tolerance=tolerance)
-        ),
+        "md": atomic_write_text(out / REPORT_MD, render_comparison(runs, summary, found, warnings, command=command)),
         "json": atomic_write_text(out / REPORT_JSON, json.dumps(payload, indent=2, default=str) + "\n"),
         "passk_png": atomic_write_bytes(out / PASSK_PNG, plot_comparison_passk_majk(summary)),
         "samples_png": atomic_write_bytes(out / SAMPLES_PNG, plot_accuracy_vs_samples(runs, summary)),

@@ -22,7 +22,7 @@ from grpo_ext.errors import UserError, read_yaml
 from grpo_ext.methods.paradigm import get_method
 from grpo_ext.validation import check_number
 
-__all__ = ["Arm", "Evaluation", "Setting", "Study", "evaluation_ks", "load_study", "pick_settings"]
+__all__ = ["Arm", "Evaluation", "Setting", "Study", "evaluation_ks", "load_study", "pick_best", "pick_settings"]
 
 #: The config field each search axis sets (``learning_rates`` is the shared axis).
 AXIS_FIELDS = {"lr": "learning_rate", "beta": "beta"}
@@ -294,6 +294,12 @@ def load_study(path: str | Path) -> Study:
     return study
 
 
+def pick_best(slugs: list[str], scores: dict[str, float]) -> int:
+    """The position in ``slugs`` (a grid, in order) of the highest validation score; ties go to the earlier setting.
+    The one picker of the project: the study's arms and scripts/search.py's grid both pick with it."""
+    return max(range(len(slugs)), key=lambda i: (scores[slugs[i]], -i))
+
+
 def pick_settings(scores: dict[str, dict[str, float]], settings: dict[str, list[Setting]]) -> dict[str, Setting]:
     """Each arm's setting with the highest validation score; ties go to the earlier setting of the grid.
 
@@ -305,6 +311,5 @@ def pick_settings(scores: dict[str, dict[str, float]], settings: dict[str, list[
         missing = [s.slug for s in grid if s.slug not in scores.get(arm, {})]
         if missing:
             raise ValueError(f"arm {arm}: no validation score for {', '.join(missing)}")
-        best = max(range(len(grid)), key=lambda i: (scores[arm][grid[i].slug], -i))
-        picks[arm] = grid[best]
+        picks[arm] = grid[pick_best([s.slug for s in grid], scores[arm])]
     return picks

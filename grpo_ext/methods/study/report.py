@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from grpo_ext.evaluation import plots
 from grpo_ext.io import atomic_write_bytes, atomic_write_json, atomic_write_text, figure_png
 from grpo_ext.methods.cost import CURVE_FILE, read_json_file
 from grpo_ext.methods.study.anatomy import render_anatomy, study_anatomy
@@ -19,20 +20,14 @@ from grpo_ext.methods.study.config import Setting, Study
 from grpo_ext.methods.study.stats import (
     BOOTSTRAP,
     arm_summary,
-    finding_beats,
-    finding_majk,
+    finding_text,
+    format_difference,
     paired_difference,
+    paper_findings,
     samples_to_reach,
 )
 
 __all__ = ["collect", "write_study_report"]
-
-FINDINGS = (
-    ("Online RFT beats RFT", "online_rft", "rft"),
-    ("GRPO beats online RFT", "grpo_outcome", "online_rft"),
-    ("Process supervision beats outcome supervision", "grpo_process", "grpo_outcome"),
-)
-MAJK_KS = (4, 16, 64)
 
 
 def collect(study: Study, out: Path, picks: dict[str, Setting]) -> dict:
@@ -52,9 +47,7 @@ def _fmt(entry: dict, digits: int = 3) -> str:
     return f"{entry['mean']:.{digits}f} [{entry['low']:.{digits}f}, {entry['high']:.{digits}f}]"
 
 
-def _fmt_diff(entry: dict) -> str:
-    seeds = ", ".join(f"{d:+.3f}" for d in entry["per_seed"])
-    return f"{entry['difference']:+.3f} [{entry['low']:+.3f}, {entry['high']:+.3f}] (seeds: {seeds})"
+_fmt_diff = format_difference
 
 
 def _budget(result: dict) -> tuple[int, int]:
@@ -88,18 +81,9 @@ def compute(study: Study, data: dict) -> dict:
             "differences": {m: paired_difference(a["results"], b["results"], m) for m in metrics},
             **reach,
         }
-    findings = [
-        finding_beats(claim, data["arms"][x]["results"], data["arms"][y]["results"])
-        for claim, x, y in FINDINGS
-        if x in data["arms"] and y in data["arms"]
-    ]
-    if "grpo_outcome" in data["arms"]:
-        ks = [k for k in MAJK_KS if k <= k_max] or [k_max]
-        findings.append(
-            finding_majk(
-                "RL (GRPO) raises Maj@K more than Pass@K", data["arms"]["grpo_outcome"]["results"], data["base"], ks
-            )
-        )
+    results = {name: entry["results"] for name, entry in data["arms"].items()}
+    # the arms a run left out (--arms) are not findings of it: only measured ones are listed
+    findings = [f for f in paper_findings(results, data["base"], k_max) if f["verdict"] != "not measured"]
     return {
         "k_max": k_max,
         "metrics": metrics,
@@ -215,14 +199,7 @@ def render(study: Study, search: dict, stats: dict, command: str | None, anatomy
         "|---|---|---|",
     ]
     for f in stats["findings"]:
-        if "pass@1" in f:
-            numbers = f"pass@1 difference {_fmt_diff(f['pass@1'])}"
-        else:
-            numbers = "; ".join(
-                f"K={r['k']}: maj gain {r['maj_gain']:+.3f}, pass gain {r['pass_gain']:+.3f}, gap {_fmt_diff(r)}"
-                for r in f["by_k"]
-            )
-        lines.append(f"| {f['claim']} | **{f['verdict']}** | {numbers} |")
+        lines.append(f"| {f['claim']} | **{f['verdict']}** | {finding_text(f)} |")
     lines.append("")
     if anatomy is not None:
         lines += render_anatomy(anatomy)
@@ -272,31 +249,20 @@ def plot_curves(study: Study, data: dict) -> bytes:
 
 
 def plot_passk_majk(stats_by_k: dict) -> bytes:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
+    """Pass@K and Maj@K of the base and every pick (seed means; bands: 95% bootstrap over problems), drawn by the
+    harness's plotter (:func:`grpo_ext.evaluation.plots.plot_passk_majk`), the one Pass@K plot of the project."""
+    series, bands = [], []
     for name, rows in stats_by_k.items():
-        for ax, metric in zip(axes, ("pass", "maj"), strict=True):
-            ks = sorted(rows[metric])
-            mean = [rows[metric][k]["mean"] for k in ks]
-            (line,) = ax.plot(ks, mean, marker="o", label=name, linestyle="--" if name == "base" else "-")
-            ax.fill_between(
-                ks,
-                [rows[metric][k]["low"] for k in ks],
-                [rows[metric][k]["high"] for k in ks],
-                color=line.get_color(),
-                alpha=0.12,
-            )
-    for ax, title in zip(axes, ("Pass@K", "Maj@K"), strict=True):
-        ax.set_xscale("log", base=2)
-        ax.set(xlabel="K", title=f"{title} (band: 95% bootstrap over problems)")
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("accuracy")
-    axes[1].legend(fontsize=7, loc="lower right")
-    return figure_png(fig)
+        ks = sorted(rows["pass"])
+        entry = {"model": name, "ks": ks}
+        band = {}
+        for metric in ("pass", "maj"):
+            entry[f"{metric}@k"] = {str(k): rows[metric][k]["mean"] for k in ks}
+            band[f"{metric}@k"] = {str(k): [rows[metric][k]["low"], rows[metric][k]["high"]] for k in ks}
+        series.append(entry)
+        bands.append(band)
+    title = "Pass@K and Maj@K of the picks (mean over seeds; band: 95% bootstrap over problems)"
+    return plots.plot_passk_majk(series, bands, title=title)
 
 
 def _by_k(results: list[dict], ks: list[int]) -> dict:

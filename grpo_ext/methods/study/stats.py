@@ -14,10 +14,16 @@ import numpy as np
 
 from grpo_ext.evaluation.analysis import DEFAULT_BOOTSTRAP, per_problem_values
 from grpo_ext.evaluation.bootstrap import bootstrap_mean_ci, bootstrap_paired_difference_ci
+from grpo_ext.evaluation.registry import keyed_metrics
 
 __all__ = [
     "BOOTSTRAP",
+    "FINDINGS",
+    "MAJK_KS",
+    "paper_findings",
     "arm_summary",
+    "finding_text",
+    "format_difference",
     "finding_beats",
     "finding_majk",
     "paired_difference",
@@ -33,11 +39,12 @@ BOOTSTRAP = DEFAULT_BOOTSTRAP.kwargs()
 def per_problem(result: dict, metric: str) -> np.ndarray:
     """One value per problem of ``metric`` (``pass@k`` or ``maj@k``) from a harness result, in problem-id order
     (the values of :func:`grpo_ext.evaluation.analysis.per_problem_values`)."""
-    name, _, k = metric.partition("@")
-    if name not in ("pass", "maj"):
-        raise ValueError(f"metric {metric!r}: expected pass@k or maj@k")
+    k = metric[len(metric.rstrip("0123456789")) :]  # pass@4 -> 4, pass^4 -> 4
+    name = metric[: len(metric) - len(k)] + "k"  # the registry's name: pass@k, pass^k
+    if not k or name not in {m.name for m in keyed_metrics("k")}:  # the registry's metrics with one value per k
+        raise ValueError(f"metric {metric!r}: expected one of {', '.join(m.name for m in keyed_metrics('k'))}")
     ids = [str(p["problem_id"]) for p in sorted(result["per_problem"], key=lambda p: p["problem_id"])]
-    values = per_problem_values(result, f"{name}@k", [k], ids)
+    values = per_problem_values(result, name, [k], ids)
     if values is None:
         raise ValueError(f"metric {metric!r}: the result has no per-problem counts or {metric} values")
     return values[:, 0]
@@ -110,6 +117,68 @@ def finding_majk(claim: str, rl: Sequence[dict], base: dict, ks: Sequence[int]) 
     verdicts = {_verdict(r) for r in rows}
     verdict = verdicts.pop() if len(verdicts) == 1 else "inconclusive"
     return {"claim": claim, "verdict": verdict, "by_k": rows}
+
+
+#: DeepSeekMath's "A beats B" findings: (claim, arm A, arm B), judged on test pass@1 by :func:`finding_beats`.
+FINDINGS = (
+    ("Online RFT beats RFT", "online_rft", "rft"),
+    ("GRPO beats online RFT", "grpo_outcome", "online_rft"),
+    ("Process supervision beats outcome supervision", "grpo_process", "grpo_outcome"),
+)
+#: "RL raises Maj@K more than Pass@K" is judged at these K (those <= the evaluation's n; else at n itself).
+MAJK_KS = (4, 16, 64)
+MAJK_CLAIM = "RL (GRPO) raises Maj@K more than Pass@K"
+
+
+def _not_measured(claim: str, why: str) -> dict:
+    return {"claim": claim, "verdict": "not measured", "text": f"not measured: {why}"}
+
+
+def _comparable(*groups: Sequence[dict]) -> str | None:
+    """Why these results cannot be judged together (no per-problem records, different problems), or None."""
+    results = [r for group in groups for r in group]
+    if not all(r.get("per_problem") and r.get("n") for r in results):
+        return "a result has no per-problem records"
+    ids = {tuple(sorted(str(p["problem_id"]) for p in r["per_problem"])) for r in results}
+    return "the runs were evaluated on different problems" if len(ids) > 1 else None
+
+
+def paper_findings(arms: dict[str, Sequence[dict]], base: dict | None, k_max: int) -> list[dict]:
+    """The paper's four findings, each judged by the one rule of this module (:func:`finding_beats`,
+    :func:`finding_majk`): ``arms`` maps a method to its runs' test results (seeds, paired by position), ``base`` is
+    the base's result. A finding whose arms are missing, or whose results cannot be paired by problem, is
+    ``"not measured"`` with a ``text`` saying why."""
+    out = []
+    for claim, a, b in FINDINGS:
+        missing = [m for m in (a, b) if not arms.get(m)]
+        why = f"no run of {', '.join(missing)}" if missing else _comparable(arms[a], arms[b])
+        out.append(_not_measured(claim, why) if why else finding_beats(claim, arms[a], arms[b]))
+    missing = [m for m, have in (("grpo_outcome", arms.get("grpo_outcome")), ("base", base)) if not have]
+    why = f"no run of {', '.join(missing)}" if missing else _comparable(arms["grpo_outcome"], [base])
+    if why:
+        out.append(_not_measured(MAJK_CLAIM, why))
+    else:
+        ks = [k for k in MAJK_KS if k <= k_max] or [k_max]
+        out.append(finding_majk(MAJK_CLAIM, arms["grpo_outcome"], base, ks))
+    return out
+
+
+def format_difference(entry: dict) -> str:
+    """``+0.120 [+0.080, +0.160] (seeds: +0.100, +0.140)``: a difference, its interval and each seed's."""
+    seeds = ", ".join(f"{d:+.3f}" for d in entry["per_seed"])
+    return f"{entry['difference']:+.3f} [{entry['low']:+.3f}, {entry['high']:+.3f}] (seeds: {seeds})"
+
+
+def finding_text(finding: dict) -> str:
+    """The numbers behind a finding's verdict, as every report prints them."""
+    if "pass@1" in finding:
+        return f"pass@1 difference {format_difference(finding['pass@1'])}"
+    if "by_k" in finding:
+        return "; ".join(
+            f"K={r['k']}: maj gain {r['maj_gain']:+.3f}, pass gain {r['pass_gain']:+.3f}, gap {format_difference(r)}"
+            for r in finding["by_k"]
+        )
+    return finding["text"]  # not measured: why
 
 
 def samples_to_reach(curve_points: Sequence[dict], target: float) -> float | None:

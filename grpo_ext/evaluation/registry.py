@@ -1,0 +1,137 @@
+"""The metric registry: every metric a harness result reports, in one table that every reader iterates.
+
+A :class:`Metric` is a name (the result's JSON key, ``pass@k``), what its values are keyed by (``"k"``: one value
+per k, ``"tau"``: per threshold, ``None``: one number) and a per-problem function. The result's mean is the mean of
+the per-problem values over problems (:func:`grpo_ext.evaluation.scoring.summarize`), the report's interval is a
+bootstrap of them (:mod:`grpo_ext.evaluation.analysis`), and the report, the model card and the method comparison
+read the tables through the same entries. Adding a metric is its per-problem function (a file, or
+:mod:`grpo_ext.evaluation.metrics`) plus one line in :data:`METRICS`.
+
+A per-problem function is ``f(n, records, key) -> array | None``: ``n`` samples per problem, the problems' records
+(:func:`grpo_ext.evaluation.scoring.score_problem`), ``key`` the k or tau as the JSON key (a string; None for an
+unkeyed metric); one float64 value per record, or None when the records lack what the metric needs (a report
+written before the metric existed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from grpo_ext.evaluation.metrics import cover_at_many, pass_at_k_many, pass_hat_k_many
+
+__all__ = ["METRICS", "Metric", "get_metric", "keyed_metrics", "scalar_metrics"]
+
+PerProblem = Callable[[int, Sequence[dict], "str | None"], "np.ndarray | None"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A registry entry.
+
+    Attributes:
+        name: the result's key (``pass@k``), also the report's column and the card's metric (``@k`` -> ``@4``).
+        keyed_by: ``"k"``, ``"tau"`` or None (one value for the whole result).
+        per_problem: see the module docstring.
+        title: how a sentence names it (``answer entropy (bits)``).
+        legend: the report's legend line for it; None to leave it out (a line another entry's covers).
+        in_card: the model card's ``model-index`` lists it, one entry per k.
+    """
+
+    name: str
+    keyed_by: str | None
+    per_problem: PerProblem
+    title: str
+    legend: str | None = None
+    in_card: bool = False
+
+    def sort_keys(self, keys) -> list[str]:
+        """A result's keys of this metric in order: ks as integers, taus as numbers."""
+        return sorted(keys, key=float if self.keyed_by == "tau" else int)
+
+
+def _counts(records: Sequence[dict]) -> np.ndarray:
+    return np.array([r["n_correct"] for r in records])
+
+
+def _pass_at_k(n: int, records: Sequence[dict], key: str) -> np.ndarray:
+    return pass_at_k_many(n, _counts(records), int(key))
+
+
+def _pass_hat_k(n: int, records: Sequence[dict], key: str) -> np.ndarray:
+    return pass_hat_k_many(n, _counts(records), int(key))
+
+
+def _cover_at(n: int, records: Sequence[dict], key: str) -> np.ndarray:
+    return cover_at_many(n, _counts(records), float(key))
+
+
+def _maj_at_k(n: int, records: Sequence[dict], key: str) -> np.ndarray | None:
+    # exact maj@k needs the answers, which the harness scored per problem and kept in the record
+    if not all(isinstance(r.get("maj@k"), dict) and key in r["maj@k"] for r in records):
+        return None
+    return np.array([r["maj@k"][key] for r in records], dtype=np.float64)
+
+
+def _mean_accuracy(n: int, records: Sequence[dict], key: None) -> np.ndarray:
+    return _counts(records) / n
+
+
+def _recorded(field: str) -> PerProblem:
+    """A per-problem value the harness computed from the answers and kept in each record under ``field``."""
+
+    def read(n: int, records: Sequence[dict], key: None) -> np.ndarray | None:
+        if not all(field in r for r in records):
+            return None
+        return np.array([r[field] for r in records], dtype=np.float64)
+
+    return read
+
+
+_LEGEND_PASS = (
+    "- **pass@k**: P(at least one of k samples is right), unbiased (Chen et al.): what the model *can* solve."
+)
+_LEGEND_MAJ = (
+    "- **maj@k**: P(the most frequent answer among k samples is right), exact (ties split, no answer does not vote): "
+    "what self-consistency gets."
+)
+_LEGEND_HAT = "- **pass^k**: P(all k samples are right), unbiased: how *reliably* it solves."
+_LEGEND_COVER = (
+    "- **Cover@tau**: share of problems whose fraction of right samples is >= tau (breadth at low tau, depth at high "
+    "tau)."
+)
+_LEGEND_DIVERSITY = "- **answer diversity**: distinct answers per problem and the entropy (bits) of their distribution."
+
+#: name -> entry, in the order reports list them (keyed metrics first, then the one-number ones).
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        Metric("pass@k", "k", _pass_at_k, "pass@k", _LEGEND_PASS, in_card=True),
+        Metric("maj@k", "k", _maj_at_k, "maj@k", _LEGEND_MAJ, in_card=True),
+        Metric("pass^k", "k", _pass_hat_k, "pass^k", _LEGEND_HAT),
+        Metric("cover@tau", "tau", _cover_at, "Cover@tau", _LEGEND_COVER),
+        Metric("mean_accuracy", None, _mean_accuracy, "mean accuracy"),
+        Metric("distinct_answers", None, _recorded("distinct_answers"), "distinct answers", _LEGEND_DIVERSITY),
+        Metric("answer_entropy", None, _recorded("answer_entropy"), "answer entropy (bits)"),
+    )
+}
+
+
+def get_metric(name: str) -> Metric:
+    """The entry for ``name``; ``ValueError`` naming the registered metrics."""
+    try:
+        return METRICS[name]
+    except KeyError:
+        raise ValueError(f"unknown metric {name!r}; expected one of {tuple(METRICS)}") from None
+
+
+def keyed_metrics(by: str | None = None) -> list[Metric]:
+    """The metrics with one value per key (``by``: only those keyed by ``"k"`` or ``"tau"``)."""
+    return [m for m in METRICS.values() if m.keyed_by is not None and by in (None, m.keyed_by)]
+
+
+def scalar_metrics() -> list[Metric]:
+    """The metrics with one value per result."""
+    return [m for m in METRICS.values() if m.keyed_by is None]
