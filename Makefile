@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 # On 2 CPU cores one thread per process is fastest for GRPO (thread contention otherwise).
 THREADS ?= 1
 
-.PHONY: train test setup base-model real-model lint iterative iterative-quick compare compare-quick search-main-job bench gpu-check
+.PHONY: train test setup base-model real-model real-result lint iterative iterative-quick compare compare-quick search-main-job bench gpu-check
 
 setup: $(STAMP)
 
@@ -34,6 +34,15 @@ base-model: $(STAMP)
 # (or $$GRPO_EXT_CACHE); `model_name_or_path: smollm2-135m-instruct` loads it. Idempotent: a cached model is kept.
 real-model: $(STAMP)
 	OMP_NUM_THREADS=$(THREADS) HF_HUB_OFFLINE=1 $(BIN)/python scripts/real_model.py
+
+# The real-model RL result (configs/real/cpu.yaml): learning rate x temperature picked on 200 validation problems
+# (n = 16), the pick and the base on 500 test problems (n = 64), then the failure anatomy on test and on a harder
+# split (3 operands). Resumable (finished runs and cached samples are kept); hours on 2 CPU cores, see README.
+real-result: $(STAMP) real-model
+	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(BIN)/python scripts/search.py --config configs/real/cpu.yaml \
+		--grid learning_rate=1e-4,2e-4 --grid temperature=0.7,1.0 --limit 200 --n 16 --test-n 64 \
+		--out results/real_search --test
+	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(BIN)/python scripts/real_failures.py --search results/real_search
 
 lint: $(STAMP)
 	$(BIN)/ruff check grpo_ext scripts tests evals benchmarks
