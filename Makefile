@@ -35,12 +35,12 @@ base-model: $(STAMP)
 real-model: $(STAMP)
 	OMP_NUM_THREADS=$(THREADS) HF_HUB_OFFLINE=1 $(BIN)/python scripts/real_model.py
 
-# The real-model RL result (configs/real/cpu.yaml): learning rate x temperature picked on 200 validation problems
+# The real-model RL result (configs/real/cpu.yaml): learning rate x temperature picked on 100 validation problems
 # (n = 16), the pick and the base on 500 test problems (n = 64), then the failure anatomy on test and on a harder
 # split (3 operands). Resumable (finished runs and cached samples are kept); hours on 2 CPU cores, see README.
 real-result: $(STAMP) real-model
 	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(BIN)/python scripts/search.py --config configs/real/cpu.yaml \
-		--grid learning_rate=1e-4,2e-4 --grid temperature=0.7,1.0 --limit 200 --n 16 --test-n 64 \
+		--grid learning_rate=1e-4,2e-4 --grid temperature=0.7,1.0 --limit 100 --n 16 --test-n 64 \
 		--out results/real_search --test
 	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(BIN)/python scripts/real_failures.py --search results/real_search
 
