@@ -49,3 +49,12 @@ def resolve_model_path(name_or_path: str) -> str:
             "for a local path, not a hub id)"
         )
     return name_or_path
+
+
+def known_model_name(path: str) -> str | None:
+    """The name (`embedded`, `smollm2-135m-instruct`, ...) whose folder `path` is, else None: what a results file
+    records instead of a folder of this machine."""
+    folder = Path(path).expanduser().resolve()
+    if folder == EMBEDDED_MODEL_DIR.resolve():
+        return EMBEDDED_NAME
+    return next((name for name in REAL_MODELS if folder == real_model_dir(name).resolve()), None)

