@@ -35,3 +35,37 @@ def test_anatomy_counts_shares_and_the_format_share():
     assert a["shares"]["no_answer"] == 0.4 and a["format_share_of_failures"] == 0.75
     assert anatomy_markdown({"base": a})[-1] == "| base | 5 | 0.200 | 0.200 | 0.400 | 0.200 | 0.000 | 0.750 |"
     assert has_marked_answer("#### 7") and has_marked_answer("\\boxed{x}") and not has_marked_answer("#### ANSWER")
+
+
+def test_the_script_classifies_a_harness_folder_by_model(tmp_path):
+    """scripts/real_failures.py's reading of a harness output folder: each model's samples, answers from the task."""
+    import json
+
+    from scripts.real_failures import classify
+
+    rows = TASK.load("test", 2)
+    report = {"models": [{"model": m, "params": {"max_new_tokens": 4}, "n_problems": 2} for m in ("base", "rl")]}
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    samples = [
+        ("base", rows[0], "a b c d e"),  # 5 tokens >= 4: truncated
+        ("base", rows[1], "no idea here"),  # 3 tokens, stopped: no answer
+        ("rl", rows[0], f"#### {rows[0]['answer']}"),
+        ("rl", rows[1], "#### 100000"),
+    ]
+    with (tmp_path / "samples.jsonl").open("w") as out:
+        for model, row, completion in samples:
+            out.write(json.dumps({"model": model, "prompt": row["prompt"], "completion": completion}) + "\n")
+
+    def words(text, add_special_tokens=False):
+        return {"input_ids": text.split()}
+
+    got = classify(tmp_path / "samples.jsonl", tmp_path / "report.json", TASK, "test", words)
+    assert got["base"]["counts"] == {
+        "right": 0,
+        "truncated": 1,
+        "no_answer": 1,
+        "wrong_arithmetic": 0,
+        "wrong_other": 0,
+    }
+    assert got["rl"]["counts"]["right"] == 1 and got["rl"]["counts"]["wrong_other"] == 1
+    assert got["base"]["format_share_of_failures"] == 1.0 and got["rl"]["format_share_of_failures"] == 0.0
