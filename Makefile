@@ -40,9 +40,9 @@ real-model: $(STAMP)
 # split (3 operands). Resumable (finished runs and cached samples are kept); hours on 2 CPU cores, see README.
 real-result: $(STAMP) real-model
 	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(BIN)/python scripts/search.py --config configs/real/cpu.yaml \
-		--grid learning_rate=1e-4,2e-4 --grid temperature=0.7,1.0 --limit 100 --n 16 --test-n 64 \
-		--out results/real_search --test
-	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(BIN)/python scripts/real_failures.py --search results/real_search
+		--grid learning_rate=1e-4,2e-4 --grid temperature=0.7,1.0 --limit 100 --n 16 --out results/real_search
+	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(BIN)/python scripts/real_result.py --search results/real_search \
+		--test-limit 500 --test-n 64
 
 lint: $(STAMP)
 	$(BIN)/ruff check grpo_ext scripts tests evals benchmarks

@@ -38,10 +38,10 @@ def test_anatomy_counts_shares_and_the_format_share():
 
 
 def test_the_script_classifies_a_harness_folder_by_model(tmp_path):
-    """scripts/real_failures.py's reading of a harness output folder: each model's samples, answers from the task."""
+    """scripts/real_result.py's reading of a harness output folder: each model's samples, answers from the task."""
     import json
 
-    from scripts.real_failures import classify
+    from scripts.real_result import classify
 
     rows = TASK.load("test", 2)
     report = {"models": [{"model": m, "params": {"max_new_tokens": 4}, "n_problems": 2} for m in ("base", "rl")]}

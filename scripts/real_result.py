@@ -1,11 +1,16 @@
-"""What RL changed on the real model: the failure anatomy (format against arithmetic) of the base and the pick.
+"""The real-model RL result after a search: the pick against the base on test, and what RL changed.
 
-    python scripts/real_failures.py --search results/real_search [--harder-limit 200 --harder-n 16]
+    python scripts/real_result.py --search results/real_search [--test-limit 500 --test-n 64]
 
-Reads the search's test samples (``<search>/test/samples.jsonl``, from ``scripts/search.py --test``), scores the base
-and the pick on a harder split with the harness (three operands; ``<search>/harder/``, resumable through its sample
-cache), classifies every sample (`grpo_ext.evaluation.failures`) and writes ``<search>/failures.json`` and
-``failures.md``.
+1. Reads the search's pick (``<search>/search.json`` of ``scripts/search.py``, chosen on validation only) and scores
+   it with the base on ``--test-limit`` test problems x ``--test-n`` samples (the harness: pass@1, maj@K, pass@K,
+   crossover, 95% bootstrap intervals; ``<search>/test/``). search.py's own ``--test`` uses its validation
+   ``--limit``; this is the >= 500-problem test.
+2. The same two models on a harder split (three operands; ``<search>/harder/``).
+3. The failure anatomy of every sample (`grpo_ext.evaluation.failures`: truncated / no answer / wrong arithmetic /
+   wrong with right steps): ``<search>/failures.json`` and ``failures.md``.
+
+Resumable: the harness keeps every sample drawn (``samples.jsonl``) and draws only the missing ones.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ def classify(samples: Path, report: Path, task, split: str, tokenizer) -> dict[s
 
 
 def main(argv: list[str]) -> dict:
+    import yaml
     from transformers import AutoTokenizer
 
     from evals.passk_majk import main as harness
@@ -58,7 +64,9 @@ def main(argv: list[str]) -> dict:
     from grpo_ext.tasks import get_task
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--search", required=True, help="the output folder of scripts/search.py --test")
+    parser.add_argument("--search", required=True, help="the output folder of scripts/search.py")
+    parser.add_argument("--test-limit", type=int, default=500, help="test problems (default: 500)")
+    parser.add_argument("--test-n", type=int, default=64, help="samples per test problem (default: 64)")
     parser.add_argument("--harder-limit", type=int, default=200, help="harder-split problems (default: 200)")
     parser.add_argument("--harder-n", type=int, default=16, help="samples per harder problem (default: 16)")
     args = parser.parse_args(argv)
@@ -66,31 +74,28 @@ def main(argv: list[str]) -> dict:
     search = Path(args.search)
     with user_file(search / "search.json", "--search"):
         record = json.loads((search / "search.json").read_text())
-    if "test" not in record:
-        raise UserError(f"{search / 'search.json'}: no test result yet (run scripts/search.py with --test first)")
-    config = record["config"]
-    import yaml
-
-    task_kwargs = (yaml.safe_load(Path(config).read_text()) or {}).get("task_kwargs") or {}
+    if "pick" not in record:
+        raise UserError(f"{search / 'search.json'}: no pick (run scripts/search.py first)")
+    with user_file(record["config"], "search.json config"):
+        task_kwargs = (yaml.safe_load(Path(record["config"]).read_text()) or {}).get("task_kwargs") or {}
     base, pick = record["base"], str(search / "runs" / record["pick"]["slug"] / "model")
     tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(base))
-    task = get_task("word_arithmetic", **task_kwargs)
-    out = {
-        "test": classify(search / "test" / "samples.jsonl", search / "test" / "report.json", task, "test", tokenizer)
+    out: dict = {"labels": {base: "base", pick: f"pick ({record['pick']['slug']})"}}
+    parts = {
+        "test": (task_kwargs, args.test_limit, args.test_n),
+        "harder": ({**task_kwargs, **HARDER}, args.harder_limit, args.harder_n),
     }
-
-    harder_kwargs = {**task_kwargs, **HARDER}
-    harder_dir = search / "harder"
-    harness(
-        ["--model", base, "--model", pick, "--task", "word_arithmetic", "--task-kwargs", json.dumps(harder_kwargs)]
-        + ["--split", "test", "--limit", str(args.harder_limit), "--n", str(args.harder_n), "--no-progress"]
-        + ["--out", str(harder_dir)]
-    )
-    harder_task = get_task("word_arithmetic", **harder_kwargs)
-    out["harder"] = classify(harder_dir / "samples.jsonl", harder_dir / "report.json", harder_task, "test", tokenizer)
-    out["labels"] = {base: "base", pick: f"pick ({record['pick']['slug']})"}
+    for part, (kwargs, limit, n) in parts.items():
+        folder = search / part
+        harness(
+            ["--model", base, "--model", pick, "--task", "word_arithmetic", "--task-kwargs", json.dumps(kwargs)]
+            + ["--split", "test", "--limit", str(limit), "--n", str(n), "--no-progress", "--out", str(folder)]
+        )
+        task = get_task("word_arithmetic", **kwargs)
+        out[part] = classify(folder / "samples.jsonl", folder / "report.json", task, "test", tokenizer)
     atomic_write_json(search / "failures.json", out)
     lines = ["# Failure anatomy: base against the RL pick", ""]
+    lines += [f"Pass@K of the same samples: `{search}/test/report.md`, `{search}/harder/report.md`.", ""]
     for part, title in (("test", "test split (2 operands)"), ("harder", "harder split (3 operands)")):
         lines += [f"## {title}", "", *anatomy_markdown({out["labels"][m]: a for m, a in out[part].items()}), ""]
     atomic_write_text(search / "failures.md", "\n".join(lines))
