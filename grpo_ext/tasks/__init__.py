@@ -8,12 +8,14 @@ from grpo_ext.tasks.base import Task
 from grpo_ext.tasks.gsm8k import GSM8KTask
 from grpo_ext.tasks.jsonl import JSONLTask
 from grpo_ext.tasks.math import MathTask
+from grpo_ext.tasks.word_arithmetic import WordArithmeticTask
 
 TASKS: dict[str, type[Task]] = {
     "arithmetic": ArithmeticTask,
     "gsm8k": GSM8KTask,
     "math": MathTask,
     "jsonl": JSONLTask,
+    "word_arithmetic": WordArithmeticTask,
 }
 
 

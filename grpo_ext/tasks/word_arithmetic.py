@@ -1,0 +1,199 @@
+"""Arithmetic word problems in GSM8K's format, from the embedded arithmetic task's generator.
+
+Each problem is an embedded arithmetic problem (``43+17-18=``, operands and operators from
+:class:`grpo_ext.tasks.arithmetic.ArithmeticTask`, so the train / validation / test splits are disjoint by the same
+salted hash of the arithmetic) told as a story:
+
+    Question: Mia has 43 apples. Then Mia buys 17 more apples. Then Mia gives away 18 apples. How many apples does
+    Mia have now?
+
+and solved in GSM8K's layout (one step a line, calculator annotations, a ``#### answer`` line)::
+
+    43 + 17 = <<43+17=60>>60
+    60 - 18 = <<60-18=42>>42
+    #### 42
+
+Rows come out as ``openai/gsm8k`` rows (:meth:`WordArithmeticTask.gsm8k_rows`) and become prompts exactly as
+:class:`grpo_ext.tasks.gsm8k.GSM8KTask` makes them (its instruction, ``Question: ... Answer:``, a chat message by
+default, ``newline`` steps, answers read after ``####`` or in ``\\boxed{}``). Only problems whose running count never
+goes below zero are kept (a story cannot give away more apples than there are).
+
+The step verifier (:meth:`WordArithmeticTask.verify_steps`) reads free text: a step (a line) is right when every
+equation in it (``a + b - c = d``, left to right) is true and every number it states is a number of the problem (an
+operand, a right running total) or the result of a true equation in the same line; a ``####`` line is right when its
+number is the answer. A line with no number has nothing to check and scores 1.0.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+
+from datasets import Dataset
+
+from grpo_ext.errors import UserError
+from grpo_ext.steps import step_texts
+from grpo_ext.tasks.arithmetic import ArithmeticTask, Problem
+from grpo_ext.tasks.data import as_prompt
+from grpo_ext.tasks.gsm8k import GSM8KTask, gsm8k_reference_number
+
+NAMES = ("Mia", "Leo", "Ava", "Sam", "Zoe", "Ben", "Ivy", "Max")
+ITEMS = ("apples", "stickers", "marbles", "coins", "books", "shells", "pencils", "cards")
+#: Phrases of one operation; the operator is read back from the phrase (:func:`problem_from_question`).
+PHRASES = {
+    "+": ("buys {x} more {item}", "finds {x} more {item}", "is given {x} more {item}"),
+    "-": ("gives away {x} {item}", "sells {x} {item}", "loses {x} {item}"),
+}
+_VERBS = {phrase.split(" {x}")[0]: op for op, phrases in PHRASES.items() for phrase in phrases}
+_OPERATION_RE = re.compile(r"\bThen \w+ (" + "|".join(map(re.escape, _VERBS)) + r") (\d+)\b")
+_START_RE = re.compile(r"\b[A-Z]\w* has (\d+) ")
+_EQUATION_RE = re.compile(r"(\d+(?:\.\d+)?(?:\s*[+\-]\s*\d+(?:\.\d+)?)+)\s*=\s*(-?\d+(?:\.\d+)?)")
+_NUMBER_RE = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?")
+_MARKER_RE = re.compile(r"^\s*(?:Step\s*\d+\s*:|\d+[.)]\s)")  # "Step 2:" / "2. " numbering is not a claim
+FEWSHOT_POOL = 100  # few-shot examples come from the first this many train problems
+SPLIT_SIZES = {"train": 5000, "validation": 500, "test": 500}
+
+
+def _pick(options: tuple, key: str, salt: str) -> str:
+    digest = hashlib.sha256(f"grpo-ext/word_arithmetic/{salt}/{key}".encode()).digest()
+    return options[int.from_bytes(digest[:4], "big") % len(options)]
+
+
+def word_problem(problem: Problem) -> tuple[str, str]:
+    """``(question, solution)`` of an arithmetic problem in GSM8K's format; the wording depends on the problem only."""
+    key = problem.prompt
+    name, item = _pick(NAMES, key, "name"), _pick(ITEMS, key, "item")
+    sentences = [f"{name} has {problem.operands[0]} {item}."]
+    lines, left = [], problem.operands[0]
+    for i, (op, x, result) in enumerate(
+        zip(problem.operators, problem.operands[1:], problem.partial_results(), strict=True)
+    ):
+        phrase = _pick(PHRASES[op], key, f"phrase{i}")
+        sentences.append(f"Then {name} {phrase.format(x=x, item=item)}.")
+        lines.append(f"{left} {op} {x} = <<{left}{op}{x}={result}>>{result}")
+        left = result
+    sentences.append(f"How many {item} does {name} have now?")
+    return " ".join(sentences), "\n".join([*lines, f"#### {problem.answer}"])
+
+
+def problem_from_question(text: str) -> Problem:
+    """The arithmetic problem told by a question (or a prompt holding one: its last ``Question:`` is read)."""
+    question = text.rsplit("Question:", 1)[-1]
+    start = _START_RE.search(question)
+    operations = _OPERATION_RE.findall(question)
+    if start is None or not operations:
+        raise ValueError(f"word_arithmetic: not a word problem of this task: {text[-200:]!r}")
+    return Problem(
+        operands=(int(start.group(1)), *(int(x) for _, x in operations)),
+        operators=tuple(_VERBS[verb] for verb, _ in operations),
+    )
+
+
+def _evaluate(expression: str) -> float:
+    tokens = re.findall(r"[+\-]|\d+(?:\.\d+)?", expression)
+    value = float(tokens[0])
+    for op, x in zip(tokens[1::2], tokens[2::2], strict=True):
+        value = value + float(x) if op == "+" else value - float(x)
+    return value
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def step_is_right(step: str, known: set[float], answer: int) -> bool:
+    """The verifier's rule for one step (see the module's docstring); `known`: the problem's operands and right
+    running totals."""
+    if "####" in step:
+        numbers = _NUMBER_RE.findall(step.rsplit("####", 1)[1])
+        return bool(numbers) and _number(numbers[0]) == answer
+    step = _MARKER_RE.sub("", step)
+    allowed = set(known)
+    for expression, result in _EQUATION_RE.findall(step):
+        if abs(_evaluate(expression) - float(result)) > 1e-9:
+            return False
+        allowed.add(float(result))
+    return all(_number(n) in allowed for n in _NUMBER_RE.findall(step))
+
+
+class WordArithmeticTask(GSM8KTask):
+    """Word problems over the embedded arithmetic (+ and -), in GSM8K's format. Knobs: ``min_operands``,
+    ``max_operands``, ``digits``, ``seed``, ``test_percent`` (the arithmetic task's), ``num_fewshot`` worked examples
+    (picked with ``fewshot_seed`` among the first train problems, and then left out of the train split),
+    ``conversational`` (default: a chat message), ``step_separator`` (default ``newline``)."""
+
+    name = "word_arithmetic"
+
+    def __init__(
+        self,
+        min_operands: int = 2,
+        max_operands: int = 2,
+        digits: int = 2,
+        seed: int = 0,
+        test_percent: int = 10,
+        num_fewshot: int = 0,
+        fewshot_seed: int = 0,
+        conversational: bool = True,
+        step_separator: str = "newline",
+    ):
+        self.arithmetic = ArithmeticTask(min_operands, max_operands, digits, "+-", seed, test_percent)
+        super().__init__(
+            num_fewshot=num_fewshot,
+            fewshot_seed=fewshot_seed,
+            conversational=conversational,
+            step_separator=step_separator,
+        )
+
+    def problems(self, split: str, n: int) -> list[Problem]:
+        """The first `n` problems of the arithmetic task's `split` whose running count never goes below zero."""
+        want = 2 * n
+        while True:
+            try:  # a prefix of any longer draw: the same problems come first
+                drawn = self.arithmetic.problems(split, want)
+            except UserError:
+                raise UserError(
+                    f"word_arithmetic: fewer than {n} {split} problems with non-negative counts exist for these knobs"
+                ) from None
+            kept = [p for p in drawn if min(p.partial_results()) >= 0]
+            if len(kept) >= n:
+                return kept[:n]
+            want *= 2
+
+    def gsm8k_rows(self, split: str, n: int) -> list[dict]:
+        """Rows in the ``openai/gsm8k`` format: ``question`` and ``answer`` (the worked solution)."""
+        return [dict(zip(("question", "answer"), word_problem(p), strict=True)) for p in self.problems(split, n)]
+
+    def _exemplars(self) -> tuple[list[tuple[str, str]], tuple | None, list[int]]:
+        """``num_fewshot`` worked examples among the first :data:`FEWSHOT_POOL` train problems (GSM8KTask's hook)."""
+        if self.num_fewshot == 0:
+            return [], None, []
+        if self.num_fewshot > FEWSHOT_POOL:
+            raise UserError(f"word_arithmetic: num_fewshot must be <= {FEWSHOT_POOL}, got {self.num_fewshot}")
+        pool = self.gsm8k_rows("train", FEWSHOT_POOL)
+        picked = random.Random(self.fewshot_seed).sample(range(FEWSHOT_POOL), self.num_fewshot)
+        return [(pool[i]["question"], pool[i]["answer"]) for i in picked], ("train",), picked
+
+    def load(self, split: str, n: int | None = None) -> Dataset:
+        """Rows as :meth:`GSM8KTask.load` makes them from GSM8K's rows: ``prompt``, ``answer``, ``question``,
+        ``solution``. The few-shot examples are never among the train rows."""
+        n = n if n is not None else SPLIT_SIZES.get(split, 500)
+        exemplars, _, picked = self._exemplars()
+        taken = {q for q, _ in exemplars} if split == "train" else set()
+        rows = [r for r in self.gsm8k_rows(split, n + len(taken)) if r["question"] not in taken][:n]
+        return Dataset.from_dict(
+            {
+                "prompt": [as_prompt(self.build_prompt(r["question"], exemplars), self.conversational) for r in rows],
+                "answer": [gsm8k_reference_number(r["answer"]) for r in rows],
+                "question": [r["question"] for r in rows],
+                "solution": [r["answer"] for r in rows],
+            }
+        )
+
+    def verify_steps(self, prompt: str, completion: str) -> list[float]:
+        """One score per line of the completion (1.0 right, 0.0 wrong), the lines as the trainer splits them."""
+        problem = problem_from_question(prompt)
+        known = {float(x) for x in (*problem.operands, *problem.partial_results())}
+        return [
+            float(step_is_right(step, known, problem.answer)) for step in step_texts(completion, self.step_separator)
+        ]

@@ -1,0 +1,106 @@
+"""The word-problem task: the embedded arithmetic told as GSM8K rows, loaded the GSM8K way, checked step by step."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from grpo_ext.errors import UserError
+from grpo_ext.tasks import get_task
+from grpo_ext.tasks.arithmetic import Problem, split_of
+from grpo_ext.tasks.gsm8k import GSM8KTask
+from grpo_ext.tasks.word_arithmetic import WordArithmeticTask, problem_from_question, word_problem
+
+PROBLEM = Problem(operands=(43, 17, 18), operators=("+", "-"))
+
+
+def test_a_problem_is_told_and_solved_in_gsm8k_layout_and_read_back():
+    question, solution = word_problem(PROBLEM)
+    name = question.split()[0]
+    item = question.split()[3].rstrip(".")
+    assert question.startswith(f"{name} has 43 {item}. Then {name} ")
+    assert question.endswith(f" 18 {item}. How many {item} does {name} have now?")
+    assert solution == "43 + 17 = <<43+17=60>>60\n60 - 18 = <<60-18=42>>42\n#### 42"
+    assert problem_from_question(question) == PROBLEM
+    assert problem_from_question(f"Instruction.\n\nQuestion: {question}\nAnswer:") == PROBLEM
+    with pytest.raises(ValueError, match="not a word problem"):
+        problem_from_question("What is 2 + 2?")
+
+
+def test_splits_are_disjoint_deterministic_and_never_negative():
+    task = WordArithmeticTask(min_operands=2, max_operands=3)
+    problems = {split: task.problems(split, 300) for split in ("train", "validation", "test")}
+    for split, rows in problems.items():
+        assert all(split_of(p.prompt) == split for p in rows)  # the arithmetic task's own split rule
+        assert all(min(p.partial_results()) >= 0 for p in rows)
+        assert {len(p.operands) for p in rows} == {2, 3}
+    train, val, test = ({p.prompt for p in rows} for rows in problems.values())
+    assert not (train & val or train & test or val & test)
+    assert task.problems("test", 300) == problems["test"]  # deterministic
+    assert task.problems("test", 50) == problems["test"][:50]  # a prefix of a longer draw
+    questions = [word_problem(p)[0] for p in problems["test"]]
+    assert [problem_from_question(q) for q in questions] == problems["test"]
+
+
+def test_the_gsm8k_loader_reads_its_rows_into_the_same_prompts(tmp_path):
+    """Written as openai/gsm8k JSONL files and loaded by GSM8KTask: the same prompts, answers and questions."""
+    task = get_task("word_arithmetic", max_operands=3)
+    files = {}
+    for split in ("train", "test"):
+        files[split] = tmp_path / f"{split}.jsonl"
+        files[split].write_text("".join(json.dumps(r) + "\n" for r in task.gsm8k_rows(split, 20)))
+    gsm8k = GSM8KTask(data_files={k: str(v) for k, v in files.items()}, conversational=True)
+    ours, theirs = task.load("test", 20), gsm8k.load("test")
+    assert ours["prompt"] == theirs["prompt"] and ours["answer"] == theirs["answer"]
+    assert ours["question"] == theirs["question"]
+    prompt = ours["prompt"][0]
+    assert prompt[0]["role"] == "user" and prompt[0]["content"].endswith(f"Question: {ours['question'][0]}\nAnswer:")
+    assert "write each step on its own line" in prompt[0]["content"]
+
+
+def test_few_shot_examples_come_from_train_and_leave_it():
+    task = WordArithmeticTask(num_fewshot=2)
+    text = task.load("test", 1)["prompt"][0][0]["content"]
+    assert text.count("Question:") == 3 and "<<" not in text  # calculator annotations stripped, as GSM8K's
+    shown = {line.removeprefix("Question: ") for line in text.splitlines() if line.startswith("Question:")}
+    pool = {row["question"] for row in task.gsm8k_rows("train", 100)}
+    examples = shown & pool
+    assert len(examples) == 2 and not examples & set(task.load("train", 200)["question"])  # left out of train
+    assert len(task.load("train", 200)) == 200
+    with pytest.raises(UserError, match="num_fewshot must be <= 100"):
+        WordArithmeticTask(num_fewshot=101).load("test", 1)
+
+
+@pytest.mark.parametrize(
+    ("completion", "scores"),
+    [
+        ("43 + 17 = 60\n60 - 18 = 42\n#### 42", [1, 1, 1]),
+        ("43 + 17 = 61\n61 - 18 = 43\n#### 43", [0, 0, 0]),  # a true equation on a wrong number is still wrong
+        ("First, 43 + 17 = 60 apples.\nThen she has 60 - 18 = 42.\nSo the answer is \\boxed{42}", [1, 1, 1]),
+        ("Step 1: 43 + 17 = 60\nStep 2: 60 - 18 = 41\n#### 41", [1, 0, 0]),
+        ("Let's think.\n\n43 + 17 - 18 = 42\n#### 42", [1, 1, 1]),  # a chain, left to right; a blank line opens no step
+        ("She had 43 and got 17, so 59.\n#### 42", [0, 1]),  # 59 is no number of the problem
+        ("43 + 17 = 60\n60 - 18 = 42", [1, 1]),
+        ("", []),
+    ],
+)
+def test_the_step_verifier_by_hand(completion, scores):
+    task = WordArithmeticTask()
+    prompt = task.build_prompt(word_problem(PROBLEM)[0])
+    assert task.verify_steps(prompt, completion) == scores
+
+
+def test_outcome_reward_reads_the_gsm8k_answer_and_the_registry_names_knobs():
+    task = get_task("word_arithmetic")
+    row = task.load("validation", 1)[0]
+    right = f"x\n#### {row['answer']}"
+    got = task.outcome_reward(
+        [row["prompt"]] * 3, [right, f"\\boxed{{{row['answer']}}}", "#### 1000"], [row["answer"]] * 3
+    )
+    assert got == [1.0, 1.0, 0.0]
+    assert task.step_reward([row["prompt"]], [[{"role": "assistant", "content": right}]])[0][-1] == 1.0
+    with pytest.raises(UserError, match="word_arithmetic.*colour"):
+        get_task("word_arithmetic", colour=1)
+    with pytest.raises(UserError, match="min_operands"):
+        get_task("word_arithmetic", min_operands=1)
