@@ -150,8 +150,9 @@ def _evaluate(models: list[str], split: str, n: int, args, out: Path) -> dict:
 
 
 def _score(report: dict, metric: str, model: int = 0) -> float:
-    name, _, k = metric.partition("@")
-    return float(report["models"][model][f"{name}@k"][k])
+    from grpo_ext.evaluation.results import EvalResult
+
+    return EvalResult.of(report["models"][model]).value(metric)
 
 
 def main(argv: list[str]) -> dict:
