@@ -117,6 +117,7 @@ def test_an_unfinished_run_of_another_command_starts_again_and_one_of_this_comma
     search._train(train, folder, save_steps=3)
     assert "--resume_from_checkpoint" not in calls[0] and calls[0][-2:] == ["--overwrite_output_dir", "true"]
     assert calls[0][3:9] == ["--save_strategy", "steps", "--save_steps", "3", "--save_total_limit", "2"]
+    write_run_status(folder / "model", "failed", error="stopped", step=3)
     search._train(train, folder, save_steps=3)  # the record now names this command: its checkpoint is continued
     assert calls[1][-2:] == ["--resume_from_checkpoint", str(folder / "model" / "checkpoint-3")]
 
@@ -134,15 +135,15 @@ def test_a_search_stopped_mid_run_resumes_from_its_checkpoint_not_from_step_0(ro
     state = json.loads((model / "checkpoint-1" / "trainer_state.json").read_text())
     state["log_history"][0]["from_checkpoint_1"] = True  # only a run resumed from checkpoint-1 carries it on
     (model / "checkpoint-1" / "trainer_state.json").write_text(json.dumps(state))
+    # Killed outright after step 1: no later checkpoint, no final model, the status still `running`.
+    shutil.rmtree(model / "checkpoint-2")
+    for name in ("model.safetensors", "trainer_state.json"):
+        (model / name).unlink()
+    write_run_status(model, "running", max_steps=2)
     capsys.readouterr()
-    for stopped in ("running", "failed"):  # killed outright after step 1, or stopped there by an error
-        shutil.rmtree(model / "checkpoint-2")
-        for name in ("model.safetensors", "trainer_state.json"):
-            (model / name).unlink()
-        write_run_status(model, stopped, step=1)
-        search._train(train, folder, save_steps=1)
-        assert "resumed from checkpoint-1" in capsys.readouterr().out
-        final = json.loads((model / "trainer_state.json").read_text())
-        assert final["global_step"] == 2 and final["log_history"][0].get("from_checkpoint_1") is True
-        assert json.loads((model / "grpo_ext_run.json").read_text())["status"] == "complete"
-        assert (model / "model.safetensors").is_file() and (model / "checkpoint-2").is_dir()
+    search._train(train, folder, save_steps=1)
+    assert "resumed from checkpoint-1" in capsys.readouterr().out
+    final = json.loads((model / "trainer_state.json").read_text())
+    assert final["global_step"] == 2 and final["log_history"][0].get("from_checkpoint_1") is True
+    assert json.loads((model / "grpo_ext_run.json").read_text())["status"] == "complete"
+    assert (model / "model.safetensors").is_file() and (model / "checkpoint-2").is_dir()
