@@ -39,7 +39,11 @@ from grpo_ext.io import atomic_write_json
 from grpo_ext.models import EMBEDDED_MODEL_DIR
 from grpo_ext.tasks import get_task
 
-SPLITS = ("validation", "test")  # held-out splits the base is measured on (the SFT set is drawn from train)
+HELD_OUT = ("validation", "test")  # where settings are chosen and results reported
+# Also measured: the SFT set itself (its first problems: seen in training) and the RL prompts (split ``train``,
+# disjoint from the SFT set). Their pass@1 against held-out's says whether the base memorised its SFT set.
+SPLITS = ("sft", "train", *HELD_OUT)
+TARGETS = {"held_out_pass@1": (0.3, 0.6), "max_memorisation_gap": 0.03, "min_room_for_rl": 0.25}
 
 
 def model_config(tokenizer) -> LlamaConfig:
@@ -151,15 +155,17 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
     )
     parser.add_argument("--sft-size", type=int, default=2000, help="problems in the fixed SFT set")
-    parser.add_argument("--epochs", type=int, default=48, help="passes over the SFT set")
-    parser.add_argument("--decay-epochs", type=int, default=12, help="last epochs, learning rate decays linearly to 0")
+    parser.add_argument("--epochs", type=float, default=48, help="passes over the SFT set")
+    parser.add_argument(
+        "--decay-epochs", type=float, default=12, help="last epochs, learning rate decays linearly to 0"
+    )
     parser.add_argument("--check-lr", type=float, default=1.5e-4, help="learning rate of the convergence check")
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--weight-decay", type=float, default=0.1)
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--eval-prompts", type=int, default=200)
+    parser.add_argument("--eval-prompts", type=int, default=1000, help="problems per split in each evaluation")
     parser.add_argument("--out", type=Path, default=EMBEDDED_MODEL_DIR)
     args = parser.parse_args()
 
@@ -169,13 +175,13 @@ def main() -> None:
     model = LlamaForCausalLM(model_config(tokenizer))
     print(f"parameters: {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M")
 
-    train = task.load("train", args.sft_size)
+    sft_set = task.load("sft", args.sft_size)
     batches = sft_batches(
-        tokenizer, train["prompt"], train["solution"], args.batch_size, torch.Generator().manual_seed(args.seed)
+        tokenizer, sft_set["prompt"], sft_set["solution"], args.batch_size, torch.Generator().manual_seed(args.seed)
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     steps_per_epoch = args.sft_size // args.batch_size
-    total, decay = args.epochs * steps_per_epoch, args.decay_epochs * steps_per_epoch
+    total, decay = round(args.epochs * steps_per_epoch), round(args.decay_epochs * steps_per_epoch)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: wsd_factor(s, args.warmup, total, decay))
     start = time.time()
     final_loss = train_epochs(model, batches, optimizer, schedule, total, "sft")
@@ -194,17 +200,18 @@ def main() -> None:
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
     train_epochs(model, batches, optimizer, schedule, steps_per_epoch, "one more epoch")
     more = {split: evaluate(model, tokenizer, task, split, args.eval_prompts, seed=args.seed) for split in SPLITS}
-    convergence = {split: paired_change(shipped[split], more[split]) for split in SPLITS}
-    convergence["one_more_epoch"] = {split: _headline(more[split]) for split in SPLITS}
+    convergence = {split: paired_change(shipped[split], more[split]) for split in HELD_OUT}
+    convergence["one_more_epoch"] = {split: _headline(more[split]) for split in HELD_OUT}
 
     metrics = {
         **{split: _headline(shipped[split]) for split in SPLITS},
-        "room_for_rl": {split: shipped[split]["pass@16"] - shipped[split]["pass@1"] for split in SPLITS},
+        "room_for_rl": {split: shipped[split]["pass@16"] - shipped[split]["pass@1"] for split in HELD_OUT},
+        "memorisation": memorisation(shipped),
         "convergence_check": convergence,
         "sft": {
             "sft_size": args.sft_size,
             "epochs": args.epochs,
-            "steps": args.epochs * steps_per_epoch,
+            "steps": total,
             "batch_size": args.batch_size,
             "lr": args.lr,
             "schedule": f"warm-up {args.warmup} steps, constant, linear decay to 0 over the last {decay} steps",
@@ -215,9 +222,41 @@ def main() -> None:
             "final_loss": round(final_loss, 4),
         },
     }
+    metrics["targets"] = targets_met(metrics)
     print(json.dumps(metrics, indent=2))
     atomic_write_json(args.out / "base_model_metrics.json", metrics)
     print(f"wrote {args.out}")
+
+
+def memorisation(results: dict) -> dict:
+    """pass@1 on the SFT set's own problems and on the RL prompts minus held-out pass@1 (the mean of validation and
+    test): a base that memorised its SFT set scores far higher on it than on problems it never saw, and RL prompts
+    drawn from that set would only sharpen answers it already knows."""
+    held_out = float(np.mean([results[split]["pass@1"] for split in HELD_OUT]))
+    return {
+        "held_out_pass@1": held_out,
+        "sft_gap": results["sft"]["pass@1"] - held_out,
+        "train_gap": results["train"]["pass@1"] - held_out,
+    }
+
+
+def targets_met(metrics: dict) -> dict:
+    """Each of the stage's targets for its base (`TARGETS`), with the measured value and whether it holds."""
+    low, high = TARGETS["held_out_pass@1"]
+    held_out = metrics["memorisation"]["held_out_pass@1"]
+    gap = max(abs(metrics["memorisation"]["sft_gap"]), abs(metrics["memorisation"]["train_gap"]))
+    room = min(metrics["room_for_rl"].values())
+    converged = all(metrics["convergence_check"][split]["within_noise"] for split in HELD_OUT)
+    return {
+        "held_out_pass@1": {"value": held_out, "target": [low, high], "met": low <= held_out <= high},
+        "memorisation_gap": {
+            "value": gap,
+            "target": TARGETS["max_memorisation_gap"],
+            "met": gap <= TARGETS["max_memorisation_gap"],
+        },
+        "room_for_rl": {"value": room, "target": TARGETS["min_room_for_rl"], "met": room >= TARGETS["min_room_for_rl"]},
+        "converged": {"value": converged, "met": converged},
+    }
 
 
 def _headline(result: dict) -> dict:
