@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from grpo_ext.batching import prompts_drawn, split_prompt_pool
+from grpo_ext.batching import prompts_drawn, refill_reserve
 from grpo_ext.errors import check_tokenizer
 from grpo_ext.rewards import resolve_process_reward_funcs, resolve_reward_funcs
 from grpo_ext.tasks.base import Task, require_prompt_column
@@ -46,9 +46,9 @@ def build_grpo_trainer(
         model: a path or a model, used as is (then `model_args` is ignored).
         reward_funcs / process_reward_funcs: names or callables; `process_reward_funcs=None` reads
             `training_args.process_reward_funcs`.
-        train_dataset / train_size: the prompts; by default `task.load("train", train_size)`. A run of
-            `max_steps` reads its first `batching.prompts_drawn` rows once (a warning when it has fewer); with
-            `zero_std_groups: refill`, refill rounds draw from the rows after those.
+        train_dataset / train_size: the prompts; by default `task.load("train", train_size)`; a warning when a
+            run of `max_steps` draws more prompts than it holds (`batching.prompts_drawn`: some come twice). With
+            `zero_std_groups: refill` and the task's prompts, refill rounds draw the task's train prompts after them.
         trainer_kwargs: passed to `GRPOExtTrainer` (callbacks, processing_class, ...).
     """
     from grpo_ext.trainer import GRPOExtTrainer
@@ -59,6 +59,9 @@ def build_grpo_trainer(
         training_args.step_separator = task.step_separator
     if train_dataset is None:
         train_dataset = task.load("train", train_size)
+        if training_args.zero_std_groups == "refill" and "refill_dataset" not in trainer_kwargs:
+            # refill rounds draw the task's train prompts after the run's own: no prompt is trained on twice
+            trainer_kwargs["refill_dataset"] = refill_reserve(task, len(train_dataset), training_args)
     train_dataset = require_prompt_column(train_dataset, f"task {task.name!r}")
     drawn = prompts_drawn(training_args)
     if drawn is not None and hasattr(train_dataset, "__len__") and len(train_dataset) < drawn:
@@ -67,9 +70,6 @@ def build_grpo_trainer(
             drawn,
             len(train_dataset),
         )
-    if training_args.zero_std_groups == "refill" and "refill_dataset" not in trainer_kwargs:
-        # the run reads the first `drawn` rows once; refill rounds take the rows after them (no prompt twice)
-        train_dataset, trainer_kwargs["refill_dataset"] = split_prompt_pool(train_dataset, drawn)
     quantization_config = peft_config = None
     if model is None:
         from grpo_ext.modeling import policy_init

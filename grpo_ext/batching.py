@@ -1,4 +1,4 @@
-"""Generation-batch plumbing: how many prompts a run draws and which of them refill rounds take (none of the run's
+"""Generation-batch plumbing: how many prompts a run draws and where refill rounds take theirs (none of the run's
 own, so no prompt is trained on twice), which loss types need the kept-row normaliser, and batch-dict surgery (put
 rows of one generation batch into another, padding widths to match)."""
 
@@ -69,13 +69,14 @@ def prompts_drawn(args) -> int | None:
     return generations * (args.generation_batch_size // args.num_generations)
 
 
-def split_prompt_pool(dataset, drawn: int | None):
-    """``(run's prompts, refill's reserve)``: the first ``drawn`` rows, which one pass of the run reads (none twice),
-    and the rows after them, which refill rounds draw from. ``(dataset, None)`` where that cannot be split: an
-    iterable dataset, a run sized in epochs, or no rows beyond the run's (refill then draws from the run's own)."""
-    if drawn is None or not hasattr(dataset, "__len__") or len(dataset) <= drawn:
-        return dataset, None
-    return dataset.select(range(drawn)), dataset.select(range(drawn, len(dataset)))
+def refill_reserve(task, run_prompts: int, args):
+    """The task's train prompts after the run's first ``run_prompts`` (``task.load`` is prefix-stable), as many as
+    refill rounds could ever draw (every round of every generation batch): refill then never repeats a prompt of
+    the run's or its own."""
+    per_round = args.generation_batch_size // args.num_generations  # what one refill round draws
+    generation_batches = math.ceil((prompts_drawn(args) or run_prompts) / per_round)
+    pool = task.load("train", run_prompts + generation_batches * args.max_refill_rounds * per_round)
+    return pool.select(range(run_prompts, len(pool)))
 
 
 class RefillPrompts:

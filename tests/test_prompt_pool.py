@@ -1,5 +1,5 @@
-"""The prompts a run draws: how many (against TRL's own sampler), none twice, refill's from rows the run never reads,
-and every RL prompt outside the base model's SFT set."""
+"""The prompts a run draws: how many (against TRL's own sampler), refill's from the task's prompts after the run's
+(none twice), and every RL prompt outside the base model's SFT set."""
 
 import itertools
 
@@ -7,7 +7,7 @@ import pytest
 from trl.trainer.utils import RepeatSampler
 
 from grpo_ext.assembly import build_grpo_trainer
-from grpo_ext.batching import RefillPrompts, prompts_drawn, split_prompt_pool
+from grpo_ext.batching import RefillPrompts, prompts_drawn
 from grpo_ext.models import EMBEDDED_MODEL_DIR
 from tests.trainer_utils import TASK, tiny_args
 
@@ -42,14 +42,6 @@ def test_a_run_sized_in_epochs_draws_an_unknown_number(tmp_path):
     assert prompts_drawn(tiny_args(tmp_path=tmp_path, max_steps=-1, num_train_epochs=1)) is None
 
 
-def test_split_prompt_pool():
-    data = TASK.load("train", 20)
-    run, reserve = split_prompt_pool(data, 12)
-    assert run["prompt"] == data["prompt"][:12] and reserve["prompt"] == data["prompt"][12:]
-    assert split_prompt_pool(data, 20) == (data, None)  # nothing beyond the run's rows
-    assert split_prompt_pool(data, None) == (data, None)  # sized in epochs
-
-
 def test_refill_reads_every_row_once_before_any_twice_and_a_resume_reads_the_same():
     data = TASK.load("train", 10)
     refill = RefillPrompts(data, seed=3)
@@ -63,12 +55,14 @@ def test_refill_reads_every_row_once_before_any_twice_and_a_resume_reads_the_sam
 
 
 def test_refill_rounds_draw_prompts_the_run_never_reads(tmp_path):
-    args = tiny_args(tmp_path=tmp_path, zero_std_groups="refill", max_steps=3)  # 3 steps x 2 prompts
-    trainer = build_grpo_trainer(TASK, args, model=str(EMBEDDED_MODEL_DIR), train_size=40)
-    run = set(trainer.train_dataset["prompt"])
-    assert run == set(TASK.load("train", 6)["prompt"])  # the first rows: what an arm without refill gets
-    reserve = [row["prompt"] for _ in range(10) for row in trainer._refill.next_prompts(2)]
-    assert run.isdisjoint(reserve) and len(set(reserve)) == 20  # 20 fresh prompts, none of the run's, none twice
+    """The run's prompts are what an arm without refill gets (the first train_size); refill's come after them, as
+    many as every round of every generation batch could draw (3 batches x 2 rounds x 2 prompts), none twice."""
+    args = tiny_args(tmp_path=tmp_path, zero_std_groups="refill", max_refill_rounds=2, max_steps=3)
+    trainer = build_grpo_trainer(TASK, args, model=str(EMBEDDED_MODEL_DIR), train_size=6)
+    assert trainer.train_dataset["prompt"] == TASK.load("train", 6)["prompt"]
+    assert trainer._refill.dataset["prompt"] == TASK.load("train", 18)["prompt"][6:]
+    reserve = [row["prompt"] for _ in range(6) for row in trainer._refill.next_prompts(2)]
+    assert sorted(reserve) == sorted(trainer._refill.dataset["prompt"])  # every refill prompt once
 
 
 def test_a_dataset_smaller_than_the_run_is_warned_about(tmp_path, caplog):
