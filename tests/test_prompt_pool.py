@@ -76,3 +76,30 @@ def test_rl_prompts_are_never_the_base_models_sft_problems():
     """The base is supervised on split `sft` (scripts/build_base_model.py); every RL run loads split `train`."""
     sft = set(TASK.load("sft", 3000)["prompt"])
     assert sft.isdisjoint(TASK.load("train", 3000)["prompt"])
+
+
+TOP_LEVEL_CONFIGS = ["default.yaml", "qlora.yaml", "process.yaml", "refill.yaml", "adaptive_kl.yaml"]
+
+
+@pytest.mark.parametrize("name", TOP_LEVEL_CONFIGS)
+def test_no_shipped_run_trains_on_a_prompt_twice(root, name):
+    """The main job and the extension configs draw no more prompts than they load (the task's default 20,000 when
+    train_size is unset)."""
+    from scripts.train import parse_args
+
+    task_args, training_args, _ = parse_args(["--config", str(root / "configs" / name)])
+    available = task_args.train_size or len(TASK.load("train"))
+    assert prompts_drawn(training_args) <= available
+
+
+def test_every_online_arm_of_the_study_reads_its_prompts_once_and_the_offline_arms_sample_the_same(root):
+    from grpo_ext.methods.config import parse_method_args
+    from grpo_ext.methods.paradigm import get_method
+
+    sizes = {}
+    for path in sorted((root / "configs" / "methods").glob("*.yaml")):
+        method_args, task_args, training_args, _ = parse_method_args(["--config", str(path)])
+        sizes[path.stem] = task_args.train_size
+        if get_method(path.stem).online:
+            assert prompts_drawn(training_args) == task_args.train_size, path.name  # every prompt once
+    assert len(set(sizes.values())) == 1, sizes  # RFT and DPO sample the online arms' prompt set
