@@ -29,7 +29,11 @@ independent (each minibatch's gradient enters ``m - 1`` of them), so a standard 
 narrow; the minibatches are the independent units, and the mean pairwise cosine is a U-statistic of them, for which
 the leave-one-minibatch-out jackknife gives a standard error (interval: ``t`` with ``m - 1`` degrees of freedom).
 
-Rooms: :mod:`.core` (the pure math).
+Rooms: :mod:`.core` (the pure math), :mod:`.measure` (a minibatch's gradient on the model's device, and
+:func:`measure_signal`), :mod:`.cli` (the table and JSON of)::
+
+    python -m grpo_ext.methods.study.signal --model embedded --task arithmetic --objective grpo,sft \\
+        --samples 64,256 --minibatches 6 [--lora-rank 0,16] [--train-offset 2500] [--out signal.json]
 """
 
 from grpo_ext.methods.study.signal.core import (
@@ -40,11 +44,16 @@ from grpo_ext.methods.study.signal.core import (
     row_weights,
     surrogate_loss,
 )
+from grpo_ext.methods.study.signal.measure import OBJECTIVES, completion_logps, measure_signal, minibatch_gradient
 
 __all__ = [
     "LOSS_TYPES",
+    "OBJECTIVES",
+    "completion_logps",
     "cosine_matrix",
     "jackknife_interval",
+    "measure_signal",
+    "minibatch_gradient",
     "pairwise_cosine",
     "row_weights",
     "surrogate_loss",
