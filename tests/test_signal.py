@@ -4,6 +4,7 @@ minibatch gradient against autograd of the explicit formula, and the CLI's JSON.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 
 import pytest
@@ -17,6 +18,7 @@ from grpo_ext.methods.study.signal import (
     pairwise_cosine,
     row_weights,
 )
+from grpo_ext.methods.study.signal.cli import main
 from grpo_ext.tasks import get_task
 
 
@@ -117,3 +119,16 @@ def test_measure_signal_is_device_strict_and_leaves_the_model_as_it_was(tiny_cha
     assert 0 < lora["trainable_parameters"] < total and all(g > 0 for g in lora["grad_norms"])
     assert type(model).__name__ == "LlamaForCausalLM" and all(p.requires_grad for p in model.parameters())
     assert not any("lora" in name for name, _ in model.named_modules()) and not model.training
+
+
+def test_cli_writes_the_table_and_json(tmp_path, capsys):
+    out = tmp_path / "signal.json"
+    argv = ["--model", "embedded", "--objective", "grpo,sft", "--samples", "16", "--minibatches", "3"]
+    main([*argv, "--device", "cpu", "--train-offset", "2500", "--out", str(out)])
+    assert "| objective | samples | prompts x G | LoRA r | mean cosine |" in capsys.readouterr().out
+    result = json.loads(out.read_text())
+    assert [(r["objective"], r["prompts"], r["group_size"]) for r in result["rows"]] == [("grpo", 2, 8), ("sft", 16, 1)]
+    fields = {"samples", "lora_rank", "mean_cosine", "low", "high", "zero_std_share", "seconds", "pair_cosines"}
+    assert all(fields <= set(r) for r in result["rows"])
+    assert len(result["rows"][0]["pair_cosines"]) == 3 and result["rows"][0]["low"] <= result["rows"][0]["high"]
+    assert result["settings"]["train_offset"] == 2500 and result["model"] == "embedded"
