@@ -12,13 +12,16 @@ rules that join a task to the trainer are written once:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
+from grpo_ext.batching import prompts_drawn, refill_reserve
 from grpo_ext.errors import check_tokenizer
 from grpo_ext.rewards import resolve_process_reward_funcs, resolve_reward_funcs
 from grpo_ext.tasks.base import Task, require_prompt_column
 
 RewardSource = str | Callable
+logger = logging.getLogger(__name__)
 
 
 def build_grpo_trainer(
@@ -43,7 +46,9 @@ def build_grpo_trainer(
         model: a path or a model, used as is (then `model_args` is ignored).
         reward_funcs / process_reward_funcs: names or callables; `process_reward_funcs=None` reads
             `training_args.process_reward_funcs`.
-        train_dataset / train_size: the prompts; by default `task.load("train", train_size)`.
+        train_dataset / train_size: the prompts; by default `task.load("train", train_size)`; a warning when a
+            run of `max_steps` draws more prompts than it holds (`batching.prompts_drawn`: some come twice). With
+            `zero_std_groups: refill` and the task's prompts, refill rounds draw the task's train prompts after them.
         trainer_kwargs: passed to `GRPOExtTrainer` (callbacks, processing_class, ...).
     """
     from grpo_ext.trainer import GRPOExtTrainer
@@ -54,7 +59,17 @@ def build_grpo_trainer(
         training_args.step_separator = task.step_separator
     if train_dataset is None:
         train_dataset = task.load("train", train_size)
+        if training_args.zero_std_groups == "refill" and "refill_dataset" not in trainer_kwargs:
+            # refill rounds draw the task's train prompts after the run's own: no prompt is trained on twice
+            trainer_kwargs["refill_dataset"] = refill_reserve(task, len(train_dataset), training_args)
     train_dataset = require_prompt_column(train_dataset, f"task {task.name!r}")
+    drawn = prompts_drawn(training_args)
+    if drawn is not None and hasattr(train_dataset, "__len__") and len(train_dataset) < drawn:
+        logger.warning(
+            "train_size: the run draws %d prompts but the dataset holds %d: prompts will be trained on more than once",
+            drawn,
+            len(train_dataset),
+        )
     quantization_config = peft_config = None
     if model is None:
         from grpo_ext.modeling import policy_init

@@ -1,9 +1,11 @@
-"""Generation-batch plumbing for zero-std groups: which loss types need the kept-row normaliser, where refill's fresh
-prompts come from, and batch-dict surgery (put rows of one generation batch into another, padding widths to match)."""
+"""Generation-batch plumbing: how many prompts a run draws and where refill rounds take theirs (none of the run's
+own, so no prompt is trained on twice), which loss types need the kept-row normaliser, and batch-dict surgery (put
+rows of one generation batch into another, padding widths to match)."""
 
 from __future__ import annotations
 
 import itertools
+import math
 
 import torch
 import torch.nn.functional as F
@@ -55,30 +57,63 @@ def replace_rows(batch: dict, fresh: dict, dst: list[int], src: list[int], pad_t
     return merged
 
 
+def prompts_drawn(args) -> int | None:
+    """Distinct prompts a GRPO run of ``max_steps`` steps draws from its dataset (refill rounds excluded), or None
+    when the run is sized in epochs. TRL's sampler gives each generation batch ``generation_batch_size /
+    num_generations`` prompts and reuses it for ``steps_per_generation x num_iterations`` micro-batches; a step is
+    ``gradient_accumulation_steps`` micro-batches. ``generation_batch_size`` already counts every process."""
+    if args.max_steps is None or args.max_steps <= 0:
+        return None
+    micro_batches = args.max_steps * args.gradient_accumulation_steps
+    generations = math.ceil(micro_batches / (args.steps_per_generation * args.num_iterations))
+    return generations * (args.generation_batch_size // args.num_generations)
+
+
+def refill_reserve(task, run_prompts: int, args):
+    """The task's train prompts after the run's first ``run_prompts`` (``task.load`` is prefix-stable), as many as
+    refill rounds could ever draw (every round of every generation batch): refill then never repeats a prompt of
+    the run's or its own."""
+    per_round = args.generation_batch_size // args.num_generations  # what one refill round draws
+    generation_batches = math.ceil((prompts_drawn(args) or run_prompts) / per_round)
+    pool = task.load("train", run_prompts + generation_batches * args.max_refill_rounds * per_round)
+    return pool.select(range(run_prompts, len(pool)))
+
+
 class RefillPrompts:
     """The prompts of refill rounds, a function of the draw count alone (which checkpoints keep), so a resumed run
     draws what the first run would have, and every process draws the same.
 
-    A map-style dataset is drawn from at random (seeded by `seed` and the draw count); an `IterableDataset` (no random
+    A map-style dataset is read in a seeded random order, each draw taking the rows after the previous draw's (a new
+    order when it runs out), so no prompt comes twice before the dataset is used up; an `IterableDataset` (no random
     access) is read on from where the previous draw stopped, from its start again when it runs out.
     """
 
     def __init__(self, dataset, seed: int):
         self.dataset, self.seed, self.draws = dataset, seed, 0
         self._stream = None
+        self._order: tuple | None = None  # ((epoch, size), that epoch's reading order), the one in use
 
     def next_prompts(self, n_prompts: int) -> list[dict]:
         dataset = self.dataset
         if hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__"):
-            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.draws)
-            order = torch.randperm(len(dataset), generator=generator, device="cpu")  # the generator is a host one
-            prompts = [dataset[i] for i in order[:n_prompts].tolist()]
+            if len(dataset) == 0:
+                raise UserError("zero_std_groups: `refill` found no examples in the training dataset")
+            start = self.draws * n_prompts
+            prompts = [dataset[self._row(position, len(dataset))] for position in range(start, start + n_prompts)]
         else:
             if self._stream is None:  # the first draw of this process: skip what earlier draws (before a resume) read
                 self._stream = self._examples(skip=self.draws * n_prompts)
             prompts = list(itertools.islice(self._stream, n_prompts))
         self.draws += 1
         return prompts
+
+    def _row(self, position: int, size: int) -> int:
+        """The row at ``position`` of the endless reading order: epoch ``position // size`` is its own permutation."""
+        epoch, offset = divmod(position, size)
+        if self._order is None or self._order[0] != (epoch, size):
+            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)  # a host generator, host indices
+            self._order = ((epoch, size), torch.randperm(size, generator=generator, device="cpu").tolist())
+        return self._order[1][offset]
 
     def _examples(self, skip: int):
         """The dataset's examples, endlessly (an epoch after another), after the first `skip`."""

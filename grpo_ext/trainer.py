@@ -69,9 +69,17 @@ class GRPOExtTrainer(StagedCheckpointsMixin, GRPOTrainer):
 
     `process_reward_funcs`: callables with TRL's reward signature returning one score per step for each
     completion (or dotted paths); when None, `args.process_reward_funcs` (dotted paths) is used.
+    `refill_dataset`: the prompts refill rounds draw from (default: the training dataset); give rows the run does not
+    otherwise read (`grpo_ext.assembly` does) so that no prompt is trained on twice.
     """
 
-    def __init__(self, *args, process_reward_funcs: list[Callable | str] | None = None, **kwargs):
+    def __init__(
+        self,
+        *args,
+        process_reward_funcs: list[Callable | str] | None = None,
+        refill_dataset=None,
+        **kwargs,
+    ):
         config = kwargs.get("args", args[2] if len(args) > 2 else None)
         if config is not None:  # bad numbers fail here, before any model is loaded
             check_training_ranges(config)
@@ -97,7 +105,8 @@ class GRPOExtTrainer(StagedCheckpointsMixin, GRPOTrainer):
         check_combinations(self)
         self.kl_control = new_kl_controller(config)
         self._kl_window: list[tuple[float, float]] = []  # (KL x tokens, tokens) per micro-batch
-        self._refill = RefillPrompts(self.train_dataset, config.seed)  # its draw count is checkpointed
+        refill_pool = self.train_dataset if refill_dataset is None else refill_dataset
+        self._refill = RefillPrompts(refill_pool, config.seed)  # its draw count is checkpointed
         # Completions of this process with a reward (or a step score, in process mode) the gradient can use: a run
         # that scores none learns nothing from rewards and must not end like one that did. None: unknown (resumed
         # from a checkpoint that did not count).

@@ -22,12 +22,17 @@ def test_splits_are_disjoint_across_seeds_and_sizes():
     validation = set(ArithmeticTask(seed=0).load("validation", 500)["prompt"]) | set(
         ArithmeticTask(seed=5).load("validation", 500)["prompt"]
     )
-    assert train.isdisjoint(test) and train.isdisjoint(validation) and validation.isdisjoint(test)
-    assert all(split_of(p) == "test" for p in test)
-    assert all(split_of(p) == "validation" for p in validation)
-    # about a tenth of all prompts each (the hash buckets): a prompt drawn at random lands in train 80% of the time
+    sft = set(ArithmeticTask(seed=0).load("sft", 5000)["prompt"]) | set(
+        ArithmeticTask(seed=3).load("sft", 2000)["prompt"]
+    )
+    splits = {"sft": sft, "train": train, "validation": validation, "test": test}
+    for name, prompts in splits.items():
+        assert all(split_of(p) == name for p in prompts)
+        assert all(prompts.isdisjoint(other) for other_name, other in splits.items() if other_name != name)
+    # test and validation a tenth of all prompts each (the hash buckets), the base's SFT set and RL's prompts 40% each
     share = [split_of(f"{a}+{b}=") for a in range(100) for b in range(100)]
     assert 0.07 < share.count("test") / len(share) < 0.13 and 0.07 < share.count("validation") / len(share) < 0.13
+    assert 0.36 < share.count("sft") / len(share) < 0.44 and 0.36 < share.count("train") / len(share) < 0.44
 
 
 def test_difficulty_knobs():

@@ -295,7 +295,6 @@ def quick_args(run_dir, policy_dir, iterations=2, **overrides):
         task="arithmetic",
         task_kwargs={"max_operands": 2},
         train_offset=10,
-        train_size=32,
         iterations=iterations,
         rm_prompts=4,
         rm_samples_per_prompt=2,
@@ -308,7 +307,7 @@ def quick_args(run_dir, policy_dir, iterations=2, **overrides):
         eval_samples=2,
         sampling_batch_size=4,
         report_dir=str(run_dir / "report"),
-        **{"arms": "iterative,frozen,verifier", "seeds": "0,1", **overrides},
+        **{"arms": "iterative,frozen,verifier", "seeds": "0,1", "train_size": 32, **overrides},
     )
     training_args = GRPOExtConfig(
         output_dir=str(run_dir),
@@ -520,3 +519,23 @@ def test_the_outcome_rm_stays_an_option(tmp_path):
     assert gap_of(point) == pytest.approx(point["rm_outcome"] - point["verifier_outcome"])  # outcome-level gap
     data = [json.loads(line) for line in (tmp_path / "run/seed_0/iterative/iter_1/rm_data.jsonl").open()]
     assert data and all("step_labels" not in r for r in data)
+
+
+def test_each_iteration_trains_on_prompts_of_its_own(tmp_path):
+    """No prompt twice in a run: iteration k's GRPO reads the k-th slice of the pool (2 steps x 1 prompt here)."""
+    from grpo_ext.batching import prompts_drawn
+    from grpo_ext.iterative.measure import Setting
+
+    it_args, training_args, _ = quick_args(tmp_path / "run", tmp_path / "no_model")
+    setting = Setting(it_args, training_args, seed=0)
+    drawn = prompts_drawn(training_args)
+    slices = [setting.iteration_prompts(k, drawn)["prompt"] for k in (1, 2)]
+    assert drawn == 2 and slices == [setting.pool["prompt"][:2], setting.pool["prompt"][2:4]]
+
+
+def test_a_pool_too_small_for_every_iterations_prompts_is_refused(tmp_path):
+    it_args, training_args, model_args = quick_args(tmp_path / "run", tmp_path / "no_model", train_size=3)
+    with pytest.raises(
+        UserError, match=r"train_size: each of the 2 iterations trains on 2 prompts .* needs >= 4, got 3"
+    ):
+        Experiment(it_args, training_args, model_args)

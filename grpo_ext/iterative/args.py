@@ -41,8 +41,8 @@ class IterativeArguments(TaskFields):
     train_offset: int = field(
         default=0,
         metadata={
-            "help": "Train prompts skipped before the pool (the embedded base was fine-tuned on the first 2,500: "
-            "RL on them would start from memorised answers)."
+            "help": "Train prompts skipped before the pool (0 for the embedded task: its train split is disjoint "
+            "from the base's SFT set, split sft; a base fine-tuned on train prompts needs them skipped)."
         },
     )
     arms: str = field(

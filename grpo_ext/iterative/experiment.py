@@ -17,6 +17,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict
 from pathlib import Path
 
+from grpo_ext.batching import prompts_drawn
 from grpo_ext.errors import UserError
 from grpo_ext.iterative.args import IterativeArguments
 from grpo_ext.iterative.arms import USES_RM
@@ -70,6 +71,12 @@ class Experiment:
             raise UserError(
                 f"advantage_mode: reward_model_type process feeds step scores to the advantages, but `{mode}` reads "
                 "none; set a mode that reads step rewards (e.g. process)"
+            )
+        drawn = prompts_drawn(training_args)
+        if drawn is not None and it_args.train_size is not None and it_args.train_size < it_args.iterations * drawn:
+            raise UserError(
+                f"train_size: each of the {it_args.iterations} iterations trains on {drawn} prompts of its own (no "
+                f"prompt twice in a run), so the pool needs >= {it_args.iterations * drawn}, got {it_args.train_size}"
             )
         base_id, _, _ = policy_init(model_args, training_args)  # also sets the trainer's model_init_kwargs
         if not Path(base_id).is_dir():

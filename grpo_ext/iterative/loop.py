@@ -19,6 +19,7 @@ from pathlib import Path
 
 from trl import ModelConfig
 
+from grpo_ext.batching import prompts_drawn
 from grpo_ext.evaluation.sampling import derive_seed
 from grpo_ext.hub.training import training_run
 from grpo_ext.iterative.arms import RETRAINS_RM, USES_RM
@@ -78,7 +79,7 @@ class ArmRun:
             source,
             self.setting.reward_model_type,
             self.setting.task,
-            self.setting.pool,
+            self.setting.iteration_prompts(k, prompts_drawn(self.training_args)),
             self.training_args,
             work,
             log_verifier_reward=self.args.log_verifier_reward,

@@ -67,6 +67,14 @@ class Setting:
             {"problem_id": str(i), "prompt": row["prompt"], "answer": row["answer"]} for i, row in enumerate(test)
         ]
 
+    def iteration_prompts(self, k: int, drawn: int | None):
+        """Iteration ``k``'s (from 1) GRPO prompts: the ``k``-th slice of ``drawn`` pool rows, so no prompt is
+        trained on twice in a run (the whole pool for a run sized in epochs). `Experiment` checks the pool holds
+        every iteration's slice."""
+        if drawn is None:
+            return self.pool
+        return self.pool.select(range((k - 1) * drawn, k * drawn))
+
     # ---- sampling --------------------------------------------------------------------------------------------
     def sample(self, model, tokenizer, prompts, n: int, seed: int) -> list[list[str]]:
         from grpo_ext.evaluation.sampling import SamplingParams, sample

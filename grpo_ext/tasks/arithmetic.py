@@ -5,7 +5,9 @@ right (no operator precedence: the steps say the order), steps separated by ``;`
 ``#<answer>``. Every step can be checked, which makes the task a rule-based process reward model for free.
 
 Splits are disjoint by construction: a prompt belongs to the test split iff a salted hash of its text falls in
-the test bucket, whatever the seed, so no seed or size ever leaks a test prompt into training.
+the test bucket, whatever the seed, so no seed or size ever leaks a test prompt into training. The same rule keeps
+the base model's supervised set (split ``sft``) apart from the prompts RL trains on (split ``train``): RL on
+problems the base memorised only sharpens answers it already knows, so no run's prompts may come from its SFT set.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from grpo_ext.tasks.base import HarnessDefaults, Task
 STEP_SEPARATOR = ";"
 ANSWER_PREFIX = "#"
 OPERATORS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
-SPLITS = ("train", "validation", "test")
+SPLITS = ("sft", "train", "validation", "test")
 
 _STEP_RE = re.compile(r"^(-?\d+)([+\-*])(-?\d+)=(-?\d+)$")
 _ANSWER_RE = re.compile(r"#(-?\d+)")
@@ -77,11 +79,14 @@ class Problem:
 
 def split_of(prompt: str, test_percent: int = 10) -> str:
     """The split a prompt belongs to; fixed by the prompt's text alone (salted SHA-256): ``test_percent`` of the
-    prompts are test, as many again validation (where settings are chosen), the rest train."""
+    prompts are test, as many again validation (where settings are chosen); of the rest, half are the base model's
+    supervised set (``sft``) and half the RL prompts (``train``)."""
     bucket = int.from_bytes(hashlib.sha256(f"grpo-ext/arithmetic/{prompt}".encode()).digest()[:8], "big") % 100
     if bucket < test_percent:
         return "test"
-    return "validation" if bucket < 2 * test_percent else "train"
+    if bucket < 2 * test_percent:
+        return "validation"
+    return "sft" if bucket < 50 + test_percent else "train"
 
 
 class ArithmeticTask(Task):
@@ -140,7 +145,7 @@ class ArithmeticTask(Task):
         return out
 
     def load(self, split: str, n: int | None = None) -> Dataset:
-        n = n if n is not None else (20_000 if split == "train" else 500)
+        n = n if n is not None else (20_000 if split in ("sft", "train") else 500)
         problems = self.problems(split, n)
         return Dataset.from_dict(
             {
