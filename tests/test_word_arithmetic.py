@@ -104,3 +104,12 @@ def test_outcome_reward_reads_the_gsm8k_answer_and_the_registry_names_knobs():
         get_task("word_arithmetic", colour=1)
     with pytest.raises(UserError, match="min_operands"):
         get_task("word_arithmetic", min_operands=1)
+
+
+def test_a_small_problem_space_gives_what_it_holds_and_no_more():
+    """2 operands of 2 digits: 20,000 arithmetic problems, about 8,000 in split train and three in four with counts
+    that stay >= 0: the default 5,000 load; 7,000 is more than exist (a clear error, not a draw that never ends)."""
+    task = get_task("word_arithmetic", min_operands=2, max_operands=2, digits=2, num_fewshot=1)
+    assert len(task.load("train")) == 5000
+    with pytest.raises(UserError, match="fewer than 7000 train problems with non-negative counts"):
+        task.problems("train", 7000)

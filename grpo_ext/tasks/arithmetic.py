@@ -119,8 +119,9 @@ class ArithmeticTask(Task):
         self.digits, self.operators, self.seed, self.test_percent = digits, operators, seed, test_percent
 
     # ---- data -------------------------------------------------------------------------------------------
-    def problems(self, split: str, n: int) -> list[Problem]:
-        """`n` distinct problems of `split`, the same list for the same seed and knobs."""
+    def problems(self, split: str, n: int, allow_fewer: bool = False) -> list[Problem]:
+        """`n` distinct problems of `split`, the same list for the same seed and knobs (``allow_fewer``: as many as
+        the knobs' problem space holds, up to `n`, instead of an error)."""
         if split not in SPLITS:
             raise ValueError(f"arithmetic: unknown split {split!r}; expected one of {SPLITS}")
         rng = random.Random(f"{self.seed}/{split}")
@@ -140,7 +141,7 @@ class ArithmeticTask(Task):
                 continue
             seen.add(prompt)
             out.append(problem)
-        if len(out) < n:
+        if len(out) < n and not allow_fewer:
             raise UserError(f"arithmetic: only {len(out)} distinct {split} problems exist for these knobs, asked {n}")
         return out
 

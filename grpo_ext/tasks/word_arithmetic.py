@@ -151,16 +151,15 @@ class WordArithmeticTask(GSM8KTask):
     def problems(self, split: str, n: int) -> list[Problem]:
         """The first `n` problems of the arithmetic task's `split` whose running count never goes below zero."""
         want = 2 * n
-        while True:
-            try:  # a prefix of any longer draw: the same problems come first
-                drawn = self.arithmetic.problems(split, want)
-            except UserError:
-                raise UserError(
-                    f"word_arithmetic: fewer than {n} {split} problems with non-negative counts exist for these knobs"
-                ) from None
+        while True:  # a prefix of any longer draw: the same problems come first
+            drawn = self.arithmetic.problems(split, want, allow_fewer=True)
             kept = [p for p in drawn if min(p.partial_results()) >= 0]
             if len(kept) >= n:
                 return kept[:n]
+            if len(drawn) < want:  # the knobs' whole problem space is drawn
+                raise UserError(
+                    f"word_arithmetic: fewer than {n} {split} problems with non-negative counts exist for these knobs"
+                )
             want *= 2
 
     def gsm8k_rows(self, split: str, n: int) -> list[dict]:
