@@ -167,12 +167,18 @@ def main() -> None:
     parser.add_argument("--weight-decay", type=float, default=0.1)
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--task-kwargs",
+        type=json.loads,
+        default={},
+        help="the arithmetic task's knobs as JSON (default: its defaults), e.g. '{\"digits\": 3}'",
+    )
     parser.add_argument("--eval-prompts", type=int, default=1000, help="problems per split in each evaluation")
     parser.add_argument("--out", type=Path, default=EMBEDDED_MODEL_DIR)
     args = parser.parse_args()
 
     torch.manual_seed(args.seed)
-    task = get_task("arithmetic", seed=args.seed)
+    task = get_task("arithmetic", seed=args.seed, **args.task_kwargs)
     tokenizer = build_char_tokenizer()
     model = LlamaForCausalLM(model_config(tokenizer))
     print(f"parameters: {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M")
@@ -220,6 +226,7 @@ def main() -> None:
             "check_lr": args.check_lr,
             "weight_decay": args.weight_decay,
             "seed": args.seed,
+            "task_kwargs": args.task_kwargs,
             "train_seconds": round(train_seconds, 1),
             "final_loss": round(final_loss, 4),
         },
