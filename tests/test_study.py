@@ -84,6 +84,22 @@ def test_verdict_rule_needs_the_interval_and_every_seed():
     assert diff["low"] <= diff["difference"] <= diff["high"]
 
 
+def test_paired_difference_against_the_base_measures_every_seed_and_the_majk_gap():
+    """The base is one model: each of an arm's seeds is measured against it (not only the first); ``minus`` gives
+    DeepSeekMath's Maj@K-over-Pass@K gap, paired the same way."""
+    base = _result([2] * 40)
+    arm = [_result([2] * 40), _result([3] * 40)]
+    for result, maj in ((base, 0.5), (arm[0], 0.9), (arm[1], 1.0)):
+        for row in result["per_problem"]:
+            row["maj@k"] = {"4": maj}
+    pass1 = paired_difference(arm, [base], "pass@1")
+    assert pass1["per_seed"] == pytest.approx([0.0, 0.25]) and pass1["difference"] == pytest.approx(0.125)
+    # by hand: pass@4 is 1 wherever a sample is right (no gain); maj@4 gains +0.4 / +0.5
+    gap = paired_difference(arm, [base], "maj@4", minus="pass@4")
+    assert gap["per_seed"] == pytest.approx([0.4, 0.5]) and gap["difference"] == pytest.approx(0.45)
+    assert gap["low"] == pytest.approx(0.45) == gap["high"]  # every problem alike: the interval is its point
+
+
 def test_samples_to_reach_interpolates_between_evaluations():
     points = [
         {"samples_generated": 0, "eval/pass@1": 0.40},
