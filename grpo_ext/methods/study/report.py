@@ -166,7 +166,7 @@ def render(study: Study, search: dict, stats: dict, command: str | None, anatomy
         "## Each extension against its vanilla arm (equal generated samples)",
         "",
         f"| extension | arm - reference | pass@1 | maj@{k} | pass@{k} | samples to reach the reference's final "
-        "pass@1 |",
+        "pass@1 (validation curves) |",
         "|---|---|---|---|---|---|",
     ]
     for label, ext in stats["extensions"].items():
@@ -206,7 +206,7 @@ def render(study: Study, search: dict, stats: dict, command: str | None, anatomy
     lines += [
         "## Plots",
         "",
-        "![test pass@1 against generated samples](curves.png)",
+        "![validation pass@1 of the learning curves against generated samples](curves.png)",
         "",
         "![pass@k and maj@k of the picks](passk_majk.png)",
         "",
@@ -215,7 +215,8 @@ def render(study: Study, search: dict, stats: dict, command: str | None, anatomy
 
 
 def plot_curves(study: Study, data: dict) -> bytes:
-    """Learning curves (pass@1 on the curve's test prompts) against generated samples: seed mean, min-max band."""
+    """Learning curves (pass@1 on the curve's validation prompts) against generated samples: seed mean, min-max
+    band."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -240,7 +241,7 @@ def plot_curves(study: Study, data: dict) -> bytes:
         ax.fill_between(grid, ys.min(axis=0), ys.max(axis=0), color=line.get_color(), alpha=0.15)
     ax.set(
         xlabel="generated samples",
-        ylabel="pass@1 (curve prompts, test split)",
+        ylabel="pass@1 (curve prompts, validation split)",
         title="Online arms: mean over seeds, band min-max over seeds",
     )
     ax.grid(alpha=0.3)
