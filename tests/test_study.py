@@ -103,6 +103,7 @@ def test_bad_study_names_the_field(tmp_path):
             r"arms\.grpo_process\.grid\.lr: the arm trains at grpo_outcome's picked rate",
         ),
         ("rft: {method: rft}", "rft: {method: rft, rate: sft}", r"arms\.rft: unknown field\(s\) \['rate'\]"),
+        ("rft: {method: rft}", "base: {method: rft}", r"arms\.base: `base` names the base model"),
     ],
 )
 def test_bad_rates_and_seeds_name_the_field(tmp_path, old, new, message):
@@ -219,7 +220,10 @@ def test_quick_run_of_every_method_picks_on_validation_before_any_test_number(tm
         log = json.loads((out / "runs" / arm / best / "seed0" / "training_log.json").read_text())
         assert log[-1]["step"] == 2 and "train_runtime" in log[-1]  # the trainer's whole log history is kept
     report = (out / "report.md").read_text()
+    assert report.splitlines()[2] == "## Expectations (written in the study config before the run)"
     assert "scored on 6 `validation` problems (n = 4" in report  # what --quick scored, not the full study
+    assert "not measured: the test drew 4 samples a problem, fewer than K = 64" in report  # --quick draws n = 4
+    assert "not measured: no run of outcome_skip" in report  # an arm this run left out
     assert f"| base | - | {search['base']:.3f} |" in report  # the picks are read against the base on validation
     assert "## Search (validation)" in report and "(pick)" in report and "95% percentile bootstrap" in report
     assert "Online RFT beats RFT" in report and "raises Maj@K more than Pass@K" in report

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from grpo_ext.errors import UserError, read_yaml
 from grpo_ext.methods.paradigm import get_method
+from grpo_ext.methods.study.expectations import BASE, Expectation, parse_expectations
 from grpo_ext.validation import check_number
 
 __all__ = ["Arm", "Evaluation", "Setting", "Study", "evaluation_ks", "load_study", "pick_best", "pick_settings"]
@@ -118,6 +119,7 @@ class Study:
     base: str = "embedded"
     configs: str = "configs/methods"
     extensions: dict[str, dict] = field(default_factory=dict)
+    expectations: dict[str, Expectation] = field(default_factory=dict)
 
     def arm(self, name: str) -> Arm:
         for arm in self.arms:
@@ -279,6 +281,8 @@ def load_study(path: str | Path) -> Study:
         unknown = sorted(set(spec) - set(ARM_FIELDS))
         if unknown:
             raise UserError(f"{where}: unknown field(s) {unknown}; expected {', '.join(ARM_FIELDS)}")
+        if name == BASE:
+            raise UserError(f"{where}: `{BASE}` names the base model (in reports and expectations); rename the arm")
         method = _require(spec, "method", where)
         try:
             get_method(method)
@@ -328,6 +332,12 @@ def load_study(path: str | Path) -> Study:
         str(data.get("base", "embedded")),
         str(data.get("configs", "configs/methods")),
         dict(_mapping(data.get("extensions"), f"{path}: extensions")),
+        parse_expectations(
+            data.get("expectations"),
+            [a.name for a in arms],
+            evaluation_ks(evaluations["test"].n),
+            f"{path}: expectations",
+        ),
     )
     for name, ext in study.extensions.items():
         for role in ("arm", "against"):

@@ -1,7 +1,9 @@
 """The report of a study: report.md, report.json, and two plots, from the picked runs' test results.
 
-Every number comes with its interval (see :mod:`grpo_ext.methods.study.stats`); the search grid, every validation
-score and the picks are printed before any test number, so a reader sees that settings were chosen on validation.
+The expectations written in the study config before the run come first, each with its measured difference and
+whether it held; then every number comes with its interval (see :mod:`grpo_ext.methods.study.stats`); the search
+grid, every validation score and the picks are printed before any test number, so a reader sees that settings were
+chosen on validation.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from grpo_ext.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from grpo_ext.methods.cost import CURVE_FILE, read_json_file
 from grpo_ext.methods.study.anatomy import render_anatomy, study_anatomy
 from grpo_ext.methods.study.config import Setting, Study
+from grpo_ext.methods.study.expectations import judge_expectations, render_expectations
 from grpo_ext.methods.study.stats import (
     BOOTSTRAP,
     arm_summary,
@@ -84,6 +87,7 @@ def compute(study: Study, data: dict) -> dict:
     # the arms a run left out (--arms) are not findings of it: only measured ones are listed
     findings = [f for f in paper_findings(results, data["base"], k_max) if f["verdict"] != "not measured"]
     return {
+        "expectations": judge_expectations(study.expectations, results, data["base"]),
         "k_max": k_max,
         "metrics": metrics,
         "base": base,
@@ -153,6 +157,7 @@ def render(study: Study, search: dict, stats: dict, command: str | None, anatomy
     lines = [
         "# The fair stage: every arm tuned on validation, tested on held-out problems",
         "",
+        *render_expectations(stats["expectations"]),
         "## Design",
         "",
         _design(study),
