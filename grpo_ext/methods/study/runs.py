@@ -98,9 +98,6 @@ def _evaluate(job: Job, folder: Path, study: Study, options: dict) -> None:
         return
     evaluation = job.evaluation
     limit, n, max_new_tokens = evaluation.limit, evaluation.n, evaluation.max_new_tokens
-    if options["quick"]:
-        limit, n = options["quick_evaluation"]["limit"], options["quick_evaluation"]["n"]
-        max_new_tokens = options["quick_evaluation"]["max_new_tokens"]
     method = job.arm.method if job.arm else study.arms[0].method
     task_name, task_kwargs = task_of(method_config_path(method, options["configs"]))
     task = get_task(task_name, **task_kwargs)
