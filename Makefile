@@ -39,12 +39,13 @@ real-model: $(STAMP)
 
 # The real-model RL result (configs/real/cpu.yaml): learning rate x temperature picked on 100 validation problems
 # (n = 16), the pick and the base on 500 test problems (n = 64), then the failure anatomy on test and on a harder
-# split (3 operands). Resumable (finished runs and cached samples are kept); hours on 2 CPU cores, see README.
+# split (3 operands). Stop it at any moment and run it again: finished runs, reports and samples are kept, and an
+# unfinished run continues from its last checkpoint (every 5 steps). Hours on 2 CPU cores, see README.
 real-result: $(STAMP) real-model
 	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(BIN)/python scripts/search.py --config configs/real/cpu.yaml \
-		--grid learning_rate=1e-4,2e-4 --grid temperature=0.7,1.0 --limit 100 --n 16 --out results/real_search
-	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(BIN)/python scripts/real_result.py --search results/real_search \
-		--test-limit 500 --test-n 64
+		--grid learning_rate=1e-4,2e-4 --grid temperature=0.7,1.0 --limit 100 --n 16 --out results/real_search \
+		--test --test-limit 500 --test-n 64
+	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(BIN)/python scripts/real_result.py --search results/real_search
 
 lint: $(STAMP)
 	$(BIN)/ruff check grpo_ext scripts tests evals benchmarks

@@ -36,7 +36,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--base-model",
         help="base model (hub id or folder) to merge into and to name in the card and adapter_config.json "
-        "(default: the adapter's base_model_name_or_path)",
+        "(default: the adapter's base_model_name_or_path; a model grpo-ext names, e.g. smollm2-135m-instruct, by its "
+        "name rather than this machine's folder)",
     )
     parser.add_argument("--license", help="card license (default: apache-2.0 for the embedded base, else other)")
     parser.add_argument(

@@ -1,14 +1,11 @@
-"""The real-model RL result after a search: the pick against the base on test, and what RL changed.
+"""What RL changed in the real-model result, after ``scripts/search.py ... --test --test-limit 500 --test-n 64``
+has picked a setting on validation and scored the pick against the base on test (``<search>/test/``).
 
-    python scripts/real_result.py --search results/real_search [--test-limit 500 --test-n 64]
+    python scripts/real_result.py --search results/real_search
 
-1. Reads the search's pick (``<search>/search.json`` of ``scripts/search.py``, chosen on validation only) and scores
-   it with the base on ``--test-limit`` test problems x ``--test-n`` samples (the harness: pass@1, maj@K, pass@K,
-   crossover, 95% bootstrap intervals; ``<search>/test/``). search.py's own ``--test`` uses its validation
-   ``--limit``; this is the >= 500-problem test.
-2. The same two models on a harder split (three operands; ``<search>/harder/``).
-3. The failure anatomy of every sample (`grpo_ext.evaluation.failures`: truncated / no answer / wrong arithmetic /
-   wrong with right steps): ``<search>/failures.json`` and ``failures.md``.
+1. The same two models on a harder split (three operands; ``<search>/harder/``).
+2. The failure anatomy of every sample of both splits (`grpo_ext.evaluation.failures`: truncated / no answer / wrong
+   arithmetic / wrong with right steps): ``<search>/failures.json`` and ``failures.md``.
 
 Resumable: the harness keeps every sample drawn (``samples.jsonl``) and draws only the missing ones.
 """
@@ -65,8 +62,6 @@ def main(argv: list[str]) -> dict:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--search", required=True, help="the output folder of scripts/search.py")
-    parser.add_argument("--test-limit", type=int, default=500, help="test problems (default: 500)")
-    parser.add_argument("--test-n", type=int, default=64, help="samples per test problem (default: 64)")
     parser.add_argument("--harder-limit", type=int, default=200, help="harder-split problems (default: 200)")
     parser.add_argument("--harder-n", type=int, default=16, help="samples per harder problem (default: 16)")
     args = parser.parse_args(argv)
@@ -74,24 +69,22 @@ def main(argv: list[str]) -> dict:
     search = Path(args.search)
     with user_file(search / "search.json", "--search"):
         record = json.loads((search / "search.json").read_text())
-    if "pick" not in record:
-        raise UserError(f"{search / 'search.json'}: no pick (run scripts/search.py first)")
+    if "test" not in record:  # the test of the pick is search.py's (--test): its samples are classified here
+        raise UserError(f"{search / 'search.json'}: the pick was not tested (run scripts/search.py with --test first)")
     with user_file(record["config"], "search.json config"):
         task_kwargs = (yaml.safe_load(Path(record["config"]).read_text()) or {}).get("task_kwargs") or {}
-    base, pick = record["base"], str(search / "runs" / record["pick"]["slug"] / "model")
+    with user_file(search / "test" / "report.json", "--search"):  # the names the test's samples carry
+        base, pick = (m["model"] for m in json.loads((search / "test" / "report.json").read_text())["models"])
     tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(base))
     out: dict = {"labels": {base: "base", pick: f"pick ({record['pick']['slug']})"}}
-    parts = {
-        "test": (task_kwargs, args.test_limit, args.test_n),
-        "harder": ({**task_kwargs, **HARDER}, args.harder_limit, args.harder_n),
-    }
-    for part, (kwargs, limit, n) in parts.items():
-        folder = search / part
-        harness(
-            ["--model", base, "--model", pick, "--task", "word_arithmetic", "--task-kwargs", json.dumps(kwargs)]
-            + ["--split", "test", "--limit", str(limit), "--n", str(n), "--no-progress", "--out", str(folder)]
-        )
-        task = get_task("word_arithmetic", **kwargs)
+    harder = {**task_kwargs, **HARDER}
+    harness(
+        ["--model", base, "--model", pick, "--task", "word_arithmetic", "--task-kwargs", json.dumps(harder)]
+        + ["--split", "test", "--limit", str(args.harder_limit), "--n", str(args.harder_n), "--no-progress"]
+        + ["--out", str(search / "harder")]
+    )
+    for part, kwargs in (("test", task_kwargs), ("harder", harder)):
+        task, folder = get_task("word_arithmetic", **kwargs), search / part
         out[part] = classify(folder / "samples.jsonl", folder / "report.json", task, "test", tokenizer)
     atomic_write_json(search / "failures.json", out)
     lines = ["# Failure anatomy: base against the RL pick", ""]

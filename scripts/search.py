@@ -8,12 +8,15 @@
 2. Each run is scored on the validation split with the harness (`evals/passk_majk.py`: `--limit` problems, `--n`
    samples, T = `--temperature`) next to its model (`<out>/runs/<slug>/validation/`).
 3. The pick is the best `--metric` on validation (ties: the earlier setting of the grid), written with every score
-   to `search.json` / `search.md`. With `--test`, the pick alone is scored on the test split, paired with the config's
-   base model (`<out>/test/`): test numbers never exist for a setting that was not picked.
+   to `search.json` / `search.md`. With `--test`, the pick alone is scored on the test split (`--test-limit` problems,
+   `--test-n` samples), paired with the config's base model (`<out>/test/`): test numbers never exist for a setting
+   that was not picked.
 
-Resumable: a run that finished (`grpo_ext_run.json`) with the same training command (`search_run.json`) is not
-trained again and a finished report of the same harness command is not redone, so an interrupted search picks up
-where it stopped; a run or report made by another command is refused, never reused.
+Resumable at any moment: a run that finished (`grpo_ext_run.json`) with the same training command
+(`<out>/runs/<slug>/search_run.json`) is not trained again, an unfinished one continues from its last checkpoint
+(saved every `--save-steps` steps; `resume_from_checkpoint`), and a finished report of the same harness command is
+not redone. A finished run or report made by another command is refused, never reused; an unfinished run of another
+command is trained again from step 0.
 """
 
 from __future__ import annotations
@@ -28,10 +31,23 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN_RECORD = "search_run.json"  # the training command of a run, next to its model: a resumed search checks it
-# Where a run writes and what it continues: the search decides these (under --out), so neither a grid nor
-# --train-args may name them (a grid of output_dir values would train outside --out, into folders it then reads).
-SEARCH_OWNED = ("output_dir", "logging_dir", "resume_from_checkpoint", "overwrite_output_dir", "config")
+# The training command of a run, in its folder: written before training starts, so a checkpoint found there later is
+# known to be of this command. Searches before runs could resume wrote it into model/ once the run had finished.
+RUN_RECORD = "search_run.json"
+KEEP_CHECKPOINTS = 2  # the last one, and the one before in case the last cannot be read
+# Where a run writes, what it continues and how it checkpoints: the search decides these (under --out), so neither
+# a grid nor --train-args may name them (a grid of output_dir values would train outside --out, into folders it
+# then reads; a run without checkpoints could not resume).
+SEARCH_OWNED = (
+    "output_dir",
+    "logging_dir",
+    "resume_from_checkpoint",
+    "overwrite_output_dir",
+    "config",
+    "save_strategy",
+    "save_steps",
+    "save_total_limit",
+)
 
 
 def parse_grid(specs: list[str]) -> dict[str, list[str]]:
@@ -89,7 +105,7 @@ def _run(argv: list[str], log: Path) -> None:
     from grpo_ext.errors import UserError
 
     log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as out:
+    with log.open("a") as out:  # appended: a resumed run's log follows what the stopped one wrote
         code = subprocess.run([sys.executable, *argv], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT).returncode
     if code != 0:
         last = next((line for line in reversed(log.read_text().splitlines()) if line.strip()), "").strip()
@@ -97,26 +113,41 @@ def _run(argv: list[str], log: Path) -> None:
         raise UserError(f"{argv[0]} failed (exit {code}): {last} (whole output: {log})")
 
 
-def _train(train: list[str], folder: Path) -> None:
-    """Train into ``folder / "model"`` unless a finished run of exactly this command is there."""
-    from grpo_ext.checkpoints import read_run_status
+def _recorded(folder: Path) -> list[str] | None:
+    """The training command recorded for the run in ``folder`` (see `RUN_RECORD`), or None."""
+    for path in (folder / RUN_RECORD, folder / "model" / RUN_RECORD):
+        if path.is_file():
+            return json.loads(path.read_text()).get("train")
+    return None
+
+
+def _train(train: list[str], folder: Path, save_steps: int) -> None:
+    """Train into ``folder / "model"`` unless a finished run of exactly this command is there; an unfinished run of
+    this command continues from its last checkpoint. Whether a run finished, whether a checkpoint can be resumed
+    and who may write into the folder are scripts/train.py's rules (`grpo_ext.checkpoints`, `grpo_ext.run_folder`)."""
+    from grpo_ext.checkpoints import last_checkpoint, read_run_status
     from grpo_ext.errors import UserError
     from grpo_ext.io import atomic_write_json
 
-    model, record = folder / "model", folder / "model" / RUN_RECORD
-    if (read_run_status(model) or {}).get("status") == "complete":
-        made = json.loads(record.read_text()).get("train") if record.is_file() else None
+    model, made = folder / "model", _recorded(folder)
+    status = read_run_status(model)
+    if (status or {}).get("status") == "complete":
         if made != train:
             raise UserError(
                 f"{model}: trained by {made or 'another command'}, not by {train}: remove it or use another --out"
             )
         return
     shutil.rmtree(folder / "validation", ignore_errors=True)  # scores of an earlier model in this folder
-    # An unfinished run of this search's own folder is trained again from scratch (train.py refuses it otherwise).
-    again = ["--overwrite_output_dir", "true"] if read_run_status(model) is not None else []
-    print(f"training {folder.name}", flush=True)
-    _run([*train, *again], folder / "train.log")
-    atomic_write_json(record, {"train": train})
+    checkpoint = last_checkpoint(model) if made == train else None
+    if checkpoint:
+        again = ["--resume_from_checkpoint", checkpoint]
+        print(f"training {folder.name} (resumed from {Path(checkpoint).name})", flush=True)
+    else:  # nothing to continue: an unfinished run of this search's own folder starts again (train.py clears it)
+        again = ["--overwrite_output_dir", "true"] if status is not None else []
+        print(f"training {folder.name}", flush=True)
+    atomic_write_json(folder / RUN_RECORD, {"train": train})
+    saving = ["--save_strategy", "steps", "--save_steps", str(save_steps), "--save_total_limit", str(KEEP_CHECKPOINTS)]
+    _run([*train, *saving, *again], folder / "train.log")
 
 
 def _report(folder: Path) -> dict | None:
@@ -127,13 +158,15 @@ def _report(folder: Path) -> dict | None:
     return report if report.get("complete") else None
 
 
-def _evaluate(models: list[str], split: str, n: int, args, out: Path) -> dict:
-    """The harness's report of ``models`` in ``out``: read when it exists and was made the same way, else made."""
+def _evaluate(models: list[str], split: str, args, out: Path) -> dict:
+    """The harness's report of ``models`` on ``split`` in ``out`` (test: ``--test-limit`` problems x ``--test-n``
+    samples; validation: ``--limit`` x ``--n``): read when it exists and was made the same way, else made."""
     from grpo_ext.errors import UserError
 
     argv = ["evals/passk_majk.py", *(a for m in models for a in ("--model", m)), "--task-kwargs", args.task_kwargs]
+    limit, n = (args.test_limit, args.test_n) if split == "test" else (args.limit, args.n)
     argv += ["--task", args.task, "--split", split, "--n", str(n), "--temperature", str(args.temperature)]
-    argv += ["--limit", str(args.limit), "--no-progress", "--out", str(out)]
+    argv += ["--limit", str(limit), "--no-progress", "--out", str(out)]
     command = "python " + shlex.join(argv)  # what the harness records as its command
     report = _report(out)
     if report is not None and report["command"] != command:
@@ -150,8 +183,9 @@ def _evaluate(models: list[str], split: str, n: int, args, out: Path) -> dict:
 
 
 def _score(report: dict, metric: str, model: int = 0) -> float:
-    name, _, k = metric.partition("@")
-    return float(report["models"][model][f"{name}@k"][k])
+    from grpo_ext.evaluation.results import EvalResult
+
+    return EvalResult.of(report["models"][model]).value(metric)
 
 
 def main(argv: list[str]) -> dict:
@@ -165,12 +199,17 @@ def main(argv: list[str]) -> dict:
     parser.add_argument("--out", required=True, help="folder of the runs, search.json / search.md and test/")
     parser.add_argument("--train-args", default="", help="flags added to every training run, e.g. '--max_steps 50'")
     parser.add_argument("--metric", default="pass@1", help="validation metric that picks (pass@k or maj@k)")
-    parser.add_argument("--limit", type=int, default=200, help="problems per evaluation (default: 200)")
+    parser.add_argument("--limit", type=int, default=200, help="validation problems (default: 200)")
     parser.add_argument("--n", type=int, default=16, help="samples per validation problem (default: 16)")
+    parser.add_argument("--test-limit", type=int, help="test problems with --test (default: --limit)")
     parser.add_argument("--test-n", type=int, default=64, help="samples per test problem (default: 64)")
+    parser.add_argument("--save-steps", type=int, default=5, help="checkpoint every N training steps (default: 5)")
     parser.add_argument("--temperature", type=float, default=0.7, help="evaluation temperature (default: 0.7)")
     parser.add_argument("--test", action="store_true", help="then score the pick (and the base) on the test split")
     args = parser.parse_args(argv)
+    if args.save_steps < 1:
+        raise UserError(f"--save-steps: expected a number of steps >= 1, got {args.save_steps}")
+    args.test_limit = args.test_limit or args.limit
 
     grid = parse_grid(args.grid)
     train_args = check_train_args(args.train_args)
@@ -191,11 +230,11 @@ def main(argv: list[str]) -> dict:
         folder = out / "runs" / slug
         flags = [a for name, value in setting.items() for a in (f"--{name}", value)]
         train = ["scripts/train.py", "--config", args.config, "--output_dir", str(folder / "model")]
-        _train([*train, *train_args, *flags, "--disable_tqdm", "true"], folder)
+        _train([*train, *train_args, *flags, "--disable_tqdm", "true"], folder, args.save_steps)
         print(f"[{i}/{len(settings)}] validation {slug}", flush=True)
-        reports[slug] = _evaluate([str(folder / "model")], "validation", args.n, args, folder / "validation")
+        reports[slug] = _evaluate([str(folder / "model")], "validation", args, folder / "validation")
         scores[slug] = _score(reports[slug], args.metric)
-    base_report = _evaluate([base], "validation", args.n, args, out / "base_validation")
+    base_report = _evaluate([base], "validation", args, out / "base_validation")
     chosen = pick(settings, scores)
     record = {
         "command": "python scripts/search.py " + " ".join(argv),
@@ -223,8 +262,9 @@ def main(argv: list[str]) -> dict:
         lines.append(f"| {slug}{mark} | {score:.3f} | {record['pass@n'][slug]:.3f} |")
     if args.test:
         folder = out / "runs" / record["pick"]["slug"] / "model"
-        test = _evaluate([base, str(folder)], "test", args.test_n, args, out / "test")
-        lines += ["", f"Test of the pick against the base: `{out / 'test' / 'report.md'}`."]
+        test = _evaluate([base, str(folder)], "test", args, out / "test")
+        where = f"{args.test_limit} test problems, n = {args.test_n}"
+        lines += ["", f"Test of the pick against the base ({where}): `{out / 'test' / 'report.md'}`."]
         record["test"] = {"base": _score(test, "pass@1", 0), "pick": _score(test, "pass@1", 1)}
         atomic_write_json(out / "search.json", record)
     atomic_write_text(out / "search.md", "\n".join(lines) + "\n")

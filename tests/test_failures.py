@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from grpo_ext.evaluation.failures import anatomy, anatomy_markdown, failure_kind, has_marked_answer
@@ -69,3 +71,46 @@ def test_the_script_classifies_a_harness_folder_by_model(tmp_path):
     }
     assert got["rl"]["counts"]["right"] == 1 and got["rl"]["counts"]["wrong_other"] == 1
     assert got["base"]["format_share_of_failures"] == 1.0 and got["rl"]["format_share_of_failures"] == 0.0
+
+
+def test_the_script_classifies_the_searchs_test_and_samples_only_the_harder_split(tmp_path, monkeypatch):
+    """scripts/real_result.py after `search.py --test`: the test's samples are read, not drawn again; the harder split
+    (3 operands) is sampled with the same two models, named as the test report names them."""
+    import json
+
+    from grpo_ext.errors import UserError
+    from scripts.real_result import main
+
+    search, pick = tmp_path / "search", str(tmp_path / "search" / "runs" / "lr=1" / "model")
+    (search / "test").mkdir(parents=True)
+    (tmp_path / "real.yaml").write_text("task_kwargs: {digits: 2}\n")
+    record = {"config": str(tmp_path / "real.yaml"), "base": "embedded", "pick": {"slug": "lr=1"}}
+    (search / "search.json").write_text(json.dumps(record))
+    with pytest.raises(UserError, match="run scripts/search.py with --test first"):
+        main(["--search", str(search)])
+
+    def write_folder(folder, kwargs, models, completions):
+        rows = WordArithmeticTask(**kwargs).load("test", 2)
+        report = {"models": [{"model": m, "params": {"max_new_tokens": 64}, "n_problems": 2} for m in models]}
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "report.json").write_text(json.dumps(report))
+        lines = [{"model": m, "prompt": r["prompt"], "completion": completions(r)} for m in models for r in rows]
+        (folder / "samples.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+    write_folder(search / "test", {"digits": 2}, ["embedded", pick], lambda row: f"#### {row['answer']}")
+    (search / "search.json").write_text(json.dumps({**record, "test": {"base": 1.0, "pick": 1.0}}))
+    calls = []
+
+    def harness(argv):
+        calls.append(argv)
+        kwargs = json.loads(argv[argv.index("--task-kwargs") + 1])
+        write_folder(Path(argv[argv.index("--out") + 1]), kwargs, argv[1:4:2], lambda row: "no idea")
+
+    monkeypatch.setattr("evals.passk_majk.main", harness)
+    out = main(["--search", str(search)])
+    assert len(calls) == 1 and calls[0][1:4:2] == ["embedded", pick]
+    harder = json.loads(calls[0][calls[0].index("--task-kwargs") + 1])
+    assert harder == {"digits": 2, "min_operands": 3, "max_operands": 3}
+    assert out["labels"] == {"embedded": "base", pick: "pick (lr=1)"}
+    assert out["test"][pick]["counts"]["right"] == 2 and out["harder"][pick]["counts"]["no_answer"] == 2
+    assert (search / "failures.md").is_file()

@@ -1,15 +1,20 @@
-"""lm-eval tasks in evals/lm_eval_tasks: they load offline, and the pass@k / maj@k lm-eval reports are exactly
-grpo_ext.evaluation.metrics applied to the very generations lm-eval logged."""
+"""lm-eval tasks in evals/lm_eval_tasks: they load offline, serve any registered task, and the pass@k / maj@k
+lm-eval reports are exactly grpo_ext.evaluation.metrics applied to the very generations lm-eval logged."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import re
 from pathlib import Path
 
 import pytest
+from datasets import Dataset
 
+from grpo_ext.errors import UserError
 from grpo_ext.evaluation.metrics import maj_at_k, pass_at_k
 from grpo_ext.models import EMBEDDED_MODEL_DIR
+from grpo_ext.tasks import TASKS, HarnessDefaults, Task
 from grpo_ext.tasks.arithmetic import ArithmeticTask
 from grpo_ext.tasks.gsm8k import GSM8KTask
 
@@ -42,28 +47,72 @@ def _ours(task, generations: list[str], reference: str, ks) -> dict[str, float]:
 # ---- the task functions, without a model --------------------------------------------------------------------------
 
 
+def _doc(answer: str, **metadata) -> dict:
+    """A document as lm-eval hands it to process_results: a row of the dataset the YAML's loader made."""
+    return {**utils.task_dataset(n=1, **metadata)["test"][0], "answer": answer}
+
+
 def test_process_results_receives_all_samples_and_uses_our_metrics():
     generations = ["1+2=3;#3", "1+2=3;#3", "1+2=4;#4", "garbage", "1+2=4;#4", "1+2=3;#3"]
-    metrics = utils.process_results_arithmetic({"answer": "3"}, [generations])
+    metrics = utils.process_results(_doc("3", grpo_ext_task="arithmetic"), [generations])
     assert set(metrics) == {"pass@1", "pass@2", "pass@4", "maj@1", "maj@2", "maj@4"}  # only k <= 6 samples
     assert metrics == _ours(ArithmeticTask(), generations, "3", (1, 2, 4))
     assert metrics["pass@1"] == pytest.approx(0.5)
     # the filter hands every generation of every document through unchanged
     assert utils.keep_all_samples([["a", "b"], ["c", "d"]], [{}, {}]) == [["a", "b"], ["c", "d"]]
     gsm = ["so \\boxed{12}", "#### 12", "It is 13", "no idea"]
-    assert utils.process_results_gsm8k({"answer": "12"}, [gsm]) == _ours(GSM8KTask(), gsm, "12", (1, 2, 4))
+    doc = _doc("12", grpo_ext_task="gsm8k", data_files=str(GSM8K_FILE))
+    assert utils.process_results(doc, [gsm]) == _ours(GSM8KTask(), gsm, "12", (1, 2, 4))
+
+
+def test_the_yaml_lists_every_reported_metric_at_every_k():
+    listed = re.findall(r"\{metric: ([^,]+),", (TASKS_DIR / "grpo_ext_arithmetic.yaml").read_text())
+    assert sorted(listed) == sorted(m.at(k) for m in utils.REPORTED for k in utils.KS)
+    assert {m.name for m in utils.REPORTED} == {"pass@k", "maj@k"}
 
 
 def test_custom_datasets_take_their_knobs_and_ignore_other_metadata(monkeypatch):
     # lm-eval passes the YAML metadata, --metadata and the model args all together
-    data = utils.arithmetic_dataset(version=1.0, pretrained="some/model", n=5, max_operands=3)["test"]
-    assert data["prompt"] == ArithmeticTask(max_operands=3).load("test", 5)["prompt"]
-    assert len(utils.arithmetic_dataset()["test"]) == 200
-    monkeypatch.delenv(utils.GSM8K_DATA_ENV, raising=False)
-    from_kwargs = utils.gsm8k_dataset(version=1.0, data_files=str(GSM8K_FILE), n=3)["test"]
+    data = utils.task_dataset(grpo_ext_task="arithmetic", version=1.0, pretrained="some/model", n=5, max_operands=3)
+    assert data["test"]["prompt"] == ArithmeticTask(max_operands=3).load("test", 5)["prompt"]
+    assert len(utils.task_dataset(grpo_ext_task="arithmetic")["test"]) == 200  # the task's harness limit
+    monkeypatch.delenv(utils.data_files_env("gsm8k"), raising=False)
+    from_kwargs = utils.task_dataset(grpo_ext_task="gsm8k", version=1.0, data_files=str(GSM8K_FILE), n=3)["test"]
     assert from_kwargs["answer"] == ["405", "108", "292"]
-    monkeypatch.setenv(utils.GSM8K_DATA_ENV, str(GSM8K_FILE))
-    assert len(utils.gsm8k_dataset()["test"]) == 8
+    monkeypatch.setenv(utils.data_files_env("gsm8k"), str(GSM8K_FILE))
+    assert len(utils.task_dataset(grpo_ext_task="gsm8k")["test"]) == 8  # no limit: the whole file
+    fewshot = utils.task_knobs("gsm8k", {"prompt_fewshot": 2, "seed": 3, "pretrained": "m"})
+    assert fewshot == {"num_fewshot": 2, "data_files": str(GSM8K_FILE)}  # seed is not a GSM8KTask knob
+    with pytest.raises(UserError, match="unknown task 'gsm9k'; known tasks: arithmetic"):
+        utils.task_dataset(grpo_ext_task="gsm9k")
+    with pytest.raises(ValueError, match="no 'grpo_ext_task'"):
+        utils.task_dataset(n=3)
+
+
+class EchoTask(Task):
+    """A task defined here and registered by the test: the glue must serve it with no change of its own."""
+
+    name = "echo"
+    harness_defaults = HarnessDefaults(limit=3, max_new_tokens=8)
+
+    def __init__(self, answers: int = 5):
+        self.answers = answers
+
+    def load(self, split: str, n: int | None = None) -> Dataset:
+        return Dataset.from_list([{"prompt": f"say {i}:", "answer": str(i)} for i in range(self.answers)][:n])
+
+    def extract_answer(self, completion: str) -> str | None:
+        return completion.strip() or None
+
+
+def test_a_registered_task_is_served_by_the_generic_glue(monkeypatch):
+    monkeypatch.setitem(TASKS, "echo", EchoTask)
+    data = utils.task_dataset(grpo_ext_task="echo", answers=4, version=1.0)["test"]
+    assert data["answer"] == ["0", "1", "2"]  # its harness limit, of the 4 problems its knob asked for
+    assert json.loads(data[0][utils.TASK_KEY]) == {"task": "echo", "task_kwargs": {"answers": 4}}
+    metrics = utils.process_results(data[1], [["1", "2", "", "1"]])
+    assert metrics == _ours(EchoTask(), ["1", "2", "", "1"], "1", (1, 2, 4))
+    assert metrics["maj@4"] == 1.0 and metrics["pass@1"] == 0.5
 
 
 # ---- lm-eval end to end on the embedded model -----------------------------------------------------------------------
@@ -131,7 +180,7 @@ def test_lm_eval_arithmetic_pass_and_maj_equal_our_functions_on_the_same_generat
 
 
 def test_lm_eval_gsm8k_runs_on_a_local_file(lm, tmp_path, monkeypatch):
-    monkeypatch.setenv(utils.GSM8K_DATA_ENV, str(GSM8K_FILE))
+    monkeypatch.setenv(utils.data_files_env("gsm8k"), str(GSM8K_FILE))
     out = _run(lm, tmp_path, "grpo_ext_gsm8k.yaml", "grpo_ext_gsm8k_r2", 2, 2, gen_kwargs={"max_gen_toks": 8})
     _check_against_our_functions(out, "grpo_ext_gsm8k_r2", GSM8KTask(), 2, (1, 2))
     docs = [s["doc"] for s in out["samples"]["grpo_ext_gsm8k_r2"]]

@@ -287,3 +287,21 @@ def test_trained_with_reads_the_resolved_config(checkpoint):
     assert summary["quantization"].startswith("4-bit nf4") and summary["lora"]["r"] == 8
     assert yaml.safe_load((checkpoint / "grpo_ext_config.yaml").read_text())["training"]["beta"] == 0.04
     assert summary["hyperparameters"]["KL coefficient beta"] == 0.04
+
+
+@pytest.mark.parametrize("name", ["embedded", "smollm2-135m-instruct"])
+def test_an_adapter_on_a_model_grpo_ext_names_is_published_naming_that_model_not_this_machines_folder(
+    checkpoint, tmp_path, monkeypatch, name
+):
+    from grpo_ext.real_model import real_model_dir
+
+    monkeypatch.setenv("GRPO_EXT_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "run"
+    shutil.copytree(checkpoint, folder)
+    local = MODEL if name == "embedded" else str(real_model_dir(name))  # what PEFT recorded when it loaded the base
+    config = json.loads((folder / "adapter_config.json").read_text())
+    (folder / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": local}))
+    out = tmp_path / "up"
+    publish.main([str(folder), "--repo-id", "me/x", "--dry-run", "--output-dir", str(out)])
+    assert json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == name
+    assert local not in (out / "README.md").read_text() and local not in (out / "adapter_config.json").read_text()

@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -72,7 +73,8 @@ def test_a_metric_the_harness_does_not_report_is_refused_before_training(root, t
 def test_search_trains_each_setting_once_and_tests_only_the_pick(python, root, tmp_path, monkeypatch, capsys):
     out = tmp_path / "search"
     cmd = [python, "scripts/search.py", "--config", "configs/default.yaml", "--grid", "learning_rate=1e-6,3e-3"]
-    cmd += ["--out", str(out), "--train-args", TINY, "--limit", "4", "--n", "2", "--test-n", "2", "--test"]
+    cmd += ["--out", str(out), "--train-args", TINY, "--limit", "4", "--n", "2", "--test-n", "2", "--test-limit", "3"]
+    cmd += ["--test"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -80,10 +82,11 @@ def test_search_trains_each_setting_once_and_tests_only_the_pick(python, root, t
     for slug, score in record["scores"].items():
         report = json.loads((out / "runs" / slug / "validation" / "report.json").read_text())
         assert report["models"][0]["split"] == "validation" and report["models"][0]["pass@k"]["1"] == score
+        assert report["models"][0]["n_problems"] == 4
     best = max(record["scores"], key=lambda s: (record["scores"][s], -list(record["scores"]).index(s)))
     assert record["pick"]["slug"] == best
     test = json.loads((out / "test" / "report.json").read_text())
-    assert [m["split"] for m in test["models"]] == ["test", "test"]
+    assert [(m["split"], m["n_problems"]) for m in test["models"]] == [("test", 3), ("test", 3)]  # --test-limit
     assert test["models"][1]["model"] == str(out / "runs" / best / "model")  # the pick, and nothing else, on test
     assert record["test"]["pick"] == test["models"][1]["pass@k"]["1"]
     assert not any((out / "runs" / slug / "test").exists() for slug in record["scores"])
@@ -100,3 +103,47 @@ def test_search_trains_each_setting_once_and_tests_only_the_pick(python, root, t
     ]:
         with pytest.raises(UserError, match=f"{refused}.*use another --out"):
             search.main(argv)
+
+
+def test_an_unfinished_run_of_another_command_starts_again_and_one_of_this_command_resumes(tmp_path, monkeypatch):
+    from grpo_ext.checkpoints import write_run_status
+
+    calls = []
+    monkeypatch.setattr(search, "_run", lambda argv, log: calls.append(argv))
+    folder, train = tmp_path / "run", ["scripts/train.py", "--seed", "0"]
+    (folder / "model" / "checkpoint-3").mkdir(parents=True)
+    write_run_status(folder / "model", "running", max_steps=8)
+    (folder / search.RUN_RECORD).write_text(json.dumps({"train": ["scripts/train.py", "--seed", "1"]}))
+    search._train(train, folder, save_steps=3)
+    assert "--resume_from_checkpoint" not in calls[0] and calls[0][-2:] == ["--overwrite_output_dir", "true"]
+    assert calls[0][3:9] == ["--save_strategy", "steps", "--save_steps", "3", "--save_total_limit", "2"]
+    write_run_status(folder / "model", "failed", error="stopped", step=3)
+    search._train(train, folder, save_steps=3)  # the record now names this command: its checkpoint is continued
+    assert calls[1][-2:] == ["--resume_from_checkpoint", str(folder / "model" / "checkpoint-3")]
+
+
+def test_a_search_stopped_mid_run_resumes_from_its_checkpoint_not_from_step_0(root, tmp_path, monkeypatch, capsys):
+    from grpo_ext.checkpoints import write_run_status
+
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    folder = tmp_path / "runs" / "learning_rate=1e-3"
+    model = folder / "model"
+    train = ["scripts/train.py", "--config", "configs/default.yaml", "--output_dir", str(model)]
+    train += [*TINY.replace("--max_steps 1", "--max_steps 2").split(), "--max_completion_length", "16"]
+    search._train(train, folder, save_steps=1)  # the run as a search makes it: checkpoints 1 and 2, then complete
+    state = json.loads((model / "checkpoint-1" / "trainer_state.json").read_text())
+    state["log_history"][0]["from_checkpoint_1"] = True  # only a run resumed from checkpoint-1 carries it on
+    (model / "checkpoint-1" / "trainer_state.json").write_text(json.dumps(state))
+    # Killed outright after step 1: no later checkpoint, no final model, the status still `running`.
+    shutil.rmtree(model / "checkpoint-2")
+    for name in ("model.safetensors", "trainer_state.json"):
+        (model / name).unlink()
+    write_run_status(model, "running", max_steps=2)
+    capsys.readouterr()
+    search._train(train, folder, save_steps=1)
+    assert "resumed from checkpoint-1" in capsys.readouterr().out
+    final = json.loads((model / "trainer_state.json").read_text())
+    assert final["global_step"] == 2 and final["log_history"][0].get("from_checkpoint_1") is True
+    assert json.loads((model / "grpo_ext_run.json").read_text())["status"] == "complete"
+    assert (model / "model.safetensors").is_file() and (model / "checkpoint-2").is_dir()

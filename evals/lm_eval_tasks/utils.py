@@ -1,49 +1,84 @@
-"""Functions behind the grpo-ext lm-eval tasks (``--include_path evals/lm_eval_tasks``).
+"""Functions behind the grpo-ext lm-eval tasks (``--include_path evals/lm_eval_tasks``), for any registered task.
 
-- ``*_dataset``: ``custom_dataset`` loaders. lm-eval calls them with the task's ``metadata`` (the YAML's, plus
-  ``--metadata '{...}'`` from the command line, plus the model args) and its ``dataset_kwargs``; each picks the
-  keys it knows and ignores the rest.
+- ``task_dataset``: the ``custom_dataset`` loader. lm-eval calls it with the task's ``metadata`` (the YAML's, plus
+  ``--metadata '{...}'`` from the command line, plus the model args) and its ``dataset_kwargs``. ``grpo_ext_task``
+  names the task (a :data:`grpo_ext.tasks.TASKS` name, built by :func:`grpo_ext.tasks.get_task`); the task's knobs
+  (its constructor's arguments) are picked from the rest, and other keys are ignored. ``n``: the first n problems
+  (default: the task's ``harness_defaults.limit``); ``split`` (default ``test``); ``prompt_fewshot``: the task's
+  ``num_fewshot`` (lm-eval's own ``--num_fewshot`` is not used); ``$GRPO_EXT_<TASK>_DATA_FILES`` wins over a
+  ``data_files`` knob.
 - ``keep_all_samples``: a ``custom`` filter that hands every one of the ``repeats`` generations of a document to
   ``process_results`` (lm-eval's default ``take_first`` filter would keep one).
-- ``process_results_*``: pass@k and maj@k of one document from its N generations, computed with
-  ``grpo_ext.evaluation.metrics`` (the same functions as ``evals/passk_majk.py``); lm-eval averages them over
-  documents. Only k <= N are reported.
+- ``process_results``: the metrics a model card lists (the registry's, :mod:`grpo_ext.evaluation.registry`: pass@k and
+  maj@k) of one document from its N generations, scored as the harness scores a problem
+  (:func:`grpo_ext.evaluation.scoring.score_problem`); lm-eval averages them over documents. Only k <= N are reported.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
+import json
 import os
 
 from datasets import DatasetDict
 
-from grpo_ext.evaluation.metrics import maj_at_k, pass_at_k
-from grpo_ext.tasks.arithmetic import ArithmeticTask
-from grpo_ext.tasks.base import Task
-from grpo_ext.tasks.gsm8k import GSM8KTask
+from grpo_ext.evaluation.registry import keyed_metrics
+from grpo_ext.evaluation.scoring import score_problem
+from grpo_ext.tasks import TASKS, Task, get_task
 
-#: The k of pass@k and maj@k; each k must also be listed in the YAML's metric_list.
+#: The k of the reported metrics; each metric at each k must also be listed in the YAML's metric_list.
 KS = (1, 2, 4, 8, 16)
-#: Environment variable with a local GSM8K file (openai/gsm8k format); wins over the YAML's data_files.
-GSM8K_DATA_ENV = "GRPO_EXT_GSM8K_DATA_FILES"
+#: The metrics reported: those a model card lists (pass@k, maj@k), one value per k.
+REPORTED = [m for m in keyed_metrics("k") if m.in_card]
+#: The metadata key naming the task, and the column that carries it in every document (see ``process_results``).
+TASK_KEY = "grpo_ext_task"
 
-_ARITHMETIC_KNOBS = ("min_operands", "max_operands", "digits", "operators", "seed", "test_percent")
+
+def data_files_env(task: str) -> str:
+    """The environment variable with a local data file for ``task`` (``GRPO_EXT_GSM8K_DATA_FILES``)."""
+    return f"GRPO_EXT_{task.upper()}_DATA_FILES"
 
 
 # ---- datasets ------------------------------------------------------------------------------------------------------
 
 
-def arithmetic_dataset(**kwargs) -> DatasetDict:
-    """The embedded task's test split: ``n`` problems (default 200) built with the arithmetic knobs in kwargs."""
-    task = ArithmeticTask(**{k: kwargs[k] for k in _ARITHMETIC_KNOBS if k in kwargs})
-    return DatasetDict({"test": task.load("test", int(kwargs.get("n", 200)))})
+def task_knobs(name: str, metadata: dict) -> dict:
+    """The task's constructor arguments found in ``metadata`` (lm-eval mixes in its own keys and the model args)."""
+    if name not in TASKS:
+        get_task(name)  # the registry's error, naming the known tasks
+    accepted = [
+        p.name
+        for p in inspect.signature(TASKS[name].__init__).parameters.values()
+        if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    knobs = {key: metadata[key] for key in accepted if key in metadata}
+    if "prompt_fewshot" in metadata and "num_fewshot" in accepted:
+        knobs["num_fewshot"] = int(metadata["prompt_fewshot"])
+    if os.environ.get(data_files_env(name)) and "data_files" in accepted:
+        knobs["data_files"] = os.environ[data_files_env(name)]
+    return knobs
 
 
-def gsm8k_dataset(**kwargs) -> DatasetDict:
-    """GSM8K ``test`` split from $GRPO_EXT_GSM8K_DATA_FILES, else ``data_files``, else the hub (openai/gsm8k)."""
-    data_files = os.environ.get(GSM8K_DATA_ENV) or kwargs.get("data_files")
-    task = GSM8KTask(data_files=data_files, num_fewshot=int(kwargs.get("prompt_fewshot", 0)))
-    n = kwargs.get("n")
-    return DatasetDict({"test": task.load(kwargs.get("split", "test"), None if n is None else int(n))})
+def task_dataset(**metadata) -> DatasetDict:
+    """The ``test`` split lm-eval reads: the named task's ``split`` (first ``n`` problems), each row tagged with the
+    task that made it."""
+    if TASK_KEY not in metadata:
+        raise ValueError(f"lm-eval task metadata has no {TASK_KEY!r}: the name of the grpo-ext task to evaluate")
+    name = metadata[TASK_KEY]
+    knobs = task_knobs(name, metadata)
+    task = get_task(name, **knobs)
+    n = metadata.get("n", task.harness_defaults.limit)
+    data = task.load(metadata.get("split", "test"), None if n is None else int(n))
+    # process_results is given the document and the generations only: the document says which task scores it
+    spec = json.dumps({"task": name, "task_kwargs": knobs}, sort_keys=True)
+    return DatasetDict({"test": data.add_column(TASK_KEY, [spec] * len(data))})
+
+
+@functools.cache  # one task per spec: process_results runs once a document
+def _task(spec: str) -> Task:
+    parsed = json.loads(spec)
+    return get_task(parsed["task"], **parsed["task_kwargs"])
 
 
 # ---- filter --------------------------------------------------------------------------------------------------------
@@ -57,17 +92,12 @@ def keep_all_samples(resps, docs):
 # ---- metrics -------------------------------------------------------------------------------------------------------
 
 
-def sample_metrics(task: Task, generations: list[str], reference: str, ks=KS) -> dict[str, float]:
-    """pass@k and maj@k of one problem from its generations: our estimators, exact, for every k <= N."""
-    answers = [task.extract_answer(g) for g in generations]
-    correct = [task.is_correct(g, reference) for g in generations]
-    n, c = len(generations), sum(correct)
-    out: dict[str, float] = {}
-    for k in ks:
-        if k <= n:
-            out[f"pass@{k}"] = pass_at_k(n, c, k)
-            out[f"maj@{k}"] = maj_at_k(answers, correct, k)
-    return out
+def sample_metrics(task: Task, generations: list[str], doc: dict, ks=KS) -> dict[str, float]:
+    """The reported metrics of one problem at every k <= N, from the per-problem record the harness would keep."""
+    n = len(generations)
+    ks = [k for k in ks if k <= n]
+    record = score_problem(task, {"problem_id": None, **doc}, generations, ks)  # lm-eval's documents have no id
+    return {m.at(k): float(m.per_problem(n, [record], str(k))[0]) for m in REPORTED for k in ks}
 
 
 def _generations(results) -> list[str]:
@@ -76,13 +106,5 @@ def _generations(results) -> list[str]:
     return [generations] if isinstance(generations, str) else list(generations)
 
 
-_ARITHMETIC = ArithmeticTask()
-_GSM8K = GSM8KTask()
-
-
-def process_results_arithmetic(doc: dict, results) -> dict[str, float]:
-    return sample_metrics(_ARITHMETIC, _generations(results), doc["answer"])
-
-
-def process_results_gsm8k(doc: dict, results) -> dict[str, float]:
-    return sample_metrics(_GSM8K, _generations(results), doc["answer"])
+def process_results(doc: dict, results) -> dict[str, float]:
+    return sample_metrics(_task(doc[TASK_KEY]), _generations(results), doc)

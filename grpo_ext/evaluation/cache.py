@@ -29,7 +29,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from grpo_ext.errors import UserError, user_file
+from grpo_ext.errors import TOKENIZER_FILES, UserError, user_file
 from grpo_ext.models import resolve_model_path
 
 logger = logging.getLogger(__name__)
@@ -43,20 +43,7 @@ RECORD_FIELDS = ("model", "model_fingerprint", "task", "problem_id", "sample_ind
 # tokenizer (an edited eos_token ends completions elsewhere).
 _FINGERPRINTED = (
     {".safetensors", ".bin"},
-    {
-        "config.json",
-        "adapter_config.json",
-        "generation_config.json",
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "special_tokens_map.json",
-        "added_tokens.json",
-        "vocab.json",
-        "merges.txt",
-        "tokenizer.model",
-        "chat_template.jinja",
-        "chat_template.json",
-    },
+    {"config.json", "adapter_config.json", "generation_config.json", *TOKENIZER_FILES},
 )
 # Digests already computed in this process, by file identity and state: a file rewritten in place gets a new mtime and
 # ctime (ctime cannot be set back by tools that preserve times), so a changed file is never looked up under its old key.

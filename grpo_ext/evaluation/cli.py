@@ -1,5 +1,6 @@
 """What the harness's command lines share (``evals/passk_majk.py``, ``evals/compare.py``): the sampling flags,
-their per-task defaults, and turning them into checked settings before any model is loaded.
+their per-task defaults (each task's ``harness_defaults``), and turning them into checked settings before any model
+is loaded.
 
     parser = HarnessArgumentParser(prog="passk_majk.py", description="...")
     add_harness_arguments(parser)
@@ -26,8 +27,6 @@ from grpo_ext.validation import check_number
 __all__ = [
     "CACHE_NAME",
     "DECODE_BUDGET",
-    "GENERIC_DEFAULTS",
-    "TASK_DEFAULTS",
     "HarnessArgumentParser",
     "HarnessSettings",
     "ReportSettings",
@@ -40,13 +39,6 @@ __all__ = [
     "task_kwargs_flag",
 ]
 
-#: Defaults sized per task so that a run without options finishes in minutes on 2 CPU cores.
-TASK_DEFAULTS = {
-    "arithmetic": {"limit": 200, "max_new_tokens": 48},
-    # SmolLM2-135M-Instruct's answers (configs/real/): the training runs' max_completion_length
-    "word_arithmetic": {"limit": 500, "max_new_tokens": 64},
-}
-GENERIC_DEFAULTS = {"limit": None, "max_new_tokens": 512}
 #: Default --batch-size x n stays within this many samples (n > 64): the transformers sampler's KV cache has
 #: batch_size x n slots, so its memory is proportional to that product (measured on the embedded model, 20 prompts,
 #: n = 1024: peak RSS 2.9 GB at 8 x 1024 slots, 0.8 GB at 1 x 1024), while samples do not depend on it.
@@ -133,7 +125,7 @@ def add_harness_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentP
         "--max-new-tokens",
         type=int,
         default=None,
-        help="default: 48 for arithmetic, 64 for word_arithmetic, 512 otherwise",
+        help="default: the task's (48 for arithmetic, 64 for word_arithmetic, 512 unless a task says otherwise)",
     )
     parser.add_argument(
         "--batch-size",
@@ -146,7 +138,8 @@ def add_harness_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentP
         "--limit",
         type=int,
         default=None,
-        help="evaluate the first L problems (default: 200 for arithmetic, 500 for word_arithmetic, all otherwise)",
+        help="evaluate the first L problems (default: the task's: 200 for arithmetic, 500 for word_arithmetic, all "
+        "unless a task says otherwise)",
     )
     parser.add_argument("--seed", type=int, default=0, help="sampling seed, the same for every model (default: 0)")
     parser.add_argument(
@@ -173,7 +166,7 @@ class HarnessSettings:
 
 
 def harness_settings(args: argparse.Namespace) -> HarnessSettings:
-    """The flags of :func:`add_harness_arguments`, checked: the task is built, per-task defaults filled in, and
+    """The flags of :func:`add_harness_arguments`, checked: the task is built, its defaults filled in, and
     every k must be <= n (the command line refuses what the harness would drop with a warning)."""
     from grpo_ext.evaluation.harness import check_ks
     from grpo_ext.evaluation.sampling import SamplingParams
@@ -183,9 +176,9 @@ def harness_settings(args: argparse.Namespace) -> HarnessSettings:
     task_kwargs = task_kwargs_flag(args.task_kwargs)
     with user_input(None):  # an unknown task or a bad knob names itself
         task = get_task(args.task, **task_kwargs)
-    defaults = TASK_DEFAULTS.get(args.task, GENERIC_DEFAULTS)
-    limit = args.limit if args.limit is not None else defaults["limit"]
-    max_new_tokens = args.max_new_tokens if args.max_new_tokens is not None else defaults["max_new_tokens"]
+    defaults = task.harness_defaults  # the task owns them: a task without its own gets the base Task's
+    limit = args.limit if args.limit is not None else defaults.limit
+    max_new_tokens = args.max_new_tokens if args.max_new_tokens is not None else defaults.max_new_tokens
     if args.n < 1:
         raise UserError(f"--n must be >= 1, got {args.n}")
     # Finite, and a seed NumPy and torch both take (SamplingParams would let inf and -1 through).

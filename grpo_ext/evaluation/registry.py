@@ -22,7 +22,7 @@ import numpy as np
 
 from grpo_ext.evaluation.metrics import cover_at_many, pass_at_k_many, pass_hat_k_many
 
-__all__ = ["METRICS", "Metric", "get_metric", "keyed_metrics", "scalar_metrics"]
+__all__ = ["METRICS", "Metric", "get_metric", "keyed_metrics", "metric_at", "scalar_metrics"]
 
 PerProblem = Callable[[int, Sequence[dict], "str | None"], "np.ndarray | None"]
 
@@ -50,6 +50,12 @@ class Metric:
     def sort_keys(self, keys) -> list[str]:
         """A result's keys of this metric in order: ks as integers, taus as numbers."""
         return sorted(keys, key=float if self.keyed_by == "tau" else int)
+
+    def at(self, key) -> str:
+        """The name of one value of a keyed metric, as logs and tables write it: ``pass@k`` at 4 is ``pass@4``."""
+        if self.keyed_by is None:
+            raise ValueError(f"metric {self.name!r} has one value, not one per key")
+        return self.name[: -len(self.keyed_by)] + str(key)
 
 
 def _counts(records: Sequence[dict]) -> np.ndarray:
@@ -125,6 +131,24 @@ def get_metric(name: str) -> Metric:
         return METRICS[name]
     except KeyError:
         raise ValueError(f"unknown metric {name!r}; expected one of {tuple(METRICS)}") from None
+
+
+def metric_at(text: str) -> tuple[Metric, str | None]:
+    """``pass@4`` -> (the ``pass@k`` entry, ``"4"``), the key as a result's JSON holds it; an unkeyed metric's name ->
+    (its entry, None). ``ValueError`` naming the registered metrics otherwise."""
+    if text in METRICS and METRICS[text].keyed_by is None:
+        return METRICS[text], None
+    for metric in keyed_metrics():
+        prefix = metric.at("")
+        key = text[len(prefix) :]
+        if text.startswith(prefix) and key:
+            try:
+                number = int(key) if metric.keyed_by == "k" else float(key)
+            except ValueError:
+                continue
+            return metric, repr(number) if metric.keyed_by == "tau" else str(number)  # as the JSON writes keys
+    names = ", ".join(m.at(m.keyed_by.upper()) if m.keyed_by else m.name for m in METRICS.values())
+    raise ValueError(f"unknown metric {text!r}; expected one of {names}")
 
 
 def keyed_metrics(by: str | None = None) -> list[Metric]:

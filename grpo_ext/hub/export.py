@@ -22,11 +22,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from grpo_ext.errors import UserError, check_weights, user_file, user_input
+from grpo_ext.errors import TOKENIZER_FILES, UserError, check_weights, user_file, user_input
 from grpo_ext.evaluation.report import read_report
 from grpo_ext.hub.card import build_model_card
 from grpo_ext.hub.training import CONFIG_FILE, is_embedded, trained_with
 from grpo_ext.io import atomic_write_json
+from grpo_ext.models import known_model_name
 
 __all__ = [
     "EXPORT_MARKER",
@@ -47,17 +48,6 @@ MODEL_WEIGHTS = (
     "pytorch_model.bin.index.json",
 )
 MODEL_FILES = ("config.json", "generation_config.json")
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.json",
-    "merges.txt",
-    "tokenizer.model",
-    "chat_template.jinja",
-    "chat_template.json",
-)
 
 
 #: Written into a dry run's folder: the files that export wrote (what `--overwrite` may later replace).
@@ -127,6 +117,13 @@ def adapter_base(folder: Path) -> str | None:
         raise PublishError(f"CHECKPOINT: cannot read {folder / ADAPTER_CONFIG} ({err})") from err
 
 
+def _named_base(base: str | None) -> str | None:
+    """`base` as an upload names it: PEFT records the folder the base was loaded from, and for a model grpo-ext names
+    (`embedded`, `smollm2-135m-instruct`) that folder is this machine's cache; its name resolves on any machine with
+    grpo-ext (`grpo_ext.models.resolve_model_path`) and says nothing about this one."""
+    return (known_model_name(base) or base) if base else base
+
+
 def _check_base_is_downloadable(base: str | None, folder: Path) -> None:
     """An uploaded adapter names its base for everyone: a folder of this machine would be a path no one else has (and
     would publish its name). The shipped embedded model is the exception: it comes with grpo-ext."""
@@ -173,16 +170,18 @@ def _copy_config_record(checkpoint: Path, dest: Path) -> None:
 
 
 def write_adapter(checkpoint: Path, dest: Path, base_override: str | None) -> None:
-    _check_base_is_downloadable(base_override or adapter_base(checkpoint), checkpoint)
+    recorded = adapter_base(checkpoint)
+    base = base_override or _named_base(recorded)
+    _check_base_is_downloadable(base, checkpoint)
     shutil.copy2(checkpoint / ADAPTER_CONFIG, dest / ADAPTER_CONFIG)
     for name in ADAPTER_WEIGHTS:
         if (checkpoint / name).is_file():
             shutil.copy2(checkpoint / name, dest / name)
-    if base_override:  # point the uploaded adapter at the base users can download
+    if base != recorded:  # point the uploaded adapter at the base users can download, or name it
         config = json.loads((dest / ADAPTER_CONFIG).read_text())
-        config["base_model_name_or_path"] = base_override
+        config["base_model_name_or_path"] = base
         (dest / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    _copy_tokenizer(checkpoint, base_override or adapter_base(checkpoint), dest)
+    _copy_tokenizer(checkpoint, base, dest)
 
 
 def write_model(checkpoint: Path, dest: Path) -> None:
@@ -241,7 +240,7 @@ def write_upload_folder(
     summary = trained_with(checkpoint)
 
     if checkpoint_type == "adapter":
-        base_name = base_model or adapter_base(checkpoint)
+        base_name = base_model or _named_base(adapter_base(checkpoint))
         if merge:
             write_merged(checkpoint, dest, _resolve_base(base_name, checkpoint), dtype)
             checkpoint_type = "merged"

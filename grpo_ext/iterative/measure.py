@@ -118,6 +118,7 @@ class Setting:
         problem's right count and maj@k (the report's intervals resample problems)."""
         from grpo_ext.evaluation.backends import TransformersBackend, model_fingerprint
         from grpo_ext.evaluation.harness import evaluate_model
+        from grpo_ext.evaluation.results import EvalResult
         from grpo_ext.evaluation.sampling import SamplingParams
 
         k = self.args.eval_samples
@@ -138,10 +139,9 @@ class Setting:
             cache_path=cache_path,
             progress=False,
         )
+        read = EvalResult.of(result)
         return {
-            "pass@1": result["pass@k"]["1"],
-            f"pass@{k}": result["pass@k"][str(k)],
-            f"maj@{k}": result["maj@k"][str(k)],
+            **{name: read.value(name) for name in ("pass@1", f"pass@{k}", f"maj@{k}")},  # the arms report's names
             "test_n_correct": [int(p["n_correct"]) for p in result["per_problem"]],
             f"test_maj@{k}": [float(p["maj@k"][str(k)]) for p in result["per_problem"]],
         }

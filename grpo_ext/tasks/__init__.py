@@ -1,10 +1,13 @@
-"""Verifiable tasks by name. `get_task("arithmetic", max_operands=3)` builds one."""
+"""Verifiable tasks by name. `get_task("arithmetic", max_operands=3)` builds one.
+
+A new task is one file (a :class:`Task` subclass with its `name`, and its `harness_defaults` unless the generic ones
+suit it) plus its line in :data:`TASKS`; the training scripts, the harness and the lm-eval glue find it here."""
 
 from __future__ import annotations
 
 from grpo_ext.errors import UserError, user_input
 from grpo_ext.tasks.arithmetic import ArithmeticTask
-from grpo_ext.tasks.base import Task
+from grpo_ext.tasks.base import HarnessDefaults, Task
 from grpo_ext.tasks.gsm8k import GSM8KTask
 from grpo_ext.tasks.jsonl import JSONLTask
 from grpo_ext.tasks.math import MathTask
@@ -30,4 +33,4 @@ def get_task(name: str, **kwargs) -> Task:
         raise UserError(f"task {name!r}: bad task_kwargs {kwargs}: {err}") from err
 
 
-__all__ = ["TASKS", "Task", "get_task"]
+__all__ = ["TASKS", "HarnessDefaults", "Task", "get_task"]

@@ -22,7 +22,7 @@ from datasets import Dataset
 
 from grpo_ext.errors import UserError
 from grpo_ext.steps import step_texts
-from grpo_ext.tasks.base import Task
+from grpo_ext.tasks.base import HarnessDefaults, Task
 
 STEP_SEPARATOR = ";"
 ANSWER_PREFIX = "#"
@@ -94,6 +94,8 @@ class ArithmeticTask(Task):
 
     name = "arithmetic"
     step_separator = STEP_SEPARATOR
+    #: 200 problems run in minutes on 2 CPU cores; 48 tokens (characters) hold the default knobs' longest solution (40)
+    harness_defaults = HarnessDefaults(limit=200, max_new_tokens=48)
 
     def __init__(
         self,

@@ -7,13 +7,17 @@ The contract of :class:`Task`:
   default), and :meth:`Task.outcome_reward` built on them;
 - optional step verifier: :meth:`Task.verify_steps` returns one score per step, or None on the base class. A task
   has one when it overrides the method; ask :attr:`Task.has_step_verifier` (never ``getattr(task, "verify_steps")``:
-  every task has the method). :meth:`Task.step_reward` is the verifier as a process reward function.
+  every task has the method). :meth:`Task.step_reward` is the verifier as a process reward function;
+- evaluation defaults: :attr:`Task.harness_defaults`, a :class:`HarnessDefaults` (the harness's problem limit and
+  generation length when its command line does not say). A subclass inherits its parent's; the base's are generic.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
 
 from datasets import Dataset
 
@@ -34,12 +38,46 @@ def completion_text(completion) -> str:
     raise TypeError(f"completion must be a string or a list of chat messages, got {type(completion).__name__}")
 
 
+@dataclass(frozen=True)
+class HarnessDefaults:
+    """What the evaluation harness (``evals/passk_majk.py``, ``evals/compare.py``) and the lm-eval glue use for a
+    task when they are not told: sized so that a run without options fits the task's answers and finishes.
+
+    Attributes:
+        limit: problems evaluated (the first ``limit`` of the split); None = all of them.
+        max_new_tokens: tokens generated per sample, enough for the task's answers.
+    """
+
+    limit: int | None = None
+    max_new_tokens: int = 512
+
+    def __post_init__(self):
+        # checked when the task class is defined, so a bad default fails at import, not in the middle of a run
+        for field, value, allow_none in (("limit", self.limit, True), ("max_new_tokens", self.max_new_tokens, False)):
+            if value is None and allow_none:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                none = "None or " if allow_none else ""
+                raise ValueError(f"HarnessDefaults.{field} must be {none}an integer >= 1, got {value!r}")
+
+
 class Task(ABC):
     """A verifiable task. Subclasses set `name` and implement loading, extraction and checking."""
 
     name: str = ""
     #: Separator between reasoning steps in a solution, or None when steps are not marked.
     step_separator: str | None = None
+    #: The harness's defaults for this task (a subclass sets its own or inherits its parent's).
+    harness_defaults: ClassVar[HarnessDefaults] = HarnessDefaults()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # a dict here ({"limit": 500}) would go unchecked until the harness reads it: refuse it where it is written
+        if not isinstance(cls.harness_defaults, HarnessDefaults):
+            raise TypeError(
+                f"{cls.__name__}.harness_defaults must be a HarnessDefaults(limit=..., max_new_tokens=...), "
+                f"got {type(cls.harness_defaults).__name__}"
+            )
 
     @abstractmethod
     def load(self, split: str, n: int | None = None) -> Dataset:

@@ -35,6 +35,7 @@ from datasets import Dataset
 from grpo_ext.errors import UserError
 from grpo_ext.steps import step_texts
 from grpo_ext.tasks.arithmetic import ArithmeticTask, Problem
+from grpo_ext.tasks.base import HarnessDefaults
 from grpo_ext.tasks.data import as_prompt
 from grpo_ext.tasks.gsm8k import GSM8KTask, gsm8k_reference_number
 
@@ -124,6 +125,8 @@ class WordArithmeticTask(GSM8KTask):
     ``conversational`` (default: a chat message), ``step_separator`` (default ``newline``)."""
 
     name = "word_arithmetic"
+    #: the whole test split; 64 tokens: the real-model training runs' max_completion_length (configs/real/)
+    harness_defaults = HarnessDefaults(limit=500, max_new_tokens=64)
 
     def __init__(
         self,

@@ -50,8 +50,10 @@ def main(argv: list[str]) -> dict:
 
     from grpo_ext.evaluation.cli import harness_settings
     from grpo_ext.evaluation.harness import load_problems
+    from grpo_ext.evaluation.results import EvalResult
     from grpo_ext.methods.compare.evaluate import compare_runs
     from grpo_ext.methods.compare.runs import parse_runs
+    from grpo_ext.methods.study.stats import headline_metrics
 
     runs = parse_runs(args.run)
     settings = harness_settings(args)
@@ -73,12 +75,9 @@ def main(argv: list[str]) -> dict:
         progress=not args.no_progress,
     )
     for run in runs:
-        r = run.result
-        k = r["ks"][-1]
-        print(
-            f"{run.name}: pass@1 {r['pass@k']['1']:.3f}  maj@{k} {r['maj@k'][str(k)]:.3f}  "
-            f"pass@{k} {r['pass@k'][str(k)]:.3f}"
-        )
+        read = EvalResult.of(run.result)
+        numbers = "  ".join(f"{name} {read.value(name):.3f}" for name in headline_metrics(read.ks[-1]))
+        print(f"{run.name}: {numbers}")
     for w in result["warnings"]:
         print(f"warning: {w}")
     print("wrote " + ", ".join(str(p) for p in result["paths"].values()))

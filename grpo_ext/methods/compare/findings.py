@@ -9,9 +9,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from grpo_ext.evaluation.results import EvalResult
 from grpo_ext.methods.compare.runs import Run
 from grpo_ext.methods.paradigm import BASE_RUN, METHODS
-from grpo_ext.methods.study.stats import finding_text, paper_findings
+from grpo_ext.methods.study.stats import finding_text, headline_metrics, paper_findings
 
 __all__ = ["findings", "summarize"]
 
@@ -34,13 +35,10 @@ def _stat(values: list[float]) -> dict:
 
 
 def run_metrics(run: Run, k_max: int) -> dict:
-    """A run's headline numbers: pass@1, maj@k_max, pass@k_max."""
-    r = run.result
-    return {
-        "pass@1": r["pass@k"].get("1", r.get("mean_accuracy")),
-        f"maj@{k_max}": r["maj@k"][str(k_max)],
-        f"pass@{k_max}": r["pass@k"][str(k_max)],
-    }
+    """A run's headline numbers, the study's (:func:`~grpo_ext.methods.study.stats.headline_metrics`): pass@1,
+    maj@k_max, pass@k_max."""
+    result = EvalResult.of(run.result)
+    return {name: result.value(name) for name in headline_metrics(k_max)}
 
 
 def summarize(runs: Sequence[Run]) -> dict:
@@ -59,10 +57,11 @@ def summarize(runs: Sequence[Run]) -> dict:
             "pass@k": {},
             "maj@k": {},
         }
-        for k in sorted({k for r in mine for k in r.result["ks"]}):
-            have = [r for r in mine if str(k) in r.result["pass@k"]]
-            entry["pass@k"][k] = _stat([r.result["pass@k"][str(k)] for r in have])
-            entry["maj@k"][k] = _stat([r.result["maj@k"][str(k)] for r in have])
+        results = [EvalResult.of(r.result) for r in mine]
+        for k in sorted({k for result in results for k in result.ks}):
+            have = [result for result in results if k in result.table("pass@k")]
+            for name in ("pass@k", "maj@k"):  # the curves the report draws
+                entry[name][k] = _stat([result.table(name)[k] for result in have])
         costs = [r.cost for r in mine if r.cost]
         if costs:
             entry["cost"] = {

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from grpo_ext.evaluation import plots
+from grpo_ext.evaluation.results import EvalResult
 from grpo_ext.io import atomic_write_bytes, atomic_write_text, figure_png
 from grpo_ext.methods.compare.findings import findings, summarize
 from grpo_ext.methods.compare.runs import Run, settings_of
@@ -122,8 +123,8 @@ def render_comparison(
         "|---|" + "---:|" * (2 * len(ks)) + "---|",
     ]
     for run in runs:
-        r = run.result
-        cells = [_f(r["pass@k"].get(str(x))) for x in ks] + [_f(r["maj@k"].get(str(x))) for x in ks]
+        result = EvalResult.of(run.result)
+        cells = [_f(result.table(name).get(x)) for name in ("pass@k", "maj@k") for x in ks]
         lines.append(f"| {run.name} | " + " | ".join(cells) + f" | {', '.join(run.flags) or ''} |")
     lines += [
         "",
@@ -217,7 +218,7 @@ def plot_accuracy_vs_samples(runs: Sequence[Run], summary: dict) -> bytes:
             continue
         right.scatter(
             run.cost.get("samples_generated", 0),
-            run.result["pass@k"]["1"],
+            EvalResult.of(run.result).value("pass@1"),
             color=_colour(run.method),
             s=28,
             label=_title(run.method),

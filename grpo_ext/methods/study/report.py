@@ -24,6 +24,7 @@ from grpo_ext.methods.study.stats import (
     arm_summary,
     finding_text,
     format_difference,
+    headline_metrics,
     paired_difference,
     paper_findings,
     samples_to_reach,
@@ -60,7 +61,7 @@ def _budget(result: dict) -> tuple[int, int]:
 def compute(study: Study, data: dict) -> dict:
     """Everything the report shows, JSON-ready."""
     k_max = min(r["n"] for a in data["arms"].values() for r in a["results"])
-    metrics = ["pass@1", f"maj@{k_max}", f"pass@{k_max}"]
+    metrics = headline_metrics(k_max)
     base = {m: v for m, v in arm_summary([data["base"]], metrics).items()}
     arms = {}
     for name, entry in data["arms"].items():

@@ -14,7 +14,7 @@ import numpy as np
 
 from grpo_ext.evaluation.analysis import DEFAULT_BOOTSTRAP, per_problem_values
 from grpo_ext.evaluation.bootstrap import bootstrap_mean_ci
-from grpo_ext.evaluation.registry import keyed_metrics
+from grpo_ext.evaluation.registry import METRICS, keyed_metrics
 
 __all__ = [
     "BOOTSTRAP",
@@ -24,6 +24,7 @@ __all__ = [
     "arm_summary",
     "finding_text",
     "format_difference",
+    "headline_metrics",
     "finding_beats",
     "finding_majk",
     "paired_difference",
@@ -36,6 +37,12 @@ __all__ = [
 #: Every interval of a study report: the harness report's settings (95% percentile bootstrap over problems, 10,000
 #: resamples, seed 0), as the keyword arguments of :mod:`grpo_ext.evaluation.bootstrap`.
 BOOTSTRAP = DEFAULT_BOOTSTRAP.kwargs()
+
+
+def headline_metrics(k_max: int) -> list[str]:
+    """What a method report leads with, in its order: pass@1 (accuracy), maj@K and pass@K at its largest K."""
+    pass_k, maj_k = METRICS["pass@k"], METRICS["maj@k"]
+    return [pass_k.at(1), maj_k.at(k_max), pass_k.at(k_max)]
 
 
 def per_problem(result: dict, metric: str) -> np.ndarray:
