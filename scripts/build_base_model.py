@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 from grpo_ext.char_tokenizer import build_char_tokenizer
+from grpo_ext.errors import UserError
 from grpo_ext.evaluation.metrics import maj_at_k, pass_at_k
 from grpo_ext.evaluation.sampling import SamplingParams, sample
 from grpo_ext.io import atomic_write_json
@@ -50,14 +51,23 @@ SPLITS = ("sft", "train", *HELD_OUT)
 TARGETS = {"held_out_pass@1": (0.3, 0.6), "max_memorisation_gap": 0.03, "min_room_for_rl": 0.25}
 
 
-def model_config(tokenizer) -> LlamaConfig:
+ARCHITECTURE = {
+    "hidden_size": 128,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "intermediate_size": 512,
+}
+
+
+def model_config(tokenizer, **architecture) -> LlamaConfig:
+    """The base's Llama: ARCHITECTURE with ``architecture``'s overrides (a smaller model plateaus lower)."""
+    unknown = set(architecture) - set(ARCHITECTURE)
+    if unknown:
+        raise UserError(f"--model-kwargs: unknown {sorted(unknown)}; expected some of {sorted(ARCHITECTURE)}")
     return LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=128,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        intermediate_size=512,
+        **(ARCHITECTURE | architecture),
         max_position_embeddings=128,
         tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id,
@@ -173,6 +183,12 @@ def main() -> None:
         default={},
         help="the arithmetic task's knobs as JSON (default: its defaults), e.g. '{\"digits\": 3}'",
     )
+    parser.add_argument(
+        "--model-kwargs",
+        type=json.loads,
+        default={},
+        help="the Llama's size as JSON, overriding ARCHITECTURE, e.g. '{\"hidden_size\": 64}'",
+    )
     parser.add_argument("--eval-prompts", type=int, default=1000, help="problems per split in each evaluation")
     parser.add_argument("--out", type=Path, default=EMBEDDED_MODEL_DIR)
     args = parser.parse_args()
@@ -180,8 +196,9 @@ def main() -> None:
     torch.manual_seed(args.seed)
     task = get_task("arithmetic", seed=args.seed, **args.task_kwargs)
     tokenizer = build_char_tokenizer()
-    model = LlamaForCausalLM(model_config(tokenizer))
-    print(f"parameters: {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M")
+    model = LlamaForCausalLM(model_config(tokenizer, **args.model_kwargs))
+    parameters = sum(p.numel() for p in model.parameters())
+    print(f"parameters: {parameters / 1e6:.2f} M")
 
     sft_set = task.load("sft", args.sft_size)
     batches = sft_batches(
@@ -227,6 +244,8 @@ def main() -> None:
             "weight_decay": args.weight_decay,
             "seed": args.seed,
             "task_kwargs": args.task_kwargs,
+            "architecture": ARCHITECTURE | args.model_kwargs,
+            "parameters": parameters,
             "train_seconds": round(train_seconds, 1),
             "final_loss": round(final_loss, 4),
         },

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -48,3 +49,17 @@ def test_recorded_metrics_show_a_converged_base_with_room_for_rl_that_memorised_
         assert check["within_noise"] and abs(check["change"]) < check["evaluation_noise"]
     assert metrics["sft_training"]["check_lr"] <= metrics["sft_training"]["lr"]
     assert all(target["met"] for target in metrics["targets"].values())
+
+
+def test_base_builder_sizes_the_model_from_its_overrides_and_names_an_unknown_one():
+    from grpo_ext.char_tokenizer import build_char_tokenizer
+    from grpo_ext.errors import UserError
+    from scripts.build_base_model import ARCHITECTURE, model_config
+
+    tokenizer = build_char_tokenizer()
+    shipped = model_config(tokenizer)
+    assert (shipped.hidden_size, shipped.num_hidden_layers) == (ARCHITECTURE["hidden_size"], 4)
+    small = model_config(tokenizer, hidden_size=64, num_hidden_layers=2)
+    assert (small.hidden_size, small.num_hidden_layers, small.intermediate_size) == (64, 2, 512)
+    with pytest.raises(UserError, match=r"--model-kwargs: unknown \['hidden'\]"):
+        model_config(tokenizer, hidden=64)
