@@ -53,7 +53,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--num-generations", type=int, default=8, help="GRPO's group size")
     parser.add_argument("--lora-rank", type=_ints, default="0", help="comma-separated LoRA ranks; 0 = all parameters")
     parser.add_argument(
-        "--train-offset", type=int, default=0, help="train prompts skipped first (e.g. a base's SFT set)"
+        "--train-offset",
+        type=int,
+        default=0,
+        help="train prompts skipped first (0: the base is fine-tuned on the task's separate sft split)",
     )
     parser.add_argument("--max-completion-length", type=int, default=48)
     parser.add_argument("--loss-type", default="dapo", choices=LOSS_TYPES, help="TRL's loss_type (its reduction)")
