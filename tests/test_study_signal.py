@@ -1,14 +1,20 @@
-"""A study's stage 0 (issue 28): the `signal` section of the study YAML."""
+"""A study's stage 0 (issue 28): the `signal` section of the study YAML, the stage's resume (signal.json reused
+only while its settings hold), and the report's section with the arms' row marked."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from grpo_ext.errors import UserError
 from grpo_ext.methods.study.config import Signal, load_study
+from grpo_ext.methods.study.signal import stage
+from grpo_ext.methods.study.signal.section import SIGNAL_FILE, TITLE, read_signal, render_signal
 from grpo_ext.methods.study.signal.settings import arm_values
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,3 +126,134 @@ def test_arms_of_a_run_keep_the_signal_only_with_its_arm():
     assert study.only(["grpo_outcome", "outcome_skip"]).signal == study.signal
     assert study.only(["sft", "dpo"]).signal is None  # the run trains at no batch size the signal was measured for
     assert study.trimmed(values_per_axis=2, seeds=2).signal == study.signal
+
+
+# --- the stage -------------------------------------------------------------------------------------------------
+
+
+def _row(objective: str, samples: int, mean: float, low: float | None = None, high: float | None = None) -> dict:
+    group = 8 if objective == "grpo" else 1
+    return {
+        "objective": objective,
+        "samples": samples,
+        "prompts": samples // group,
+        "group_size": group,
+        "lora_rank": 0,
+        "mean_cosine": mean,
+        "low": low,
+        "high": high,
+        "zero_std_share": 0.5 if objective == "grpo" else None,
+        "interval": "95% jackknife over minibatches (t, 15 df)",
+        "seconds": 1.0,
+    }
+
+
+@pytest.fixture
+def measured(monkeypatch):
+    """The stage with the model and the measurement faked: the calls of `measure_signal`, in order."""
+    calls = []
+
+    def fake_measure(model, tokenizer, task, objective, samples, minibatches, **kwargs):
+        calls.append((objective, samples, minibatches, kwargs["group_size"], kwargs["max_completion_length"]))
+        return _row(objective, samples, 0.1)
+
+    monkeypatch.setattr(stage, "load_model_and_tokenizer", lambda name: (torch.nn.Linear(1, 1), None))
+    monkeypatch.setattr(stage, "measure_signal", fake_measure)
+    return calls
+
+
+def test_the_stage_measures_once_and_again_only_when_its_settings_change(tmp_path, measured, capsys):
+    study = load_study(STUDY)
+    options = {"configs": str(study.configs_dir), "quick": False, "progress": False}
+    batch, group = _arm_batch()
+    first = stage.run_signal_stage(study, tmp_path, options)
+    grid = [(o, n) for o in ("grpo", "sft") for n in study.signal.samples]
+    assert [c[:2] for c in measured] == grid and {c[2:] for c in measured} == {(study.signal.minibatches, group, 48)}
+    recorded = json.loads((tmp_path / SIGNAL_FILE).read_text())
+    assert recorded == first and recorded["settings"]["arm_samples"] == batch and len(recorded["rows"]) == len(grid)
+
+    assert stage.run_signal_stage(study, tmp_path, options) == first  # the same settings: read, not measured
+    assert len(measured) == len(grid) and "holds these settings; reused" in capsys.readouterr().out
+
+    fewer = dataclasses.replace(study.signal, minibatches=4)
+    again = stage.run_signal_stage(dataclasses.replace(study, signal=fewer), tmp_path, options)
+    assert len(measured) == 2 * len(grid) and again["settings"]["minibatches"] == 4
+    assert (
+        f"other settings (minibatches: {study.signal.minibatches!r} -> 4); measuring again" in capsys.readouterr().out
+    )
+    assert read_signal(tmp_path)["settings"]["minibatches"] == 4
+
+
+def test_quick_measures_the_arms_quick_batch_only(tmp_path, measured):
+    study = load_study(STUDY)
+    options = {
+        "configs": str(study.configs_dir),
+        "quick": True,
+        "progress": False,
+        "quick_flags": "--max_steps 2",
+        "quick_method_flags": {"online": "--per_device_train_batch_size 16 --num_generations 4"},
+    }
+    settings = stage.run_signal_stage(study, tmp_path, options)["settings"]
+    assert measured == [("grpo", 16, 3, 4, 48), ("sft", 16, 3, 4, 48)]
+    assert settings["samples"] == [16] and settings["arm_samples"] == 16 and settings["quick"] is True
+
+
+# --- the report ---------------------------------------------------------------------------------------------------
+
+
+def _signal() -> dict:
+    settings = {
+        "model": "embedded",
+        "arm": "grpo_outcome",
+        "arm_samples": 64,
+        "samples": [16, 64, 256],
+        "minibatches": 16,
+        "num_generations": 8,
+        "max_completion_length": 48,
+        "loss_type": "dapo",
+        "temperature": 1.0,
+        "lora_rank": 0,
+    }
+    rows = [
+        _row("grpo", 16, 0.01, -0.01, 0.03),
+        _row("grpo", 64, 0.04, 0.02, 0.06),
+        _row("grpo", 256, 0.15, 0.12, 0.18),
+        _row("sft", 64, 0.3, 0.25, 0.35),
+        _row("sft", 256, 0.6, None, None),
+    ]
+    return {"settings": settings, "device": "cpu", "rows": rows}
+
+
+def test_the_section_marks_the_arms_row_and_states_its_cosine():
+    text = "\n".join(render_signal(_signal()))
+    marked = [line for line in text.splitlines() if "(arms)" in line]
+    assert marked == [
+        "| grpo | **64** (arms) | 8 x 8 | full | +0.0400 | [+0.0200, +0.0600] | 0.50 | 1.0 |",
+        "| sft | **64** (arms) | 64 x 1 | full | +0.3000 | [+0.2500, +0.3500] | - | 1.0 |",
+    ]
+    assert "| grpo | 16 | 2 x 8 | full | +0.0100 |" in text and "| sft | 256 | 256 x 1 | full | +0.6000 | - |" in text
+    assert (
+        "The arms train at 64 samples a step (grpo_outcome's per_device_train_batch_size x "
+        "gradient_accumulation_steps), where the cosine is +0.0400 [+0.0200, +0.0600] (grpo); "
+        "+0.3000 [+0.2500, +0.3500] (sft)."
+    ) in text
+    assert "16 independent minibatches" in text and "95% jackknife over minibatches" in text
+
+
+def test_the_report_shows_the_section_between_the_design_and_the_search_and_only_with_a_signal(tmp_path):
+    from grpo_ext.methods.study.report import render
+
+    study = load_study(STUDY)
+    stats = {
+        "expectations": [],
+        "k_max": 4,
+        "base": {m: {"mean": 0.5, "low": 0.4, "high": 0.6} for m in ("pass@1", "maj@4", "pass@4")},
+        "arms": {},
+        "extensions": {},
+        "findings": [],
+    }
+    search = {"scores": {}, "picks": {}}
+    sections = [line for line in render(study, search, stats, None, signal=_signal()).splitlines() if line[:3] == "## "]
+    assert sections[1:4] == ["## Design", TITLE, "## Search (validation)"]
+    assert TITLE not in render(study, search, stats, None)
+    assert read_signal(tmp_path) is None  # no signal.json: no section

@@ -31,7 +31,9 @@ narrow; the minibatches are the independent units, and the mean pairwise cosine 
 the leave-one-minibatch-out jackknife gives a standard error (interval: ``t`` with ``m - 1`` degrees of freedom).
 
 Rooms: :mod:`.core` (the pure math), :mod:`.measure` (a minibatch's gradient on the model's device, and
-:func:`measure_signal`), :mod:`.cli` (the table and JSON of)::
+:func:`measure_signal`), a study's stage 0 (:mod:`.settings`: what it measures, from the study's ``signal`` section
+and its arm's method config; :mod:`.stage`: measured or reused into ``signal.json``; :mod:`.section`: the report's
+section), and :mod:`.cli` (the table and JSON of)::
 
     python -m grpo_ext.methods.study.signal --model embedded --task arithmetic --objective grpo,sft \\
         --samples 64,256 --minibatches 6 [--lora-rank 0,16] [--out signal.json]
