@@ -3,6 +3,9 @@
     OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 python scripts/run_methods.py --study configs/compare.yaml --out results/compare
     python scripts/run_methods.py --study configs/compare.yaml --quick --out outputs/compare_quick   # minutes
 
+0. Signal (when the study has a `signal` section): before any budget is spent, the mean gradient cosine between
+   independent minibatches at the base, for each objective x samples a step, with the signal arm's method config
+   (signal.json; the arms' batch size is chosen on it). --quick measures the arm's quick batch only, 3 minibatches.
 1. Search: every (arm, setting) of the arms that search their own learning rate is trained with the search seed
    (`python -m grpo_ext.methods`, in a worker process; `--jobs` at a time) and scored on the validation split
    (validation.json in the run folder); each arm's best setting on validation is its pick.
@@ -14,8 +17,9 @@
    the base too.
 4. The report (report.md, report.json, plots) from those test results.
 
-Resumable: a run folder holding training_cost.json is never trained again, and evaluations resume from their sample
-caches, so an interrupted command (or one spread over several sittings) picks up where it stopped.
+Resumable: signal.json is reused while its recorded settings are the current ones, a run folder holding
+training_cost.json is never trained again, and evaluations resume from their sample caches, so an interrupted
+command (or one spread over several sittings) picks up where it stopped.
 """
 
 from __future__ import annotations
@@ -91,7 +95,10 @@ def main(argv: list[str]) -> dict:
     if args.model:
         study.base = args.model
     if args.arms:
+        signal = study.signal
         study = study.only([a.strip() for a in args.arms.split(",") if a.strip()])
+        if signal is not None and study.signal is None:
+            print(f"--arms: the signal's arm {signal.arm} is not run; no learning signal measured", flush=True)
     if args.jobs < 1:
         raise UserError(f"--jobs: must be >= 1, got {args.jobs}")
     resolve_model_path(study.base)  # a missing base model fails before any training
@@ -99,13 +106,18 @@ def main(argv: list[str]) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     options = {
         "base": study.base,
-        "configs": str(ROOT / study.configs) if not Path(study.configs).is_absolute() else study.configs,
+        "configs": str(study.configs_dir),
         "quick": args.quick,
         "progress": not (args.no_progress or args.quick),
         "quick_flags": QUICK_COMMON,
         "quick_method_flags": QUICK,
     }
     start = time.perf_counter()
+    if study.signal is not None:  # stage 0: the learning signal at the base, before the search spends any budget
+        from grpo_ext.methods.study.signal.stage import run_signal_stage
+
+        run_signal_stage(study, out, options)
+    signal_done = time.perf_counter()
 
     # The base is scored on validation too: a pick is only worth its test runs if it beats the base there.
     base_validation = Job(None, None, None, study.validation)
@@ -144,7 +156,8 @@ def main(argv: list[str]) -> dict:
         "command": "python scripts/run_methods.py " + " ".join(argv),
         "study": portable_path(args.study),
         "quick": args.quick,
-        "search_seconds": round(search_done - start, 1),
+        "signal_seconds": round(signal_done - start, 1),
+        "search_seconds": round(search_done - signal_done, 1),
         "final_seconds": round(trained - search_done, 1),
         "report_seconds": round(end - trained, 1),
         "total_seconds": round(end - start, 1),

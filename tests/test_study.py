@@ -229,6 +229,12 @@ def test_quick_run_of_every_method_picks_on_validation_before_any_test_number(tm
     assert "Online RFT beats RFT" in report and "raises Maj@K more than Pass@K" in report
     assert (out / "curves.png").stat().st_size > 0 and (out / "passk_majk.png").stat().st_size > 0
     assert "## Where the learning signal is (diagnostic)" in report
+    # stage 0: the signal at the base, on --quick's batch of the signal arm (16 samples, 4 prompts x 4) only
+    signal = json.loads((out / "signal.json").read_text())
+    shapes = [(r["objective"], r["samples"], r["prompts"], r["minibatches"]) for r in signal["rows"]]
+    assert shapes == [("grpo", 16, 4, 3), ("sft", 16, 16, 3)] and signal["settings"]["arm_samples"] == 16
+    assert "## The learning signal at the base (before any training)" in report and "| **16** (arms) |" in report
+    assert json.loads((out / "report.json").read_text())["signal"] == signal
     anatomy = json.loads((out / "report.json").read_text())["anatomy"]
     assert set(anatomy["rows"]) == {"base", *METHODS} and anatomy["group_size"] == 4  # the quick test draws n = 4
     for name, row in anatomy["rows"].items():

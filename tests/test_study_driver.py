@@ -1,5 +1,6 @@
-"""scripts/run_methods.py with its runs faked: one learning rate for the GRPO family through the two search stages,
-the search seed apart from the test seeds, and --quick's smaller evaluation written into the study."""
+"""scripts/run_methods.py with its runs faked: the learning signal measured first, one learning rate for the GRPO
+family through the two search stages, the search seed apart from the test seeds, and --quick's smaller evaluation
+written into the study."""
 
 from __future__ import annotations
 
@@ -23,13 +24,27 @@ def _driver():
 
 
 def test_driver_searches_own_rates_first_then_trains_the_family_at_the_reference_pick(tmp_path, monkeypatch):
-    """scripts/run_methods.py with the runs faked: stage 2 trains each rate_of arm at its reference's stage-1 pick
-    (search seed, validation), search.json says where each rate came from, and the test runs use the test seeds."""
+    """scripts/run_methods.py with the runs faked: stage 0 measures the signal before any run (once: a second
+    sitting reuses it), stage 2 trains each rate_of arm at its reference's stage-1 pick (search seed, validation),
+    search.json says where each rate came from, and the test runs use the test seeds."""
     import grpo_ext.methods.study.report as report
     import grpo_ext.methods.study.runs as runs
+    import grpo_ext.methods.study.signal.stage as signal_stage
 
-    jobs = []
-    monkeypatch.setattr(runs, "run_jobs", lambda batch, *args: jobs.append(list(batch)))
+    out = tmp_path / "out"
+    jobs, measured_before, measured = [], [], []
+
+    def run_jobs(batch, *args):
+        jobs.append(list(batch))
+        measured_before.append((out / "signal.json").is_file())
+
+    monkeypatch.setattr(runs, "run_jobs", run_jobs)
+
+    def measure(settings, progress=True):
+        measured.append(settings)
+        return {"settings": settings, "device": "cpu", "rows": []}
+
+    monkeypatch.setattr(signal_stage, "measure_settings", measure)
 
     def score(job, out, study):  # grpo_outcome is best at 5e-5, every other arm at its first setting
         if job.arm is None:
@@ -39,7 +54,6 @@ def test_driver_searches_own_rates_first_then_trains_the_family_at_the_reference
 
     monkeypatch.setattr(runs, "read_score", score)
     monkeypatch.setattr(report, "write_study_report", lambda *args: {"md": tmp_path / "report.md"})
-    out = tmp_path / "out"
     _driver().main(["--study", str(STUDY), "--out", str(out)])
 
     stage1, stage2, final = jobs
@@ -55,6 +69,15 @@ def test_driver_searches_own_rates_first_then_trains_the_family_at_the_reference
     assert search["rate_of"]["process_refill"] == {"arm": "grpo_outcome", "lr": 5e-05}
     assert list(search["scores"]) == [a.name for a in load_study(STUDY).arms]  # the study's order
     assert search["search_seed"] == 100 and search["test_seeds"] == [0, 1, 2]
+    # stage 0: the study's sizes with its arm's config, written before the first run; reused by the next sitting
+    study = load_study(STUDY)
+    assert [(m["samples"], m["minibatches"]) for m in measured] == [
+        (list(study.signal.samples), study.signal.minibatches)
+    ]
+    assert json.loads((out / "signal.json").read_text())["settings"] == measured[0]
+    assert measured_before == [True, True, True]
+    _driver().main(["--study", str(STUDY), "--out", str(out)])
+    assert len(measured) == 1
 
 
 def test_quick_writes_its_smaller_evaluation_into_the_study_and_refuses_a_metric_it_cannot_report(tmp_path):

@@ -6,8 +6,9 @@ every arm gets the same learning-rate search (plus arm-specific axes such as DPO
 picked learning rate (its other axes are still searched, at that rate), so a family of extensions differs from its
 reference by the extension alone, not by a rate that moves the model more or less. Each arm's best setting on
 validation (its *pick*) is then trained with every test seed (``search_seed`` is none of them, so no search run is
-reused as a test run) and evaluated on test. The functions here are pure (no training, no files written):
-``scripts/run_methods.py`` runs what they describe.
+reused as a test run) and evaluated on test. An optional ``signal`` section (:class:`Signal`) first measures the
+learning signal at the base, the evidence the arms' batch size is chosen on. The functions here are pure (no
+training, no files written): ``scripts/run_methods.py`` runs what they describe.
 
 Run folders: ``<out>/runs/<arm>/<setting>/seed<k>``, ``<setting>`` a readable slug of the searched values
 (``lr5e-05``, ``lr5e-05_beta0.1``). A folder is complete when it holds ``training_cost.json``; its evaluations are
@@ -22,16 +23,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpo_ext.errors import UserError, read_yaml
+from grpo_ext.io import REPO_ROOT
 from grpo_ext.methods.paradigm import get_method
 from grpo_ext.methods.study.expectations import BASE, Expectation, parse_expectations
 from grpo_ext.validation import check_number
 
-__all__ = ["Arm", "Evaluation", "Setting", "Study", "evaluation_ks", "load_study", "pick_best", "pick_settings"]
+__all__ = [
+    "Arm",
+    "Evaluation",
+    "Setting",
+    "Signal",
+    "Study",
+    "evaluation_ks",
+    "load_study",
+    "pick_best",
+    "pick_settings",
+]
 
 #: The config field each search axis sets (``learning_rates`` is the shared axis).
 AXIS_FIELDS = {"lr": "learning_rate", "beta": "beta"}
 #: The fields of an arm in the study YAML.
 ARM_FIELDS = ("method", "overrides", "grid", "rate_of")
+#: The fields of the study's `signal` section.
+SIGNAL_FIELDS = ("arm", "samples", "minibatches", "objectives")
 
 
 def evaluation_ks(n: int) -> list[int]:
@@ -108,6 +122,19 @@ class Arm:
         return out
 
 
+@dataclass(frozen=True)
+class Signal:
+    """Stage 0 (issue 28): the learning signal at the base, before any budget is spent: the mean gradient cosine
+    between `minibatches` independent minibatches at each samples a step of `samples`, for each objective, with the
+    method config of `arm` (its task, group size, completion length, loss type, temperature); its own samples a
+    step is one of `samples`. See :mod:`grpo_ext.methods.study.signal.stage`."""
+
+    samples: tuple[int, ...]
+    minibatches: int
+    arm: str = "grpo_outcome"
+    objectives: tuple[str, ...] = ("grpo", "sft")
+
+
 @dataclass
 class Study:
     arms: list[Arm]
@@ -120,6 +147,12 @@ class Study:
     configs: str = "configs/methods"
     extensions: dict[str, dict] = field(default_factory=dict)
     expectations: dict[str, Expectation] = field(default_factory=dict)
+    signal: Signal | None = None
+
+    @property
+    def configs_dir(self) -> Path:
+        """The folder of the method configs (`configs`, relative to the repository)."""
+        return Path(self.configs) if Path(self.configs).is_absolute() else REPO_ROOT / self.configs
 
     def arm(self, name: str) -> Arm:
         for arm in self.arms:
@@ -148,7 +181,8 @@ class Study:
         return [(arm, picks[arm.name], seed) for arm in self.arms for seed in self.seeds]
 
     def only(self, names: list[str]) -> Study:
-        """The study with the arms `names` only (``--arms``); a `rate_of` arm needs its reference among them."""
+        """The study with the arms `names` only (``--arms``); a `rate_of` arm needs its reference among them. The
+        `signal` section goes with its arm: without it, a run trains at no batch size the signal was measured for."""
         arms = [self.arm(name) for name in names]
         kept = {arm.name for arm in arms}
         for arm in arms:
@@ -156,7 +190,8 @@ class Study:
                 raise UserError(
                     f"--arms: {arm.name} trains at {arm.rate_of}'s picked learning rate (rate_of); add {arm.rate_of}"
                 )
-        return dataclasses.replace(self, arms=arms)
+        signal = self.signal if self.signal is not None and self.signal.arm in kept else None
+        return dataclasses.replace(self, arms=arms, signal=signal)
 
     def trimmed(self, values_per_axis: int, seeds: int) -> Study:
         """The same arms with shorter grids and fewer test seeds (``--quick``; the search seed stays apart)."""
@@ -265,6 +300,59 @@ def _check_rates(arms: list[Arm], where: str) -> None:
             )
 
 
+def _positive_ints(spec: dict, key: str, where: str) -> tuple[int, ...]:
+    """`spec[key]`: a non-empty list of distinct integers >= 1."""
+    values = _numbers(spec, key, where, None)
+    if not all(isinstance(v, int) and v >= 1 for v in values):
+        raise UserError(f"{where}.{key}: expected integers >= 1, got {values!r}")
+    if len(set(values)) < len(values):
+        raise UserError(f"{where}.{key}: repeats {sorted({v for v in values if values.count(v) > 1})}; each once")
+    return tuple(values)
+
+
+def _signal(spec, arms: list[Arm], configs: Path, where: str) -> Signal | None:
+    """The `signal` section: absent, none. The signal arm's own samples a step must be one of `samples` (the report
+    marks the row the arms train at), and every size a whole number of its groups."""
+    from grpo_ext.methods.study.signal import OBJECTIVES
+    from grpo_ext.methods.study.signal.settings import arm_values
+
+    if spec is None:
+        return None
+    spec = _mapping(spec, where)
+    unknown = sorted(set(spec) - set(SIGNAL_FIELDS))
+    if unknown:
+        raise UserError(f"{where}: unknown field(s) {unknown}; expected {', '.join(SIGNAL_FIELDS)}")
+    by_name = {arm.name: arm for arm in arms}
+    arm = spec.get("arm", Signal.arm)
+    if not isinstance(arm, str) or arm not in by_name:
+        raise UserError(f"{where}.arm: unknown arm {arm!r}; the study has {', '.join(by_name)}")
+    samples = _positive_ints(spec, "samples", where)
+    minibatches = _require(spec, "minibatches", where)
+    try:  # three minibatches at least: the jackknife's interval needs two degrees of freedom
+        check_number(f"{where}.minibatches", minibatches, low=3, integer=True)
+    except UserError as err:
+        raise UserError(f"{err} (at least 3 for an interval)") from None
+    objectives = spec.get("objectives", list(Signal.objectives))
+    if not isinstance(objectives, list) or not objectives or not all(o in OBJECTIVES for o in objectives):
+        raise UserError(f"{where}.objectives: expected a non-empty list of {', '.join(OBJECTIVES)}, got {objectives!r}")
+    if len(set(objectives)) < len(objectives):
+        raise UserError(f"{where}.objectives: repeats one of {objectives}; each once")
+    try:
+        values = arm_values(by_name[arm], configs)
+    except UserError as err:
+        raise UserError(f"{where}.{str(err).removeprefix('signal.')}") from None  # names the file
+    if values["samples"] not in samples:
+        raise UserError(
+            f"{where}.samples: {list(samples)} lacks {values['samples']}, the samples a step {arm} trains at "
+            "(per_device_train_batch_size x gradient_accumulation_steps); add it, so the report has the arms' row"
+        )
+    group = values["num_generations"]
+    uneven = [n for n in samples if n % group] if "grpo" in objectives else []
+    if uneven:
+        raise UserError(f"{where}.samples: {uneven} not a multiple of {arm}'s group size {group} (num_generations)")
+    return Signal(samples, minibatches, arm, tuple(objectives))
+
+
 def load_study(path: str | Path) -> Study:
     """Parse and check a study YAML; a `UserError` names the file and the field."""
     path = Path(path)
@@ -339,6 +427,7 @@ def load_study(path: str | Path) -> Study:
             f"{path}: expectations",
         ),
     )
+    study.signal = _signal(data.get("signal"), arms, study.configs_dir, f"{path}: signal")
     for name, ext in study.extensions.items():
         for role in ("arm", "against"):
             arm_name = _require(_mapping(ext, f"{path}: extensions.{name}"), role, f"{path}: extensions.{name}")

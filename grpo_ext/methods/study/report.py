@@ -1,9 +1,9 @@
 """The report of a study: report.md, report.json, and two plots, from the picked runs' test results.
 
 The expectations written in the study config before the run come first, each with its measured difference and
-whether it held; then every number comes with its interval (see :mod:`grpo_ext.methods.study.stats`); the search
-grid, every validation score and the picks are printed before any test number, so a reader sees that settings were
-chosen on validation.
+whether it held; then the learning signal at the base (stage 0, when the study measures it); then every number
+comes with its interval (see :mod:`grpo_ext.methods.study.stats`); the search grid, every validation score and the
+picks are printed before any test number, so a reader sees that settings were chosen on validation.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from grpo_ext.methods.cost import CURVE_FILE, read_json_file
 from grpo_ext.methods.study.anatomy import render_anatomy, study_anatomy
 from grpo_ext.methods.study.config import Setting, Study
 from grpo_ext.methods.study.expectations import judge_expectations, render_expectations
+from grpo_ext.methods.study.signal.section import read_signal, render_signal
 from grpo_ext.methods.study.stats import (
     BOOTSTRAP,
     arm_summary,
@@ -153,7 +154,14 @@ def _design(study: Study) -> str:
     )
 
 
-def render(study: Study, search: dict, stats: dict, command: str | None, anatomy: dict | None = None) -> str:
+def render(
+    study: Study,
+    search: dict,
+    stats: dict,
+    command: str | None,
+    anatomy: dict | None = None,
+    signal: dict | None = None,
+) -> str:
     k = stats["k_max"]
     lines = [
         "# The fair stage: every arm tuned on validation, tested on held-out problems",
@@ -170,6 +178,8 @@ def render(study: Study, search: dict, stats: dict, command: str | None, anatomy
     ]
     if command:
         lines += [f"Command: `{command}`", ""]
+    if signal is not None:  # stage 0, measured before the search
+        lines += render_signal(signal)
     lines += [
         "## Search (validation)",
         "",
@@ -318,11 +328,15 @@ def write_study_report(study: Study, out: str | Path, picks: dict[str, Setting],
     stats = compute(study, data)
     command = (options or {}).get("command")
     anatomy = study_anatomy(study, out, picks, options["configs"]) if options and "configs" in options else None
+    # only a study that measures the signal shows it: a file a run of other arms left in `out` is not this run's
+    signal = read_signal(out) if study.signal is not None else None
     ks = [k for k in data["base"]["ks"] if k <= stats["k_max"]]
     by_k = {"base": _by_k([data["base"]], ks), **{n: _by_k(e["results"], ks) for n, e in data["arms"].items()}}
     paths = {
-        "md": atomic_write_text(out / "report.md", render(study, search, stats, command, anatomy)),
-        "json": atomic_write_json(out / "report.json", {"search": search, **stats, "by_k": by_k, "anatomy": anatomy}),
+        "md": atomic_write_text(out / "report.md", render(study, search, stats, command, anatomy, signal)),
+        "json": atomic_write_json(
+            out / "report.json", {"search": search, **stats, "by_k": by_k, "anatomy": anatomy, "signal": signal}
+        ),
         "curves": atomic_write_bytes(out / "curves.png", plot_curves(study, data)),
         "passk_majk": atomic_write_bytes(out / "passk_majk.png", plot_passk_majk(by_k)),
     }

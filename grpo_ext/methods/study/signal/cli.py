@@ -17,15 +17,17 @@ __all__ = ["main", "table"]
 COLUMNS = ("objective", "samples", "prompts x G", "LoRA r", "mean cosine", "95% interval", "zero-std", "seconds")
 
 
-def table(rows: Sequence[dict]) -> str:
-    """The rows of :func:`measure_signal` as a Markdown table."""
+def table(rows: Sequence[dict], mark: int | None = None) -> str:
+    """The rows of :func:`measure_signal` as a Markdown table; the samples a step `mark` (a study's: the batch size
+    its arms train at) in bold, "(arms)" beside it."""
 
     def cells(r: dict) -> list[str]:
         interval = "-" if r["low"] is None else f"[{r['low']:+.4f}, {r['high']:+.4f}]"
         zero_std = "-" if r["zero_std_share"] is None else f"{r['zero_std_share']:.2f}"
         rank = str(r["lora_rank"]) if r["lora_rank"] else "full"
         shape = f"{r['prompts']} x {r['group_size']}"
-        values = [r["objective"], str(r["samples"]), shape, rank, f"{r['mean_cosine']:+.4f}", interval, zero_std]
+        samples = f"**{r['samples']}** (arms)" if r["samples"] == mark else str(r["samples"])
+        values = [r["objective"], samples, shape, rank, f"{r['mean_cosine']:+.4f}", interval, zero_std]
         return [*values, f"{r['seconds']:.1f}"]
 
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
@@ -53,7 +55,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--num-generations", type=int, default=8, help="GRPO's group size")
     parser.add_argument("--lora-rank", type=_ints, default="0", help="comma-separated LoRA ranks; 0 = all parameters")
     parser.add_argument(
-        "--train-offset", type=int, default=0, help="train prompts skipped first (e.g. a base's SFT set)"
+        "--train-offset",
+        type=int,
+        default=0,
+        help="train prompts skipped first (0: the base is fine-tuned on the task's separate sft split)",
     )
     parser.add_argument("--max-completion-length", type=int, default=48)
     parser.add_argument("--loss-type", default="dapo", choices=LOSS_TYPES, help="TRL's loss_type (its reduction)")
