@@ -1,9 +1,10 @@
 """Train the embedded base model from scratch on CPU and write it to grpo_ext/assets/embedded/.
 
-A 34 k-parameter Llama (``ARCHITECTURE``, ``--model-kwargs`` to resize) with a character tokenizer, supervised on a stream of fresh problems: the reference solutions
-of ``--sft-size`` problems of the task's ``sft`` split (loss on completion tokens only; disjoint from the ``train``
-split every RL run takes its prompts from), ``--epochs`` passes (2: each problem seen twice) with a warm-up / stable
-/ decay schedule: constant learning rate after warm-up, then linear decay to zero over the last ``--decay-epochs``.
+A 34 k-parameter Llama (``ARCHITECTURE``; ``--model-kwargs`` resizes it) with a character tokenizer, supervised on
+a stream of fresh problems: the reference solutions of ``--sft-size`` problems of the task's ``sft`` split (loss on
+completion tokens only; disjoint from the ``train`` split every RL run takes its prompts from), ``--epochs`` passes
+(2: each problem seen twice) with a warm-up / stable / decay schedule: constant learning rate after warm-up, then
+linear decay to zero over the last ``--decay-epochs``.
 
 Why a stream, not a small set for many epochs: a base that memorised 2,000 problems (the first design) scored 0.83 on
 them against 0.47 held out, so RL on its SFT problems only sharpened answers it knew, and its held-out errors were
@@ -16,8 +17,8 @@ above the bottom of its loss, and any later fine-tune at a smaller rate (the SFT
 by annealing, which would credit that arm with what the base left undone. On this task a base inside the band is
 still climbing (the check's one more epoch adds +0.03 for the shipped base: recorded, not hidden; the SFT arm of the
 comparison measures what more supervised data gives). The convergence check trains one more
-epoch at ``--check-lr`` (default: the top of the comparison's learning-rate grid, the largest step any arm takes from
-this base) and evaluates both models on the same prompts with the same sample seeds; the paired difference of
+epoch at ``--check-lr`` (default 1.5e-4: an epoch of it moves a weight far more than any arm of the comparison, 12
+steps at most 4e-4) and evaluates both models on the same prompts with the same sample seeds; the paired difference of
 per-problem pass@1, its standard error and the evaluation noise (the standard error of the held-out pass@1 over
 problems) go to ``base_model_metrics.json``, with the stage's targets for its base (``targets``: held-out pass@1 in
 [0.3, 0.6], memorisation gap <= 0.03, pass@16 - pass@1 >= 0.25, converged) and whether each is met. Deterministic
