@@ -46,11 +46,11 @@ def test_driver_searches_own_rates_first_then_trains_the_family_at_the_reference
 
     monkeypatch.setattr(signal_stage, "measure_settings", measure)
 
-    def score(job, out, study):  # grpo_outcome is best at 5e-5, every other arm at its first setting
+    def score(job, out, study):  # grpo_outcome is best at 1.5e-4 (not its first rate), every other arm at its first
         if job.arm is None:
             return 0.5
         lr = job.setting.as_dict()["lr"]
-        return 0.6 if (job.arm.name == "grpo_outcome" and lr == 5e-5) else 0.5 - lr
+        return 0.6 if (job.arm.name == "grpo_outcome" and lr == 1.5e-4) else 0.5 - lr
 
     monkeypatch.setattr(runs, "read_score", score)
     monkeypatch.setattr(report, "write_study_report", lambda *args: {"md": tmp_path / "report.md"})
@@ -61,12 +61,12 @@ def test_driver_searches_own_rates_first_then_trains_the_family_at_the_reference
     own = {j.arm.name for j in stage1[1:]}
     assert own == {"sft", "rft", "online_rft", "dpo", "grpo_outcome"}
     assert sorted(j.arm.name for j in stage2) == sorted(a.name for a in load_study(STUDY).arms if a.rate_of)
-    assert {j.setting.slug for j in stage2} == {"lr5e-05"} and {j.seed for j in stage1[1:] + stage2} == {100}
+    assert {j.setting.slug for j in stage2} == {"lr0.00015"} and {j.seed for j in stage1[1:] + stage2} == {100}
     assert {j.evaluation.split for j in final} == {"test"} and {j.seed for j in final[1:]} == {0, 1, 2}
     search = json.loads((out / "search.json").read_text())
-    assert search["picks"]["grpo_outcome"]["slug"] == search["picks"]["outcome_skip"]["slug"] == "lr5e-05"
-    assert search["picks"]["sft"]["slug"] == "lr2e-05" and "sft" not in search["rate_of"]
-    assert search["rate_of"]["process_refill"] == {"arm": "grpo_outcome", "lr": 5e-05}
+    assert search["picks"]["grpo_outcome"]["slug"] == search["picks"]["outcome_skip"]["slug"] == "lr0.00015"
+    assert search["picks"]["sft"]["slug"] == "lr5e-05" and "sft" not in search["rate_of"]
+    assert search["rate_of"]["process_refill"] == {"arm": "grpo_outcome", "lr": 1.5e-04}
     assert list(search["scores"]) == [a.name for a in load_study(STUDY).arms]  # the study's order
     assert search["search_seed"] == 100 and search["test_seeds"] == [0, 1, 2]
     # stage 0: the study's sizes with its arm's config, written before the first run; reused by the next sitting
