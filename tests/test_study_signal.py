@@ -13,6 +13,7 @@ import yaml
 
 from grpo_ext.errors import UserError
 from grpo_ext.methods.study.config import Signal, load_study
+from grpo_ext.methods.study.signal import measure as signal_measure
 from grpo_ext.methods.study.signal import stage
 from grpo_ext.methods.study.signal.section import SIGNAL_FILE, TITLE, read_signal, render_signal
 from grpo_ext.methods.study.signal.settings import arm_values
@@ -158,7 +159,7 @@ def measured(monkeypatch):
         return _row(objective, samples, 0.1)
 
     monkeypatch.setattr(stage, "load_model_and_tokenizer", lambda name: (torch.nn.Linear(1, 1), None))
-    monkeypatch.setattr(stage, "measure_signal", fake_measure)
+    monkeypatch.setattr(signal_measure, "measure_signal", fake_measure)
     return calls
 
 

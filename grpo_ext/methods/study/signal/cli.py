@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from grpo_ext.errors import UserError
 from grpo_ext.methods.study.signal.core import LOSS_TYPES
-from grpo_ext.methods.study.signal.measure import OBJECTIVES, measure_signal
+from grpo_ext.methods.study.signal.measure import OBJECTIVES, measure_grid
 
 __all__ = ["main", "table"]
 
@@ -84,27 +84,22 @@ def main(argv: list[str] | None = None) -> dict:
         raise UserError(f"--task-kwargs: expected a JSON object, got {args.task_kwargs!r}")
     task = get_task(args.task, **task_kwargs)
     model, tokenizer = load_model_and_tokenizer(args.model, device=args.device)
-    rows = [
-        measure_signal(
-            model,
-            tokenizer,
-            task,
-            objective,
-            samples,
-            args.minibatches,
-            group_size=args.num_generations,
-            lora_rank=rank,
-            train_offset=args.train_offset,
-            max_completion_length=args.max_completion_length,
-            loss_type=args.loss_type,
-            temperature=args.temperature,
-            seed=args.seed,
-            micro_batch=args.micro_batch,
-        )
-        for objective in args.objective
-        for rank in args.lora_rank
-        for samples in args.samples
-    ]
+    rows = measure_grid(
+        model,
+        tokenizer,
+        task,
+        args.objective,
+        args.samples,
+        args.minibatches,
+        args.lora_rank,
+        group_size=args.num_generations,
+        train_offset=args.train_offset,
+        max_completion_length=args.max_completion_length,
+        loss_type=args.loss_type,
+        temperature=args.temperature,
+        seed=args.seed,
+        micro_batch=args.micro_batch,
+    )
     print(table(rows))
     result = {
         "model": args.model,

@@ -13,7 +13,7 @@ from pathlib import Path
 from grpo_ext.evaluation.backends import load_model_and_tokenizer
 from grpo_ext.io import atomic_write_json
 from grpo_ext.methods.study.signal.cli import table
-from grpo_ext.methods.study.signal.measure import measure_signal
+from grpo_ext.methods.study.signal.measure import measure_grid
 from grpo_ext.methods.study.signal.section import SIGNAL_FILE, read_signal
 from grpo_ext.methods.study.signal.settings import signal_settings
 
@@ -33,26 +33,22 @@ def measure_settings(settings: dict, progress: bool = True) -> dict:
 
     model, tokenizer = load_model_and_tokenizer(settings["model"])
     task = get_task(settings["task"], **settings["task_kwargs"])
-    rows = [
-        measure_signal(
-            model,
-            tokenizer,
-            task,
-            objective,
-            samples,
-            settings["minibatches"],
-            group_size=settings["num_generations"],
-            lora_rank=settings["lora_rank"],
-            train_offset=settings["train_offset"],
-            max_completion_length=settings["max_completion_length"],
-            loss_type=settings["loss_type"],
-            temperature=settings["temperature"],
-            seed=settings["seed"],
-            progress=progress,
-        )
-        for objective in settings["objectives"]
-        for samples in settings["samples"]
-    ]
+    rows = measure_grid(
+        model,
+        tokenizer,
+        task,
+        settings["objectives"],
+        settings["samples"],
+        settings["minibatches"],
+        (settings["lora_rank"],),
+        group_size=settings["num_generations"],
+        train_offset=settings["train_offset"],
+        max_completion_length=settings["max_completion_length"],
+        loss_type=settings["loss_type"],
+        temperature=settings["temperature"],
+        seed=settings["seed"],
+        progress=progress,
+    )
     return {"settings": settings, "device": str(next(model.parameters()).device), "rows": rows}
 
 
