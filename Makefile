@@ -64,7 +64,7 @@ iterative-quick: $(STAMP)
 # (~30 min on 2 cores; resumable).
 search-main-job: $(STAMP)
 	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(BIN)/python scripts/search.py --config configs/qlora.yaml \
-		--grid learning_rate=1e-4,3e-4,1e-3 --grid temperature=0.7,1.0 --out results/main_job_search --test
+		--grid learning_rate=1.5e-4,4e-4,1e-3 --grid temperature=0.7,1.0 --out results/main_job_search --test
 
 # The fair comparison (configs/compare.yaml): every arm searched on validation, picks x 3 seeds on test, report.
 # Two runs at a time on 2 cores; resumable (a finished run is never redone). Not part of CI.
