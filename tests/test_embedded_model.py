@@ -67,3 +67,33 @@ def test_base_builder_sizes_the_model_from_its_overrides_and_names_an_unknown_on
     assert (wider.hidden_size, wider.num_hidden_layers, wider.intermediate_size) == (64, 4, 128)
     with pytest.raises(UserError, match=r"--model-kwargs: unknown \['hidden'\]"):
         model_config(tokenizer, hidden=64)
+
+
+def test_base_targets_include_what_the_main_jobs_4bit_load_keeps():
+    from scripts.build_base_model import TARGETS, targets_met
+
+    metrics = {
+        "memorisation": {"held_out_pass@1": 0.5, "sft_gap": 0.01, "train_gap": -0.02},
+        "room_for_rl": {"validation": 0.4, "test": 0.3},
+        "convergence_check": {"validation": {"within_noise": True}, "test": {"within_noise": False}},
+        "four_bit_loss": {"validation": 0.02, "test": 0.15},
+    }
+    met = targets_met(metrics)
+    assert met["four_bit_loss"] == {"value": 0.15, "target": TARGETS["max_4bit_loss"], "met": False}  # the worse split
+    assert met["memorisation_gap"]["value"] == 0.02 and met["room_for_rl"]["value"] == 0.3
+    assert not met["converged"]["met"] and met["held_out_pass@1"]["met"]
+    metrics["four_bit_loss"]["test"] = 0.05
+    assert targets_met(metrics)["four_bit_loss"]["met"]
+
+
+def test_the_main_jobs_4bit_load_is_what_the_base_builder_scores(tmp_path):
+    """`load_as_main_job` loads nf4 + double quant with bitsandbytes' CPU repack off (as the trainer leaves it)."""
+    import bitsandbytes as bnb
+
+    from scripts.build_base_model import load_as_main_job
+
+    model = load_as_main_job(EMBEDDED_MODEL_DIR)
+    layers = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    assert layers and all(m.weight.quant_type == "nf4" for m in layers)
+    assert all(m.weight.quant_state.nested for m in layers)
+    assert not any(getattr(m, "support_avx512bf16_for_cpu", False) for m in layers)
