@@ -147,3 +147,44 @@ def test_a_search_stopped_mid_run_resumes_from_its_checkpoint_not_from_step_0(ro
     assert final["global_step"] == 2 and final["log_history"][0].get("from_checkpoint_1") is True
     assert json.loads((model / "grpo_ext_run.json").read_text())["status"] == "complete"
     assert (model / "model.safetensors").is_file() and (model / "checkpoint-2").is_dir()
+
+
+def test_search_seed_trains_the_grid_at_it_and_tests_the_pick_trained_again_at_the_configs_seed(
+    root, tmp_path, monkeypatch
+):
+    trained, evaluated = [], []
+    monkeypatch.setattr(search, "_train", lambda train, folder, save_steps: trained.append((folder, train)))
+
+    def evaluate(models, split, args, out):
+        evaluated.append((split, models))
+        return {"models": models}
+
+    monkeypatch.setattr(search, "_evaluate", evaluate)
+    # validation and test scores from the model's path: 3e-4 is the best setting
+    monkeypatch.setattr(
+        search, "_score", lambda report, metric, model=0: 0.5 if "3e-4" in report["models"][model] else 0
+    )
+    monkeypatch.chdir(root)
+    out = tmp_path / "s"
+    argv = ["--config", "configs/default.yaml", "--grid", "learning_rate=1e-4,3e-4", "--out", str(out), "--test"]
+    record = search.main([*argv, "--search-seed", "100"])
+
+    grid_runs, (test_folder, test_train) = trained[:2], trained[2]
+    assert [folder.name for folder, _ in grid_runs] == ["learning_rate=1e-4", "learning_rate=3e-4"]
+    assert all(train[train.index("--seed") + 1] == "100" for _, train in grid_runs)
+    assert test_folder == out / "test_run" and "--seed" not in test_train  # the config's own seed
+    assert test_train[test_train.index("--learning_rate") + 1] == "3e-4"  # the pick's settings
+    assert evaluated[-1] == ("test", ["embedded", str(out / "test_run" / "model")])
+    assert record["search_seed"] == 100 and record["test"]["model"] == str(out / "test_run" / "model")
+
+    trained.clear()
+    search.main(argv)  # without it, the pick's own search run is the tested one (nothing trained again)
+    assert len(trained) == 2 and evaluated[-1][1][1] == str(out / "runs" / "learning_rate=3e-4" / "model")
+
+    for extra, message in [
+        (["--search-seed", "0"], "--search-seed 0: it is the config's seed"),  # configs/default.yaml: seed 0
+        (["--search-seed", "100", "--train-args", "--seed 7"], "must not set seed as well"),
+        (["--search-seed", "100", "--grid", "seed=1,2"], "must not set seed as well"),
+    ]:
+        with pytest.raises(UserError, match=message):
+            search.main([*argv, *extra])
