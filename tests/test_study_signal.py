@@ -258,3 +258,24 @@ def test_the_report_shows_the_section_between_the_design_and_the_search_and_only
     assert sections[1:4] == ["## Design", TITLE, "## Search (validation)"]
     assert TITLE not in render(study, search, stats, None)
     assert read_signal(tmp_path) is None  # no signal.json: no section
+
+
+def test_a_signal_measured_on_other_weights_of_the_same_base_name_is_measured_again(tmp_path, measured, capsys):
+    """`base: <folder>` rebuilt in place (a new base, same name): signal.json of the old weights is not reused."""
+    import shutil
+
+    from grpo_ext.models import EMBEDDED_MODEL_DIR
+
+    base = tmp_path / "base"
+    shutil.copytree(EMBEDDED_MODEL_DIR, base)
+    study = dataclasses.replace(load_study(STUDY), base=str(base))
+    options = {"configs": str(study.configs_dir), "quick": False, "progress": False}
+    out = tmp_path / "study"
+    stage.run_signal_stage(study, out, options)
+    first = len(measured)
+    stage.run_signal_stage(study, out, options)
+    assert len(measured) == first  # the same weights: reused
+    config = json.loads((base / "config.json").read_text())
+    (base / "config.json").write_text(json.dumps({**config, "rms_norm_eps": 1e-5}))  # other weights' config
+    stage.run_signal_stage(study, out, options)
+    assert len(measured) == 2 * first and "model_fingerprint" in capsys.readouterr().out

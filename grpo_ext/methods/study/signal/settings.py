@@ -84,7 +84,9 @@ def signal_settings(study, configs: str | Path, quick_flags: Sequence[str] | Non
     """Everything the measurement of ``study.signal`` depends on, JSON-ready (``signal.json`` records it).
     ``quick_flags``: ``--quick``'s flags for the arm's runner; then only the arm's quick samples a step is measured,
     with :data:`QUICK_MINIBATCHES` minibatches (minutes are the quick run's whole budget)."""
+    from grpo_ext.evaluation.cache import model_fingerprint
     from grpo_ext.methods.study.runs import method_config_path, task_of
+    from grpo_ext.models import resolve_model_path
 
     spec = study.signal
     arm = study.arm(spec.arm)
@@ -93,6 +95,8 @@ def signal_settings(study, configs: str | Path, quick_flags: Sequence[str] | Non
     quick = quick_flags is not None
     return {
         "model": study.base,
+        # its weights: a file measured on an earlier base of the same name is not reused (None: a hub id, by name)
+        "model_fingerprint": model_fingerprint(resolve_model_path(study.base)),
         "task": task,
         "task_kwargs": task_kwargs,
         "arm": arm.name,
