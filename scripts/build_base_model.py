@@ -42,6 +42,7 @@ from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 from grpo_ext.char_tokenizer import build_char_tokenizer
 from grpo_ext.errors import UserError
+from grpo_ext.evaluation.cli import json_object_flag
 from grpo_ext.evaluation.metrics import maj_at_k, pass_at_k
 from grpo_ext.evaluation.sampling import SamplingParams, sample
 from grpo_ext.io import atomic_write_json
@@ -171,7 +172,7 @@ def paired_change(before: dict, after: dict) -> dict:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
     )
@@ -186,19 +187,19 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--task-kwargs",
-        type=json.loads,
-        default={},
+        default="{}",
         help="the arithmetic task's knobs as JSON (default: its defaults), e.g. '{\"digits\": 3}'",
     )
     parser.add_argument(
         "--model-kwargs",
-        type=json.loads,
-        default={},
+        default="{}",
         help="the Llama's size as JSON, overriding ARCHITECTURE, e.g. '{\"hidden_size\": 64}'",
     )
     parser.add_argument("--eval-prompts", type=int, default=1000, help="problems per split in each evaluation")
     parser.add_argument("--out", type=Path, default=EMBEDDED_MODEL_DIR)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    args.task_kwargs = json_object_flag("--task-kwargs", args.task_kwargs, '{"digits": 3}')
+    args.model_kwargs = json_object_flag("--model-kwargs", args.model_kwargs, '{"hidden_size": 64}')
 
     torch.manual_seed(args.seed)
     task = get_task("arithmetic", seed=args.seed, **args.task_kwargs)
@@ -328,4 +329,6 @@ def _headline(result: dict) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    from grpo_ext.cli import run_cli
+
+    run_cli(main)

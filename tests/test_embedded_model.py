@@ -77,6 +77,26 @@ def test_base_builder_sizes_the_model_from_its_overrides_and_names_an_unknown_on
         model_config(tokenizer, hidden=64)
 
 
+@pytest.mark.parametrize(
+    "flag, text, message",
+    [
+        (
+            "--model-kwargs",
+            "[64]",
+            r"--model-kwargs must be a JSON object like '\{\"hidden_size\": 64\}', got '\[64\]'",
+        ),
+        ("--task-kwargs", "{digits: 3}", r"--task-kwargs is not valid JSON"),
+    ],
+)
+def test_base_builder_names_a_flag_that_is_not_a_json_object(flag, text, message, tmp_path):
+    from grpo_ext.errors import UserError
+    from scripts.build_base_model import main
+
+    with pytest.raises(UserError, match=message):
+        main([flag, text, "--out", str(tmp_path / "base")])
+    assert not (tmp_path / "base").exists()
+
+
 def test_base_targets_include_what_the_main_jobs_4bit_load_keeps():
     from scripts.build_base_model import TARGETS, targets_met
 

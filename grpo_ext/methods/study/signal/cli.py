@@ -4,7 +4,6 @@ step and LoRA ranks."""
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 
 from grpo_ext.errors import UserError
@@ -73,15 +72,11 @@ def main(argv: list[str] | None = None) -> dict:
         raise UserError(f"--objective: {', '.join(unknown) or 'none given'}; expected some of {', '.join(OBJECTIVES)}")
 
     from grpo_ext.evaluation.backends import load_model_and_tokenizer
+    from grpo_ext.evaluation.cli import task_kwargs_flag
     from grpo_ext.io import atomic_write_json
     from grpo_ext.tasks import get_task
 
-    try:
-        task_kwargs = json.loads(args.task_kwargs)
-    except json.JSONDecodeError as err:
-        raise UserError(f"--task-kwargs: not JSON ({err})") from None
-    if not isinstance(task_kwargs, dict):
-        raise UserError(f"--task-kwargs: expected a JSON object, got {args.task_kwargs!r}")
+    task_kwargs = task_kwargs_flag(args.task_kwargs)
     task = get_task(args.task, **task_kwargs)
     model, tokenizer = load_model_and_tokenizer(args.model, device=args.device)
     rows = measure_grid(
