@@ -172,6 +172,9 @@ def _evaluate(models: list[str], split: str, args, out: Path) -> dict:
     argv += ["--limit", str(limit), "--no-progress", "--out", str(out)]
     command = "python " + shlex.join(argv)  # what the harness records as its command
     report = _report(out)
+    if report is not None and _stale(report, models):
+        print(f"{out}: its models changed since it was made (or how the harness loads them): scored again", flush=True)
+        report = None
     if report is not None and report["command"] != command:
         raise UserError(
             f"{out / 'report.json'}: made by `{report['command']}`, not by `{command}` (another pick, split or "
@@ -183,6 +186,15 @@ def _evaluate(models: list[str], split: str, args, out: Path) -> dict:
         if report is None:
             raise UserError(f"{out / 'report.json'}: the harness exited without a complete report")
     return report
+
+
+def _stale(report: dict, models: list[str]) -> bool:
+    """Whether a report's models are not the ones the harness would load now (retrained, or an adapter's base now
+    loaded as it was trained): their fingerprints differ."""
+    from grpo_ext.evaluation.backends import load_fingerprint
+
+    recorded = [m.get("model_fingerprint") for m in report["models"]]
+    return recorded != [load_fingerprint(model) for model in models]
 
 
 def _score(report: dict, metric: str, model: int = 0) -> float:

@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import os
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -103,6 +104,34 @@ def test_search_trains_each_setting_once_and_tests_only_the_pick(python, root, t
     ]:
         with pytest.raises(UserError, match=f"{refused}.*use another --out"):
             search.main(argv)
+
+
+def test_a_report_of_other_weights_or_another_load_is_scored_again(tmp_path, monkeypatch):
+    """A finished validation report is reused only for the models the harness would load now: its recorded
+    fingerprints must be theirs (a model retrained in place, or a QLoRA adapter now loaded onto its 4-bit base)."""
+    from types import SimpleNamespace
+
+    from grpo_ext.evaluation.backends import load_fingerprint
+
+    out, calls = tmp_path / "validation", []
+    args = SimpleNamespace(task="arithmetic", task_kwargs="{}", limit=4, n=2, temperature=1.0)
+    out.mkdir()
+
+    def harness(argv, log):  # what the harness would write: a complete report of this command and these models
+        calls.append(argv)
+        models = [{"model_fingerprint": load_fingerprint("embedded")}]
+        command = "python " + shlex.join(argv)
+        (out / "report.json").write_text(json.dumps({"complete": True, "command": command, "models": models}))
+
+    monkeypatch.setattr(search, "_run", harness)
+    search._evaluate(["embedded"], "validation", args, out)
+    search._evaluate(["embedded"], "validation", args, out)
+    assert len(calls) == 1  # the second call read the report
+    report = json.loads((out / "report.json").read_text())
+    report["models"][0]["model_fingerprint"] = "0123456789abcdef"  # made from other weights
+    (out / "report.json").write_text(json.dumps(report))
+    search._evaluate(["embedded"], "validation", args, out)
+    assert len(calls) == 2
 
 
 def test_an_unfinished_run_of_another_command_starts_again_and_one_of_this_command_resumes(tmp_path, monkeypatch):

@@ -63,12 +63,13 @@ def _file_digest(path: Path) -> bytes:
 
 
 def model_fingerprint(
-    folder: str | os.PathLike, base_model: str | None = None, *, _follow_base: bool = True
+    folder: str | os.PathLike, base_model: str | None = None, *, base_load: str | None = None, _follow_base: bool = True
 ) -> str | None:
     """A 16-hex-digit hash of a model folder's config, tokenizer and every byte of its weights (None when `folder` is
     not a local folder: a hub id is pinned by the hub's own revision). An adapter folder's hash covers its base model
     too (`base_model`, else the one its adapter_config.json names; a local base by its own fingerprint, a hub id by
     name): the samples come from the base's weights, and from the base's tokenizer when the adapter has none.
+    ``base_load`` says how the base is loaded when not in full precision (its quantisation): part of the hash too.
 
     Every byte, not a sample of them: a model retrained in place keeps its size and often its first and last
     megabytes (a middle layer changed), and must not reuse the old weights' samples. Hashing reads the weights once
@@ -86,6 +87,8 @@ def model_fingerprint(
     base = _adapter_base(folder, base_model) if _follow_base else None
     if base is not None:  # one level: a base is loaded as a full model (and an adapter naming itself ends here)
         digest.update(f"base:{model_fingerprint(base, _follow_base=False) or base}".encode())
+        if base_load is not None:
+            digest.update(f"base_load:{base_load}".encode())
     return digest.hexdigest()[:16]
 
 
