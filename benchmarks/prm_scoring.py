@@ -4,8 +4,9 @@ and the step-end token mapping of `grpo_ext.steps` on a long non-canonical BPE c
     python -m benchmarks.prm_scoring [--reps 10] [--warmup 2] [--batch 64] [--mapping-reps 5]
 
 Part 1. One PRM per format (`token_classification`, `step_tag`, `qwen_prm`), random weights, built here in the
-policy's shape (the embedded model: hidden 128, 4 layers, 4 heads; ~1 M parameters, the PRM as large as the policy),
-with a character tokenizer that holds the format's tags. Each scores a `GRPOExtTrainer` in process mode
+first design's policy shape (hidden 128, 4 layers, 4 heads; ~1 M parameters; the shipped base is now 133 k, so the
+PRM is ~7.5x the policy until this benchmark is re-run in its shape), with a character tokenizer that holds the
+format's tags. Each scores a `GRPOExtTrainer` in process mode
 (`process_reward_funcs=[prm]`, loaded by `load_process_reward_model` as the trainer loads `process_reward_model`)
 with configs/default.yaml's GRPO settings (64 samples a step = 8 prompts x 8 generations, 48 completion tokens).
 A step is `training_step` + optimizer step (as in benchmarks/overhead.py); the PRM's own time is measured inside

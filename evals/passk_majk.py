@@ -53,6 +53,14 @@ def build_parser() -> HarnessArgumentParser:
     add_report_arguments(parser)
     parser.add_argument("--trust-remote-code", action="store_true", help="allow model code from the model folder")
     parser.add_argument(
+        "--adapter-base",
+        choices=("as_trained", "full_precision"),
+        default="as_trained",
+        help="how a PEFT adapter's base is loaded (transformers backend): as_trained (default) quantises it as the "
+        "adapter's run recorded (a QLoRA adapter on its 4-bit base), full_precision merges every adapter into the "
+        "unquantised base",
+    )
+    parser.add_argument(
         "--out", default="outputs/passk_majk", metavar="DIR", help="output folder (default: outputs/passk_majk)"
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -86,7 +94,9 @@ def main(argv: list[str]) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     results = []
     for model in models:
-        backend = load_backend(model, args.backend, trust_remote_code=args.trust_remote_code)
+        backend = load_backend(
+            model, args.backend, trust_remote_code=args.trust_remote_code, adapter_base=args.adapter_base
+        )
         result = evaluate_model(
             backend,
             settings.task,

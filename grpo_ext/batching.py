@@ -5,12 +5,15 @@ rows of one generation batch into another, padding widths to match)."""
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 
 import torch
 import torch.nn.functional as F
 
 from grpo_ext.errors import UserError
+
+logger = logging.getLogger(__name__)
 
 #: Loss types whose TRL reduction is normalised by the micro-batch itself, and by what: its rows (`grpo`/`sapo` mean
 #: per sequence then over rows, `luspo` sums per sequence then averages rows, `dr_grpo` divides by rows x
@@ -72,11 +75,26 @@ def prompts_drawn(args) -> int | None:
 def refill_reserve(task, run_prompts: int, args):
     """The task's train prompts after the run's first ``run_prompts`` (``task.load`` is prefix-stable), as many as
     refill rounds could ever draw (every round of every generation batch): refill then never repeats a prompt of
-    the run's or its own."""
+    the run's, nor of its own while the reserve lasts. None, with a warning, when the split has no prompt after the
+    run's (a dataset of fixed size, e.g. GSM8K without `train_size`): refill then draws the run's prompts again."""
     per_round = args.generation_batch_size // args.num_generations  # what one refill round draws
     generation_batches = math.ceil((prompts_drawn(args) or run_prompts) / per_round)
-    pool = task.load("train", run_prompts + generation_batches * args.max_refill_rounds * per_round)
-    return pool.select(range(run_prompts, len(pool)))
+    wanted = generation_batches * args.max_refill_rounds * per_round
+    try:
+        pool = task.load("train", run_prompts + wanted)
+    except UserError:  # fewer distinct train problems than asked (a small arithmetic space)
+        pool = task.load("train", run_prompts)
+    left = max(len(pool) - run_prompts, 0)
+    if left < wanted:
+        logger.warning(
+            "zero_std_groups: refill: the train split holds %d prompts after the run's %d, refill rounds may draw %d: "
+            "%s",
+            left,
+            run_prompts,
+            wanted,
+            "they repeat once it is used up" if left else "refill draws the run's own prompts again",
+        )
+    return pool.select(range(run_prompts, len(pool))) if left else None
 
 
 class RefillPrompts:

@@ -22,8 +22,21 @@ from pathlib import Path
 __all__ = ["UserError", "check_tokenizer", "check_weights", "read_yaml", "user_file", "user_input"]
 
 
-#: The files a saved tokenizer is made of (any one of them is enough for `AutoTokenizer` to start from).
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
+#: The files a saved tokenizer is made of: what an export copies and a sample cache fingerprints.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "merges.txt",
+    "chat_template.jinja",
+    "chat_template.json",
+)
+#: Any one of these is enough for `AutoTokenizer` to start from (the others only add to one).
+TOKENIZER_MAIN_FILES = TOKENIZER_FILES[:5]
 
 
 class UserError(ValueError):
@@ -91,10 +104,10 @@ def check_tokenizer(folder: str | os.PathLike, what: str) -> None:
     """A local model folder holds a tokenizer (the files `save_pretrained` writes), else a `UserError` naming the
     folder: without one transformers fails deep inside with a message about sentencepiece or processors."""
     folder = Path(folder)
-    if folder.is_dir() and not any((folder / name).is_file() for name in TOKENIZER_FILES):
+    if folder.is_dir() and not any((folder / name).is_file() for name in TOKENIZER_MAIN_FILES):
         raise UserError(
-            f"{what}: {folder} has no tokenizer (expected one of {', '.join(TOKENIZER_FILES)}); save it next to the "
-            "model with tokenizer.save_pretrained(folder)"
+            f"{what}: {folder} has no tokenizer (expected one of {', '.join(TOKENIZER_MAIN_FILES)}); save it next to "
+            "the model with tokenizer.save_pretrained(folder)"
         )
 
 

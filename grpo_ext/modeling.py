@@ -76,6 +76,32 @@ def quantization_config(model_args, training_args=None):
     return None
 
 
+#: The `ModelConfig` fields that decide how a quantised base is loaded (what `quantization_config` reads).
+QUANTIZATION_FIELDS = (
+    "load_in_4bit",
+    "load_in_8bit",
+    "bnb_4bit_quant_type",
+    "use_bnb_nested_quant",
+    "bnb_4bit_quant_storage",
+    "dtype",
+)
+
+
+def trained_quantization(checkpoint_dir):
+    """How an adapter's base was quantised when it was trained: TRL's `ModelConfig` with the bitsandbytes fields of
+    the run's record (`grpo_ext_config.yaml`), or None (a full-precision base, or no record: a PEFT adapter from
+    elsewhere). A QLoRA adapter learns on the quantised base, rounding error included, so it is scored on that."""
+    from trl import ModelConfig
+
+    from grpo_ext.hub.training import resolved_config
+
+    model = (resolved_config(checkpoint_dir) or {}).get("model") or {}
+    if not isinstance(model, dict) or not (model.get("load_in_4bit") or model.get("load_in_8bit")):
+        return None
+    fields = {name: model[name] for name in QUANTIZATION_FIELDS if model.get(name) is not None}
+    return ModelConfig(model_name_or_path=str(checkpoint_dir), **fields)
+
+
 def check_model_args(model_args) -> None:
     """Combinations TRL would accept and then fail on (or train nothing with): a `UserError` naming the field."""
     if (model_args.load_in_4bit or model_args.load_in_8bit) and not model_args.use_peft:

@@ -73,13 +73,7 @@ class GRPOExtTrainer(StagedCheckpointsMixin, GRPOTrainer):
     otherwise read (`grpo_ext.assembly` does) so that no prompt is trained on twice.
     """
 
-    def __init__(
-        self,
-        *args,
-        process_reward_funcs: list[Callable | str] | None = None,
-        refill_dataset=None,
-        **kwargs,
-    ):
+    def __init__(self, *args, process_reward_funcs: list[Callable | str] | None = None, refill_dataset=None, **kwargs):
         config = kwargs.get("args", args[2] if len(args) > 2 else None)
         if config is not None:  # bad numbers fail here, before any model is loaded
             check_training_ranges(config)

@@ -3,15 +3,23 @@
     OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 python scripts/run_methods.py --study configs/compare.yaml --out results/compare
     python scripts/run_methods.py --study configs/compare.yaml --quick --out outputs/compare_quick   # minutes
 
-1. Search: every (arm, setting) of the study is trained with the search seed (`python -m grpo_ext.methods`, in a
-   worker process; `--jobs` at a time) and scored on the validation split (validation.json in the run folder).
-2. Picks: each arm's best setting on validation (search.json: the grid, every score, the picks). Test numbers are
+0. Signal (when the study has a `signal` section): before any budget is spent, the mean gradient cosine between
+   independent minibatches at the base, for each objective x samples a step, with the signal arm's method config
+   (signal.json; the arms' batch size is chosen on it). --quick measures the arm's quick batch only, 3 minibatches.
+1. Search: every (arm, setting) of the arms that search their own learning rate is trained with the search seed
+   (`python -m grpo_ext.methods`, in a worker process; `--jobs` at a time) and scored on the validation split
+   (validation.json in the run folder); each arm's best setting on validation is its pick.
+2. Shared rates: every arm with `rate_of: <arm>` is trained with the search seed at that arm's picked learning rate
+   (its own grid axes, if any, at that rate), scored on validation and picked the same way.
+   search.json holds the grid, every score, the picks, and where each shared rate came from. Test numbers are
    never computed for a setting that was not picked, so they cannot enter a pick.
-3. The picks are trained with the other seeds and every picked run, and the base, is scored on test (test.json).
+3. The picks are trained with every test seed (the search seed is none of them) and scored on test (test.json),
+   the base too.
 4. The report (report.md, report.json, plots) from those test results.
 
-Resumable: a run folder holding training_cost.json is never trained again, and evaluations resume from their sample
-caches, so an interrupted command (or one spread over several sittings) picks up where it stopped.
+Resumable: signal.json is reused while its recorded settings are the current ones, a run folder holding
+training_cost.json is never trained again, and evaluations resume from their sample caches, so an interrupted
+command (or one spread over several sittings) picks up where it stopped.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,30 +52,53 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--study", default=str(ROOT / "configs" / "compare.yaml"), help="the study (YAML)")
     parser.add_argument("--out", default="results/compare", help="output folder (default: results/compare)")
     parser.add_argument("--model", default=None, help="the base every arm starts from (default: the study's)")
-    parser.add_argument("--arms", default=None, help="comma-separated arms to run (default: all)")
+    parser.add_argument(
+        "--arms",
+        default=None,
+        help="comma-separated arms to run (default: all; a rate_of arm needs its reference arm)",
+    )
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time, one process each (default: 2)")
     parser.add_argument("--quick", action="store_true", help="every arm and the search on a tiny budget")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
 
 
+def search_stage(study, out: Path, options: dict, jobs: int, reference_picks: dict | None, also=()) -> tuple:
+    """One stage of the search (see the module's doc): train and score its runs on validation (with the jobs `also`,
+    side by side), then pick. Returns the grids, validation scores and picks of the stage's arms, by arm name."""
+    from grpo_ext.methods.study.config import pick_settings
+    from grpo_ext.methods.study.runs import Job, read_score, run_jobs
+
+    search = [Job(arm, setting, seed, study.validation) for arm, setting, seed in study.search(reference_picks)]
+    run_jobs([*also, *search], out, study, options, jobs)
+    scores = {}
+    for job in search:
+        scores.setdefault(job.arm.name, {})[job.setting.slug] = read_score(job, out, study)
+    grids = {job.arm.name: study.grid(job.arm, reference_picks) for job in search}
+    return grids, scores, pick_settings(scores, grids)
+
+
 def main(argv: list[str]) -> dict:
     args = build_parser().parse_args(argv)
     from grpo_ext.errors import UserError
     from grpo_ext.io import atomic_write_json, portable_path
-    from grpo_ext.methods.study.config import load_study, pick_settings
+    from grpo_ext.methods.study.config import load_study
     from grpo_ext.methods.study.runs import Job, read_score, run_jobs
     from grpo_ext.models import resolve_model_path
 
     study = load_study(args.study)
     if args.quick:
         study = study.trimmed(values_per_axis=2, seeds=2)
-        study.validation.check_metric(QUICK_EVALUATION["n"])  # --quick scores fewer samples: before any training
+        # fewer problems and samples, written into the study so its report says what was scored; a validation metric
+        # these samples cannot report fails here, before any training
+        study.validation, study.test = (replace(e, **QUICK_EVALUATION) for e in (study.validation, study.test))
     if args.model:
         study.base = args.model
     if args.arms:
-        keep = [a.strip() for a in args.arms.split(",") if a.strip()]
-        study.arms = [study.arm(name) for name in keep]
+        signal = study.signal
+        study = study.only([a.strip() for a in args.arms.split(",") if a.strip()])
+        if signal is not None and study.signal is None:
+            print(f"--arms: the signal's arm {signal.arm} is not run; no learning signal measured", flush=True)
     if args.jobs < 1:
         raise UserError(f"--jobs: must be >= 1, got {args.jobs}")
     resolve_model_path(study.base)  # a missing base model fails before any training
@@ -74,38 +106,45 @@ def main(argv: list[str]) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     options = {
         "base": study.base,
-        "configs": str(ROOT / study.configs) if not Path(study.configs).is_absolute() else study.configs,
+        "configs": str(study.configs_dir),
         "quick": args.quick,
         "progress": not (args.no_progress or args.quick),
         "quick_flags": QUICK_COMMON,
         "quick_method_flags": QUICK,
-        "quick_evaluation": QUICK_EVALUATION,
     }
     start = time.perf_counter()
+    if study.signal is not None:  # stage 0: the learning signal at the base, before the search spends any budget
+        from grpo_ext.methods.study.signal.stage import run_signal_stage
 
-    search = [Job(arm, setting, seed, study.validation) for arm, setting, seed in study.search()]
+        run_signal_stage(study, out, options)
+    signal_done = time.perf_counter()
+
     # The base is scored on validation too: a pick is only worth its test runs if it beats the base there.
     base_validation = Job(None, None, None, study.validation)
-    run_jobs([base_validation, *search], out, study, options, args.jobs)
-    scores = {arm.name: {} for arm in study.arms}
-    for job in search:
-        scores[job.arm.name][job.setting.slug] = read_score(job, out, study)
-    grids = {arm.name: arm.settings(study.learning_rates) for arm in study.arms}
-    picks = pick_settings(scores, grids)
+    grids, scores, picks = search_stage(study, out, options, args.jobs, None, also=[base_validation])
+    shared = search_stage(study, out, options, args.jobs, picks)  # the rate_of arms, at their reference's pick
+    for found, more in zip((grids, scores, picks), shared, strict=True):
+        found.update(more)
+    order = [arm.name for arm in study.arms]  # search.json and the report list the arms as the study does
     atomic_write_json(
         out / "search.json",
         {
             "validation": vars(study.validation),
             "search_seed": study.search_seed,
+            "test_seeds": study.seeds,
             "base": read_score(base_validation, out, study),
-            "grid": {name: [s.as_dict() for s in grid] for name, grid in grids.items()},
-            "scores": scores,
-            "picks": {name: {"slug": s.slug, **s.as_dict()} for name, s in picks.items()},
+            "grid": {name: [s.as_dict() for s in grids[name]] for name in order},
+            "scores": {name: scores[name] for name in order},
+            "picks": {name: {"slug": picks[name].slug, **picks[name].as_dict()} for name in order},
+            # each rate_of arm: the arm whose picked learning rate it trained at, and that rate
+            "rate_of": {
+                a.name: {"arm": a.rate_of, "lr": picks[a.rate_of].as_dict()["lr"]} for a in study.arms if a.rate_of
+            },
         },
     )
     search_done = time.perf_counter()
 
-    final = [Job(arm, picks[arm.name], seed, study.test) for arm in study.arms for seed in study.seeds]
+    final = [Job(arm, setting, seed, study.test) for arm, setting, seed in study.test_runs(picks)]
     run_jobs([Job(None, None, None, study.test), *final], out, study, options, args.jobs)
     trained = time.perf_counter()
 
@@ -117,7 +156,8 @@ def main(argv: list[str]) -> dict:
         "command": "python scripts/run_methods.py " + " ".join(argv),
         "study": portable_path(args.study),
         "quick": args.quick,
-        "search_seconds": round(search_done - start, 1),
+        "signal_seconds": round(signal_done - start, 1),
+        "search_seconds": round(search_done - signal_done, 1),
         "final_seconds": round(trained - search_done, 1),
         "report_seconds": round(end - trained, 1),
         "total_seconds": round(end - start, 1),

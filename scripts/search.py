@@ -10,7 +10,10 @@
 3. The pick is the best `--metric` on validation (ties: the earlier setting of the grid), written with every score
    to `search.json` / `search.md`. With `--test`, the pick alone is scored on the test split (`--test-limit` problems,
    `--test-n` samples), paired with the config's base model (`<out>/test/`): test numbers never exist for a setting
-   that was not picked.
+   that was not picked. With `--search-seed S`, every grid run trains with `--seed S` and the test scores the pick
+   trained again at the config's own seed (`<out>/test_run/model`: the run the config makes with the picked
+   settings), so no search run is the tested run and noise that favoured the pick on validation does not carry
+   over to test.
 
 Resumable at any moment: a run that finished (`grpo_ext_run.json`) with the same training command
 (`<out>/runs/<slug>/search_run.json`) is not trained again, an unfinished one continues from its last checkpoint
@@ -169,6 +172,9 @@ def _evaluate(models: list[str], split: str, args, out: Path) -> dict:
     argv += ["--limit", str(limit), "--no-progress", "--out", str(out)]
     command = "python " + shlex.join(argv)  # what the harness records as its command
     report = _report(out)
+    if report is not None and _stale(report, models):
+        print(f"{out}: its models changed since it was made (or how the harness loads them): scored again", flush=True)
+        report = None
     if report is not None and report["command"] != command:
         raise UserError(
             f"{out / 'report.json'}: made by `{report['command']}`, not by `{command}` (another pick, split or "
@@ -180,6 +186,15 @@ def _evaluate(models: list[str], split: str, args, out: Path) -> dict:
         if report is None:
             raise UserError(f"{out / 'report.json'}: the harness exited without a complete report")
     return report
+
+
+def _stale(report: dict, models: list[str]) -> bool:
+    """Whether a report's models are not the ones the harness would load now (retrained, or an adapter's base now
+    loaded as it was trained): their fingerprints differ."""
+    from grpo_ext.evaluation.backends import load_fingerprint
+
+    recorded = [m.get("model_fingerprint") for m in report["models"]]
+    return recorded != [load_fingerprint(model) for model in models]
 
 
 def _score(report: dict, metric: str, model: int = 0) -> float:
@@ -206,6 +221,11 @@ def main(argv: list[str]) -> dict:
     parser.add_argument("--save-steps", type=int, default=5, help="checkpoint every N training steps (default: 5)")
     parser.add_argument("--temperature", type=float, default=0.7, help="evaluation temperature (default: 0.7)")
     parser.add_argument("--test", action="store_true", help="then score the pick (and the base) on the test split")
+    parser.add_argument(
+        "--search-seed",
+        type=int,
+        help="train the grid at this seed; --test then trains the pick again at the config's seed and scores that",
+    )
     args = parser.parse_args(argv)
     if args.save_steps < 1:
         raise UserError(f"--save-steps: expected a number of steps >= 1, got {args.save_steps}")
@@ -223,6 +243,13 @@ def main(argv: list[str]) -> dict:
     base = str(config.get("model_name_or_path", "embedded"))
     out = Path(args.out)
     settings = settings_of(grid)
+    seeding = []
+    if args.search_seed is not None:
+        if "seed" in grid or any(flag.removeprefix("--").partition("=")[0] == "seed" for flag in train_args):
+            raise UserError("--search-seed: the grid and --train-args must not set seed as well")
+        if args.search_seed == config.get("seed", 42):  # 42: TrainingArguments' default seed
+            raise UserError(f"--search-seed {args.search_seed}: it is the config's seed, the one the test run uses")
+        seeding = ["--seed", str(args.search_seed)]
 
     scores, reports = {}, {}
     for i, setting in enumerate(settings, 1):
@@ -230,7 +257,7 @@ def main(argv: list[str]) -> dict:
         folder = out / "runs" / slug
         flags = [a for name, value in setting.items() for a in (f"--{name}", value)]
         train = ["scripts/train.py", "--config", args.config, "--output_dir", str(folder / "model")]
-        _train([*train, *train_args, *flags, "--disable_tqdm", "true"], folder, args.save_steps)
+        _train([*train, *train_args, *seeding, *flags, "--disable_tqdm", "true"], folder, args.save_steps)
         print(f"[{i}/{len(settings)}] validation {slug}", flush=True)
         reports[slug] = _evaluate([str(folder / "model")], "validation", args, folder / "validation")
         scores[slug] = _score(reports[slug], args.metric)
@@ -241,6 +268,7 @@ def main(argv: list[str]) -> dict:
         "config": args.config,
         "base": base,
         "grid": grid,
+        "search_seed": args.search_seed,
         "validation": {"limit": args.limit, "n": args.n, "temperature": args.temperature, "metric": args.metric},
         "base_score": _score(base_report, args.metric),
         "scores": scores,
@@ -262,10 +290,18 @@ def main(argv: list[str]) -> dict:
         lines.append(f"| {slug}{mark} | {score:.3f} | {record['pass@n'][slug]:.3f} |")
     if args.test:
         folder = out / "runs" / record["pick"]["slug"] / "model"
+        if seeding:  # the pick at the config's own seed: a run the search never scored
+            flags = [a for name, value in chosen.items() for a in (f"--{name}", value)]
+            train = ["scripts/train.py", "--config", args.config, "--output_dir", str(out / "test_run" / "model")]
+            print("training the pick at the config's seed (test run)", flush=True)
+            _train([*train, *train_args, *flags, "--disable_tqdm", "true"], out / "test_run", args.save_steps)
+            folder = out / "test_run" / "model"
         test = _evaluate([base, str(folder)], "test", args, out / "test")
         where = f"{args.test_limit} test problems, n = {args.test_n}"
+        if seeding:
+            where += f"; the pick trained again at the config's seed {config.get('seed', 42)}, not the search's"
         lines += ["", f"Test of the pick against the base ({where}): `{out / 'test' / 'report.md'}`."]
-        record["test"] = {"base": _score(test, "pass@1", 0), "pick": _score(test, "pass@1", 1)}
+        record["test"] = {"base": _score(test, "pass@1", 0), "pick": _score(test, "pass@1", 1), "model": str(folder)}
         atomic_write_json(out / "search.json", record)
     atomic_write_text(out / "search.md", "\n".join(lines) + "\n")
     print(f"pick: {record['pick']['slug']} ({args.metric} {scores[record['pick']['slug']]:.3f} on validation)")

@@ -448,7 +448,7 @@ CASES = {
     "--run: no checkpoint": (runs("rft"), "--run 'rft': expected NAME=CHECKPOINT"),
     "--run: repeated name": (runs("base=embedded", "base=embedded"), "--run names must be unique; repeated: base"),
     "study: learning rates not numbers": (
-        study_with("learning_rates: [2.0e-5,", "learning_rates: [fast,"),
+        study_with("learning_rates: [5.0e-5,", "learning_rates: [fast,"),
         "`learning_rates` must be a",
     ),
     "study: extension naming no arm": (

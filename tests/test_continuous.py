@@ -177,3 +177,52 @@ def test_long_hot_samples_through_shrinks_and_compactions_equal_the_reference(em
         for a, s in zip(got[j], seeds[j], strict=True)
     ]
     assert len(pairs) == 20 and sum(a == b for a, b in pairs) >= len(pairs) - 1
+
+
+# ---- slots sized to the memory ------------------------------------------------------------------------------------
+
+
+def test_slots_within_counts_keys_and_values_of_every_layer_over_the_capacity():
+    from grpo_ext.evaluation.slot_cache import slots_within
+
+    # two layers, 2 KV heads of 4 in fp32: keys + values 2 x 2 x 4 x 4 = 64 bytes a column a layer; window 40 has
+    # capacity 40 + max(8, 40 // 4) = 50 eager, rounded up to 64 static
+    kv = [(torch.zeros(2, 7, 4), torch.zeros(2, 7, 4))] * 2
+    per_slot = 2 * 64 * 50
+    assert slots_within(kv, 40, 3 * per_slot) == 3
+    assert slots_within(kv, 40, 3 * per_slot - 1) == 2
+    assert slots_within(kv, 40, 10) == 1  # never zero slots
+    assert slots_within(kv, 40, None) is None
+    assert slots_within(kv, 40, 3 * 2 * 64 * 64, static=True) == 3
+    half = [(torch.zeros(2, 7, 4, dtype=torch.bfloat16), torch.zeros(2, 7, 4, dtype=torch.bfloat16))] * 2
+    assert slots_within(half, 40, 3 * per_slot) == 6
+
+
+@pytest.mark.parametrize("budget", ["given", "free memory"])
+def test_slots_that_do_not_fit_the_memory_are_not_allocated_and_samples_do_not_change(
+    embedded, monkeypatch, caplog, budget
+):
+    """A real model's 8 prompts x 64 samples took 512 slots and 15 GB on a 24 GB machine (OOM-killed): the slots now
+    shrink to what fits. The per-slot size here is computed from the config, independently of the sampler."""
+    from grpo_ext.evaluation import continuous
+
+    model, tok = embedded
+    prompts = list(get_task("arithmetic").load("test", 4)["prompt"])
+    prompt_ids = encode_prompt_ids(tok, prompts)
+    seeds = [[derive_seed(3, j, i) for i in range(6)] for j in range(len(prompts))]
+    config = model.config
+    window = max(map(len, prompt_ids)) + 20
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    per_slot = config.num_hidden_layers * 2 * config.num_key_value_heads * head_dim * 4 * (window + max(8, window // 4))
+    kwargs = dict(max_new_tokens=20, temperature=1.0, top_p=1.0, prefill_batch=2, eos_ids=[tok.eos_token_id])
+    kwargs["pad_id"] = tok.pad_token_id
+    roomy = dict(continuous_sample(model, prompt_ids, seeds, slots=24, kv_budget=10**12, **kwargs))
+    if budget == "given":
+        cap = {"kv_budget": 3 * per_slot}
+    else:  # the default: half of what the device has free
+        monkeypatch.setattr(continuous, "free_memory", lambda device: 6 * per_slot)
+        cap = {}
+    with caplog.at_level("INFO", logger=continuous.__name__):
+        tight = dict(continuous_sample(model, prompt_ids, seeds, slots=24, **kwargs, **cap))
+    assert "3 of 24 slots fit" in caplog.text
+    assert tight == roomy

@@ -536,6 +536,28 @@ def test_each_iteration_trains_on_prompts_of_its_own(tmp_path):
 def test_a_pool_too_small_for_every_iterations_prompts_is_refused(tmp_path):
     it_args, training_args, model_args = quick_args(tmp_path / "run", tmp_path / "no_model", train_size=3)
     with pytest.raises(
-        UserError, match=r"train_size: each of the 2 iterations trains on 2 prompts .* needs >= 4, got 3"
+        UserError,
+        match=r"train_size: each of the 2 iterations trains on 2 prompts .* needs >= 4; .* gives 3 \(train_size 3",
     ):
+        Experiment(it_args, training_args, model_args)
+
+
+def test_a_pool_the_task_caps_below_the_iterations_prompts_is_refused_before_any_job(tmp_path):
+    """A dataset of fixed size (a JSONL file, GSM8K) gives fewer rows than asked, or all it has without train_size:
+    the check counts the pool loaded, not the size asked."""
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"question": f"{i}+1=", "answer": str(i + 1)}) + "\n" for i in range(3)))
+    it_args, training_args, model_args = quick_args(tmp_path / "run", tmp_path / "no_model")
+    it_args.task, it_args.task_kwargs, it_args.train_size = "jsonl", {"path": str(data)}, None
+    it_args.train_offset = 0
+    it_args.reward_model_type = "outcome"
+    training_args.advantage_mode = "outcome"
+    with pytest.raises(UserError, match=r"pool needs >= 4; the task's train split gives 3 \(train_size None"):
+        Experiment(it_args, training_args, model_args)
+
+
+def test_refill_is_refused_by_the_iterative_loop(tmp_path):
+    it_args, training_args, model_args = quick_args(tmp_path / "run", tmp_path / "no_model")
+    training_args.zero_std_groups = "refill"
+    with pytest.raises(UserError, match="zero_std_groups: `refill` is not supported by the iterative loop"):
         Experiment(it_args, training_args, model_args)

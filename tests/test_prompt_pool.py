@@ -7,7 +7,7 @@ import pytest
 from trl.trainer.utils import RepeatSampler
 
 from grpo_ext.assembly import build_grpo_trainer
-from grpo_ext.batching import RefillPrompts, prompts_drawn
+from grpo_ext.batching import RefillPrompts, prompts_drawn, refill_reserve
 from grpo_ext.models import EMBEDDED_MODEL_DIR
 from tests.trainer_utils import TASK, tiny_args
 
@@ -103,3 +103,45 @@ def test_every_online_arm_of_the_study_reads_its_prompts_once_and_the_offline_ar
         if get_method(path.stem).online:
             assert prompts_drawn(training_args) == task_args.train_size, path.name  # every prompt once
     assert len(set(sizes.values())) == 1, sizes  # RFT and DPO sample the online arms' prompt set
+
+
+def test_a_study_refill_arm_draws_its_refill_prompts_after_its_own(root, tmp_path):
+    """The study's online runner (`run_online`, what outcome_refill and process_refill train with) gets the same
+    reserve as `build_grpo_trainer(train_size=...)`: refill rounds never draw one of the arm's 6 prompts."""
+    from grpo_ext.methods.config import parse_method_args
+    from grpo_ext.methods.paradigm import get_method
+    from grpo_ext.methods.runners import RUNNERS, RunContext
+
+    flags = ["--zero_std_groups", "refill", "--max_refill_rounds", "2", "--train_size", "6", "--max_steps", "3"]
+    flags += ["--per_device_train_batch_size", "8", "--num_generations", "4", "--output_dir", str(tmp_path)]
+    flags += ["--model_name_or_path", str(EMBEDDED_MODEL_DIR), "--use_cpu", "true", "--report_to", "none"]
+    method_args, task_args, training_args, model_args = parse_method_args(
+        ["--config", str(root / "configs" / "methods" / "grpo_outcome.yaml"), *flags]
+    )
+    task = TASK.__class__(**task_args.task_kwargs)
+    run = task.load("train", 6)
+    ctx = RunContext(get_method("grpo_outcome"), method_args, task_args, training_args, model_args, task, run)
+    trainer = RUNNERS["online"](ctx)
+    assert trainer.train_dataset["prompt"] == run["prompt"]
+    assert trainer._refill.dataset["prompt"] == task.load("train", 18)["prompt"][6:]  # 3 batches x 2 rounds x 2
+
+
+def test_refill_on_a_split_with_nothing_after_the_run_draws_the_runs_prompts_and_says_so(tmp_path, caplog):
+    from datasets import Dataset
+
+    class Small:  # a dataset of fixed size (GSM8K's way): load returns at most its 5 rows
+        name = "small"
+        rows = TASK.load("train", 5)
+
+        def load(self, split, n=None):
+            return self.rows.select(range(min(n or 5, 5)))
+
+    args = tiny_args(tmp_path=tmp_path, zero_std_groups="refill", max_refill_rounds=2, max_steps=3)
+    with caplog.at_level("WARNING", logger="grpo_ext.batching"):
+        assert refill_reserve(Small(), 5, args) is None
+    assert "holds 0 prompts after the run's 5" in caplog.text and "draws the run's own prompts again" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="grpo_ext.batching"):
+        short = refill_reserve(Small(), 3, args)  # 2 rows left where 12 could be drawn: used, with a warning
+    assert short["prompt"] == Small.rows["prompt"][3:] and "they repeat once it is used up" in caplog.text
+    assert isinstance(short, Dataset)

@@ -154,7 +154,8 @@ def test_qlora_with_gradient_checkpointing(tmp_path):
     assert model.base_model.model.is_activation_checkpointing
     moved = [n for n, p in model.named_parameters() if p.requires_grad and not torch.equal(p.detach().cpu(), lora[n])]
     layers = {n.split(".layers.")[1].split(".")[0] for n in moved if ".layers." in n}
-    assert layers == {"0", "1", "2", "3"}  # gradients reached every layer through the checkpointed 4-bit blocks
+    # gradients reached every layer through the checkpointed 4-bit blocks
+    assert layers == {str(i) for i in range(model.config.num_hidden_layers)} and len(layers) >= 2
 
 
 def test_prepare_quantized_policy_keeps_gradients_right_after_an_eval_pass():
@@ -209,6 +210,9 @@ def test_prepare_quantized_policy_releases_the_checkpoint_mapping(tmp_path):
     checkpoint = folder / "model.safetensors"
     assert _is_mapped(checkpoint)  # transformers maps the checkpoint; if a version stops, this test has no subject
     ids = torch.tensor([[3, 4, 5, 6, 7, 8, 9, 10]])
+    # train mode (LoRA dropout 0: the same values): an eval pass would have bitsandbytes repack the 4-bit weights for
+    # its AVX512-BF16 kernel, which needs in_features >= its block size 64 (the embedded model's layers are 32 wide)
+    model.train()
     before = logprobs(model, ids)
 
     changed = prepare_quantized_policy(model)
@@ -231,7 +235,8 @@ def test_memory_footprint_is_logged_against_a_computed_full_precision_load(caplo
         info = log_memory_footprint(model, MODEL)
     assert info["loaded_as"] == "4-bit nf4 + double quant"
     assert info["full_precision"] == estimate
-    assert 0 < info["quant_state_bytes"] < info["loaded_bytes"] < estimate["float32"] / 2
+    adapter_bytes = 4 * info["trainable_parameters"]  # fp32 LoRA: r 16 on 32-wide layers outweighs the 4-bit base
+    assert 0 < info["quant_state_bytes"] < info["loaded_bytes"] - adapter_bytes < estimate["float32"] / 2
     assert info["trainable_parameters"] == sum(p.numel() for p in model.parameters() if p.requires_grad)
     assert "policy memory footprint" in caplog.text and "fp32" in caplog.text
 

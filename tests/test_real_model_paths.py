@@ -15,12 +15,12 @@ from trl import ModelConfig
 
 from grpo_ext.advantages import process_advantages
 from grpo_ext.assembly import build_grpo_trainer
-from grpo_ext.config import GRPOExtConfig
 from grpo_ext.evaluation.sampling import SamplingParams, encode_prompt_ids, sample
 from grpo_ext.real_model import MAKE_COMMAND, is_complete, real_model_dir
 from grpo_ext.rewards.prm import load_process_reward_model
 from grpo_ext.steps import step_end_token_indices, step_texts
 from grpo_ext.tasks import get_task
+from tests.trainer_utils import tiny_args
 
 NAME = "smollm2-135m-instruct"
 FOLDER = real_model_dir(NAME)
@@ -61,26 +61,10 @@ def test_harness_cli_reports_the_real_model_by_name(tmp_path):
 
 
 def real_args(tmp_path, **overrides):
-    kwargs = dict(
-        output_dir=str(tmp_path),
-        use_cpu=True,
-        bf16=False,
-        seed=0,
-        max_steps=1,
-        learning_rate=1e-3,
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_completion_length=20,
-        temperature=1.0,
-        top_k=0,
-        beta=0.0,
-        activation_checkpointing=False,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
+    """The tests' tiny GRPO settings, one step, the real task's step separator (filled in from the task)."""
+    return tiny_args(
+        tmp_path=tmp_path, **{"max_steps": 1, "max_completion_length": 20, "step_separator": None, **overrides}
     )
-    return GRPOExtConfig(**(kwargs | overrides))
 
 
 def lora_args(**overrides):

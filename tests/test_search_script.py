@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import os
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -105,6 +106,34 @@ def test_search_trains_each_setting_once_and_tests_only_the_pick(python, root, t
             search.main(argv)
 
 
+def test_a_report_of_other_weights_or_another_load_is_scored_again(tmp_path, monkeypatch):
+    """A finished validation report is reused only for the models the harness would load now: its recorded
+    fingerprints must be theirs (a model retrained in place, or a QLoRA adapter now loaded onto its 4-bit base)."""
+    from types import SimpleNamespace
+
+    from grpo_ext.evaluation.backends import load_fingerprint
+
+    out, calls = tmp_path / "validation", []
+    args = SimpleNamespace(task="arithmetic", task_kwargs="{}", limit=4, n=2, temperature=1.0)
+    out.mkdir()
+
+    def harness(argv, log):  # what the harness would write: a complete report of this command and these models
+        calls.append(argv)
+        models = [{"model_fingerprint": load_fingerprint("embedded")}]
+        command = "python " + shlex.join(argv)
+        (out / "report.json").write_text(json.dumps({"complete": True, "command": command, "models": models}))
+
+    monkeypatch.setattr(search, "_run", harness)
+    search._evaluate(["embedded"], "validation", args, out)
+    search._evaluate(["embedded"], "validation", args, out)
+    assert len(calls) == 1  # the second call read the report
+    report = json.loads((out / "report.json").read_text())
+    report["models"][0]["model_fingerprint"] = "0123456789abcdef"  # made from other weights
+    (out / "report.json").write_text(json.dumps(report))
+    search._evaluate(["embedded"], "validation", args, out)
+    assert len(calls) == 2
+
+
 def test_an_unfinished_run_of_another_command_starts_again_and_one_of_this_command_resumes(tmp_path, monkeypatch):
     from grpo_ext.checkpoints import write_run_status
 
@@ -147,3 +176,44 @@ def test_a_search_stopped_mid_run_resumes_from_its_checkpoint_not_from_step_0(ro
     assert final["global_step"] == 2 and final["log_history"][0].get("from_checkpoint_1") is True
     assert json.loads((model / "grpo_ext_run.json").read_text())["status"] == "complete"
     assert (model / "model.safetensors").is_file() and (model / "checkpoint-2").is_dir()
+
+
+def test_search_seed_trains_the_grid_at_it_and_tests_the_pick_trained_again_at_the_configs_seed(
+    root, tmp_path, monkeypatch
+):
+    trained, evaluated = [], []
+    monkeypatch.setattr(search, "_train", lambda train, folder, save_steps: trained.append((folder, train)))
+
+    def evaluate(models, split, args, out):
+        evaluated.append((split, models))
+        return {"models": models}
+
+    monkeypatch.setattr(search, "_evaluate", evaluate)
+    # validation and test scores from the model's path: 3e-4 is the best setting
+    monkeypatch.setattr(
+        search, "_score", lambda report, metric, model=0: 0.5 if "3e-4" in report["models"][model] else 0
+    )
+    monkeypatch.chdir(root)
+    out = tmp_path / "s"
+    argv = ["--config", "configs/default.yaml", "--grid", "learning_rate=1e-4,3e-4", "--out", str(out), "--test"]
+    record = search.main([*argv, "--search-seed", "100"])
+
+    grid_runs, (test_folder, test_train) = trained[:2], trained[2]
+    assert [folder.name for folder, _ in grid_runs] == ["learning_rate=1e-4", "learning_rate=3e-4"]
+    assert all(train[train.index("--seed") + 1] == "100" for _, train in grid_runs)
+    assert test_folder == out / "test_run" and "--seed" not in test_train  # the config's own seed
+    assert test_train[test_train.index("--learning_rate") + 1] == "3e-4"  # the pick's settings
+    assert evaluated[-1] == ("test", ["embedded", str(out / "test_run" / "model")])
+    assert record["search_seed"] == 100 and record["test"]["model"] == str(out / "test_run" / "model")
+
+    trained.clear()
+    search.main(argv)  # without it, the pick's own search run is the tested one (nothing trained again)
+    assert len(trained) == 2 and evaluated[-1][1][1] == str(out / "runs" / "learning_rate=3e-4" / "model")
+
+    for extra, message in [
+        (["--search-seed", "0"], "--search-seed 0: it is the config's seed"),  # configs/default.yaml: seed 0
+        (["--search-seed", "100", "--train-args", "--seed 7"], "must not set seed as well"),
+        (["--search-seed", "100", "--grid", "seed=1,2"], "must not set seed as well"),
+    ]:
+        with pytest.raises(UserError, match=message):
+            search.main([*argv, *extra])

@@ -38,6 +38,8 @@ def test_pairwise_cosine_against_a_loop_and_zero_gradients():
     assert float(mean) == pytest.approx(sum(expected) / len(expected), abs=1e-6)
     _, values = pairwise_cosine([torch.zeros(3), torch.ones(3)])  # no direction: 0, not NaN
     assert values.tolist() == [0.0]
+    with pytest.raises(ValueError, match=r"gradients \[1\] are not finite"):  # broken, not "no signal"
+        pairwise_cosine([torch.ones(3), torch.tensor([1.0, float("nan"), 0.0]), torch.ones(3)])
 
 
 def test_jackknife_matches_leave_one_out_by_hand():

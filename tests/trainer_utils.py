@@ -33,7 +33,7 @@ def tiny_args(cls=GRPOExtConfig, tmp_path="/tmp/grpo_ext_test", **overrides):
         disable_tqdm=True,
     )
     kwargs.update(overrides)
-    if cls is GRPOExtConfig and kwargs.get("step_separator") is None:
+    if cls is GRPOExtConfig and "step_separator" not in kwargs:  # None: the task's, filled in by the assembly
         kwargs["step_separator"] = TASK.step_separator
     return cls(**kwargs)
 

@@ -29,7 +29,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from grpo_ext.errors import UserError, user_file
+from grpo_ext.errors import TOKENIZER_FILES, UserError, user_file
 from grpo_ext.models import resolve_model_path
 
 logger = logging.getLogger(__name__)
@@ -43,20 +43,7 @@ RECORD_FIELDS = ("model", "model_fingerprint", "task", "problem_id", "sample_ind
 # tokenizer (an edited eos_token ends completions elsewhere).
 _FINGERPRINTED = (
     {".safetensors", ".bin"},
-    {
-        "config.json",
-        "adapter_config.json",
-        "generation_config.json",
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "special_tokens_map.json",
-        "added_tokens.json",
-        "vocab.json",
-        "merges.txt",
-        "tokenizer.model",
-        "chat_template.jinja",
-        "chat_template.json",
-    },
+    {"config.json", "adapter_config.json", "generation_config.json", *TOKENIZER_FILES},
 )
 # Digests already computed in this process, by file identity and state: a file rewritten in place gets a new mtime and
 # ctime (ctime cannot be set back by tools that preserve times), so a changed file is never looked up under its old key.
@@ -76,12 +63,13 @@ def _file_digest(path: Path) -> bytes:
 
 
 def model_fingerprint(
-    folder: str | os.PathLike, base_model: str | None = None, *, _follow_base: bool = True
+    folder: str | os.PathLike, base_model: str | None = None, *, base_load: str | None = None, _follow_base: bool = True
 ) -> str | None:
     """A 16-hex-digit hash of a model folder's config, tokenizer and every byte of its weights (None when `folder` is
     not a local folder: a hub id is pinned by the hub's own revision). An adapter folder's hash covers its base model
     too (`base_model`, else the one its adapter_config.json names; a local base by its own fingerprint, a hub id by
     name): the samples come from the base's weights, and from the base's tokenizer when the adapter has none.
+    ``base_load`` says how the base is loaded when not in full precision (its quantisation): part of the hash too.
 
     Every byte, not a sample of them: a model retrained in place keeps its size and often its first and last
     megabytes (a middle layer changed), and must not reuse the old weights' samples. Hashing reads the weights once
@@ -99,6 +87,8 @@ def model_fingerprint(
     base = _adapter_base(folder, base_model) if _follow_base else None
     if base is not None:  # one level: a base is loaded as a full model (and an adapter naming itself ends here)
         digest.update(f"base:{model_fingerprint(base, _follow_base=False) or base}".encode())
+        if base_load is not None:
+            digest.update(f"base_load:{base_load}".encode())
     return digest.hexdigest()[:16]
 
 

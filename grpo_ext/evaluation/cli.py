@@ -21,7 +21,6 @@ from typing import Any
 
 from grpo_ext.errors import UserError, user_input
 from grpo_ext.evaluation.cache import task_id_for
-from grpo_ext.script_args import parse_task_kwargs
 from grpo_ext.validation import check_number
 
 __all__ = [
@@ -36,6 +35,7 @@ __all__ = [
     "harness_settings",
     "int_list",
     "report_settings",
+    "json_object_flag",
     "task_kwargs_flag",
 ]
 
@@ -82,16 +82,21 @@ def float_list(text: str) -> list[float]:
     return values
 
 
-def task_kwargs_flag(text: str) -> dict:
-    """``--task-kwargs`` (a JSON object) as a dict, through the training scripts' parser, with the flag's name in the
-    error."""
+def json_object_flag(flag: str, text: str, example: str = '{"max_operands": 3}') -> dict:
+    """A flag's JSON object (``--task-kwargs``, ``--model-kwargs``) as a dict; a `UserError` naming the flag when the
+    text is not JSON or not an object."""
     try:
-        return parse_task_kwargs(text)
-    except ValueError as err:
-        cause = err.__cause__
-        if isinstance(cause, json.JSONDecodeError):
-            raise UserError(f"--task-kwargs is not valid JSON ({cause.msg}): {text!r}") from None
-        raise UserError(f"--task-kwargs must be a JSON object like '{{\"max_operands\": 3}}', got {text!r}") from None
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise UserError(f"{flag} is not valid JSON ({err.msg}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise UserError(f"{flag} must be a JSON object like '{example}', got {text!r}")
+    return value
+
+
+def task_kwargs_flag(text: str) -> dict:
+    """``--task-kwargs`` (a JSON object) as a dict, with the flag's name in the error."""
+    return json_object_flag("--task-kwargs", text)
 
 
 def add_harness_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

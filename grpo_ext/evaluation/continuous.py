@@ -38,11 +38,22 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from grpo_ext.evaluation.slot_cache import ContinuousUnsupported, SlotCache, left_pad, prefill
+from grpo_ext.evaluation.slot_cache import (
+    ContinuousUnsupported,
+    SlotCache,
+    free_memory,
+    left_pad,
+    prefill,
+    slots_within,
+)
 from grpo_ext.evaluation.static_step import StepInputs, compiled_forward, resolve_decode, static_shrink_plan
 from grpo_ext.evaluation.token_draws import choose_tokens, counter_uniforms, draw_from_cdf, draw_tokens, token_cdf
 
 logger = logging.getLogger(__name__)
+
+#: The share of the device's free memory (when decoding starts) that the slots' keys/values may take by default:
+#: the rest is for the forward's activations, the logits and whatever else runs on the device.
+KV_MEMORY_SHARE = 0.5
 
 # Re-exported: this is the sampler's public module (sampling.py and user code import these names from here).
 __all__ = [
@@ -65,6 +76,11 @@ def _forward_accepts(model, name: str) -> bool:
         return name in inspect.signature(base.forward).parameters
     except (TypeError, ValueError):  # builtins and some wrappers have no inspectable signature
         return False
+
+
+def _default_kv_budget(device) -> int | None:
+    free = free_memory(device)
+    return None if free is None else int(free * KV_MEMORY_SHARE)
 
 
 @dataclass
@@ -97,6 +113,7 @@ class _Decoder:
         compile_options=None,
         top_k=0,
         min_p=None,
+        kv_budget=None,
     ):
         if getattr(model.config, "is_encoder_decoder", False):
             raise ContinuousUnsupported("encoder-decoder model")
@@ -124,17 +141,22 @@ class _Decoder:
         self.next_prompt = 0
         self.waiting_forks: deque[_Row] = deque()  # rows split off a live row: admitted first (their prompt is open)
         self.waiting_new: deque[_Row] = deque()  # first rows of freshly prefilled prompts
-        self.rows: list[_Row | None] = [None] * slots
         self.decode = resolve_decode(decode, model)
-        self.static, self.start_slots = self.decode != "eager", slots
-        if self.static:  # the next inputs live on the host, copied once a step (static_step.StepInputs)
-            self.inputs = StepInputs(slots, pad_id, self.device)
-        else:
-            self.step_input = torch.full((slots,), pad_id, dtype=torch.long, device=self.device)
-            self.position = torch.zeros(slots, dtype=torch.long, device=self.device)
+        self.static = self.decode != "eager"
+        self.kv_budget = kv_budget
+        self._allocate_slots(slots)
         self.compiled = compiled_forward(compile_options) if self.decode == "compiled" else None
         self.compiled_once = False  # whether a compiled step has run (a failing first compilation falls back)
         self.cache: SlotCache | None = None  # built at the first prefill (it takes the layers' shapes)
+
+    def _allocate_slots(self, slots: int) -> None:
+        self.rows: list[_Row | None] = [None] * slots
+        self.start_slots = slots
+        if self.static:  # the next inputs live on the host, copied once a step (static_step.StepInputs)
+            self.inputs = StepInputs(slots, self.pad_id, self.device)
+        else:
+            self.step_input = torch.full((slots,), self.pad_id, dtype=torch.long, device=self.device)
+            self.position = torch.zeros(slots, dtype=torch.long, device=self.device)
 
     # ---- samples --------------------------------------------------------------------------------------------------
 
@@ -170,6 +192,11 @@ class _Decoder:
         kv, logits = prefill(self.model, [self.prompt_ids[j] for j in chunk], self.pad_id, self.keep_logits)
         if self.cache is None:
             window = max(len(ids) for ids in self.prompt_ids) + self.max_new_tokens  # most columns a row needs
+            budget = self.kv_budget if self.kv_budget is not None else _default_kv_budget(self.device)
+            fit = slots_within(kv[0], window, budget, static=self.static)
+            if fit is not None and fit < len(self.rows):  # no row holds a slot yet: the slots can still shrink
+                logger.info("%d of %d slots fit in %.1f GB for the keys/values", fit, len(self.rows), budget / 2**30)
+                self._allocate_slots(fit)
             self.cache = SlotCache(kv[0], len(self.rows), window, self.device, static=self.static)
         groups = [list(range(self.offset[j], self.offset[j + 1])) for j in chunk]
         first = draw_tokens(logits, self.seed, groups, [0] * len(chunk), self.temperature, self.top_p, **self.filters)
@@ -359,6 +386,7 @@ def continuous_sample(
     compile_options: dict | None = None,
     top_k: int = 0,
     min_p: float | None = None,
+    kv_budget: int | None = None,
 ) -> Iterator[tuple[int, list[list[int]]]]:
     """Yield ``(prompt index, its samples' new token ids)`` as each prompt's samples are all finished.
 
@@ -371,6 +399,8 @@ def continuous_sample(
     ``auto``); the samples do not depend on it. ``compile_options`` are ``torch.compile``'s for ``compiled`` (default
     :data:`~grpo_ext.evaluation.static_step.COMPILE_OPTIONS`: inductor with CUDA graphs). ``top_k`` (0: off) and
     ``min_p`` (None: off) restrict the draws as ``generate`` does (after the temperature, around the top-p nucleus).
+    ``kv_budget``: the bytes the slots' keys/values may take (None: :data:`KV_MEMORY_SHARE` of the device's free
+    memory); fewer slots than ``slots`` decode when they would not fit, and the samples do not change.
     """
     for name, value in (("max_new_tokens", max_new_tokens), ("slots", slots), ("prefill_batch", prefill_batch)):
         if value < 1:  # 0 slots would never decode, 0 prefill_batch never prefill
@@ -390,5 +420,6 @@ def continuous_sample(
         compile_options=compile_options,
         top_k=top_k,
         min_p=min_p,
+        kv_budget=kv_budget,
     )
     yield from decoder.run()

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["ContinuousUnsupported", "SlotCache", "left_pad", "prefill"]
+__all__ = ["ContinuousUnsupported", "SlotCache", "free_memory", "left_pad", "prefill", "slots_within"]
 
 
 class ContinuousUnsupported(Exception):
@@ -153,6 +153,43 @@ def _static_slot_layer_class():
     return StaticSlotLayer
 
 
+def slot_capacity(window: int, static: bool) -> int:
+    """The columns of a cache whose rows need at most ``window`` columns each."""
+    # Every column beyond the live windows is attended to (masked) by every slot, while each move back to the start
+    # copies the live windows once: a quarter of slack measured as fast as any other choice on the embedded task.
+    capacity = window + max(8, window // 4)
+    if static:  # a compiled step is specialised to its shapes: calls with similar windows share one capacity
+        capacity = -(-capacity // 64) * 64
+    return capacity
+
+
+def slots_within(prompt_kv: list, window: int, budget_bytes: int | None, static: bool = False) -> int | None:
+    """How many slots' keys/values fit in ``budget_bytes`` (at least one; None: no budget).
+
+    ``prompt_kv`` is one prompt's ``[(keys, values) per layer]`` (``[heads, length, head_dim]``): the layers'
+    shapes and dtype, as :class:`SlotCache` allocates them. A slot costs keys + values of every layer over the
+    cache's whole capacity: on SmolLM2-135M (30 layers, 3 KV heads of 64) ~15 MB in fp32 for a 260-token window, so
+    the 512 slots of 8 prompts x 64 samples would take 8 GB where the embedded model's take 60 MB."""
+    if budget_bytes is None:
+        return None
+    capacity = slot_capacity(window, static)
+    column = sum(t.shape[0] * t.shape[-1] * t.element_size() for layer in prompt_kv for t in layer)  # all layers
+    per_slot = column * capacity
+    return max(1, int(budget_bytes // per_slot))
+
+
+def free_memory(device) -> int | None:
+    """Bytes free on ``device`` now: CUDA's free memory, the host's available memory for the CPU; None elsewhere."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type == "cpu":
+        import psutil  # accelerate's dependency
+
+        return psutil.virtual_memory().available
+    return None
+
+
 class SlotCache:
     """The shared KV cache of all slots, the attention mask saying which columns each slot sees, and its moves.
 
@@ -164,12 +201,7 @@ class SlotCache:
     def __init__(self, prompt_kv: list, slots: int, window: int, device, static: bool = False):
         from transformers.cache_utils import Cache
 
-        # Every column beyond the live windows is attended to (masked) by every slot, while each move back to the
-        # start copies the live windows once: a quarter of slack measured as fast as any other choice on the
-        # embedded task.
-        self.capacity = window + max(8, window // 4)
-        if static:  # a compiled step is specialised to its shapes: calls with similar windows share one capacity
-            self.capacity = -(-self.capacity // 64) * 64
+        self.capacity = slot_capacity(window, static)
         self.static = static
         self.column = torch.zeros((), dtype=torch.long, device=device)  # the device copy of `length` (static)
         layer_class = _static_slot_layer_class() if static else _slot_layer_class()

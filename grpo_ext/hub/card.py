@@ -68,7 +68,7 @@ def _describe_base(base: str | None) -> str:
     if base is None:
         return "an unrecorded base model"
     if is_embedded(base):
-        return "the grpo-ext embedded base model (a 1 M-parameter Llama with a character tokenizer)"
+        return "the grpo-ext embedded base model (a small Llama trained from scratch, with a character tokenizer)"
     if is_hub_id(base):
         return f"[{base}](https://huggingface.co/{base})"
     return f"the local model `{base}`"

@@ -22,7 +22,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from grpo_ext.errors import UserError, check_weights, user_file, user_input
+from grpo_ext.errors import TOKENIZER_FILES, UserError, check_weights, user_file, user_input
 from grpo_ext.evaluation.report import read_report
 from grpo_ext.hub.card import build_model_card
 from grpo_ext.hub.training import CONFIG_FILE, is_embedded, trained_with
@@ -48,17 +48,6 @@ MODEL_WEIGHTS = (
     "pytorch_model.bin.index.json",
 )
 MODEL_FILES = ("config.json", "generation_config.json")
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.json",
-    "merges.txt",
-    "tokenizer.model",
-    "chat_template.jinja",
-    "chat_template.json",
-)
 
 
 #: Written into a dry run's folder: the files that export wrote (what `--overwrite` may later replace).

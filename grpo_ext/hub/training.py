@@ -34,6 +34,7 @@ __all__ = [
     "hardware_summary",
     "is_embedded",
     "is_hub_id",
+    "resolved_config",
     "save_resolved_config",
     "summarize_training",
     "task_dataset",
@@ -228,6 +229,15 @@ def trained_with(checkpoint_dir: str | os.PathLike) -> dict | None:
 
     The step count comes from `trainer_state.json` when there is one, else from `max_steps`.
     """
+    resolved = resolved_config(checkpoint_dir)
+    if resolved is None:
+        return None
+    return summarize_training(resolved, steps=_global_step(Path(checkpoint_dir)), hardware=resolved.get("hardware"))
+
+
+def resolved_config(checkpoint_dir: str | os.PathLike) -> dict | None:
+    """The resolved config a run wrote next to `checkpoint_dir` (`grpo_ext_config.yaml`, or its parent's for a
+    `checkpoint-N` folder); None if there is none."""
     folder = Path(checkpoint_dir)
     for candidate in (folder / CONFIG_FILE, folder.parent / CONFIG_FILE):
         if candidate.is_file():
@@ -237,7 +247,7 @@ def trained_with(checkpoint_dir: str | os.PathLike) -> dict | None:
                 raise UserError(f"{candidate}: not valid YAML ({err})") from err
             if not isinstance(resolved, dict):
                 raise UserError(f"{candidate}: expected a mapping with task/training/model sections")
-            return summarize_training(resolved, steps=_global_step(folder), hardware=resolved.get("hardware"))
+            return resolved
     return None
 
 

@@ -39,6 +39,10 @@ _GRPO_FIELDS = (
     "advantage_mode",
     "loss_type",
     "step_separator",
+    # with the batch fields above, what each iteration's slice of the pool is (measure.Setting.iteration_prompts)
+    "steps_per_generation",
+    "num_iterations",
+    "generation_batch_size",
 )
 #: IterativeArguments fields that may change between a run and its resume.
 _FREE_FIELDS = ("resume", "report_dir", "iterations", "arms", "seeds", "workers")
@@ -53,6 +57,7 @@ class Experiment:
 
     def __init__(self, it_args: IterativeArguments, training_args, model_args):
         from grpo_ext.advantages import get_gradient_coefficient
+        from grpo_ext.iterative.measure import Setting
         from grpo_ext.modeling import policy_init
 
         if any(getattr(model_args, f, False) for f in ("use_peft", "load_in_4bit", "load_in_8bit")):
@@ -72,24 +77,30 @@ class Experiment:
                 f"advantage_mode: reward_model_type process feeds step scores to the advantages, but `{mode}` reads "
                 "none; set a mode that reads step rewards (e.g. process)"
             )
+        if training_args.zero_std_groups == "refill":
+            raise UserError(
+                "zero_std_groups: `refill` is not supported by the iterative loop: each iteration trains on its own "
+                "slice of the pool once, and refill rounds would draw that slice's prompts again; use `skip` or none"
+            )
+        seeds = it_args.seed_list if it_args.seed_list is not None else [int(training_args.seed)]
+        # the task, its splits and verifier, checked before any job; the pool as loaded, not the size asked
+        pool = Setting(it_args, training_args, seeds[0]).pool
         drawn = prompts_drawn(training_args)
-        if drawn is not None and it_args.train_size is not None and it_args.train_size < it_args.iterations * drawn:
+        if drawn is not None and len(pool) < it_args.iterations * drawn:
             raise UserError(
                 f"train_size: each of the {it_args.iterations} iterations trains on {drawn} prompts of its own (no "
-                f"prompt twice in a run), so the pool needs >= {it_args.iterations * drawn}, got {it_args.train_size}"
+                f"prompt twice in a run), so the pool needs >= {it_args.iterations * drawn}; the task's train split "
+                f"gives {len(pool)} (train_size {it_args.train_size}, train_offset {it_args.train_offset})"
             )
         base_id, _, _ = policy_init(model_args, training_args)  # also sets the trainer's model_init_kwargs
         if not Path(base_id).is_dir():
             raise UserError(f"model_name_or_path: the iterative loop needs a local model folder, got {base_id}")
         self.it_args, self.training_args = it_args, training_args
         self.base = str(Path(base_id).resolve())
-        self.seeds = it_args.seed_list if it_args.seed_list is not None else [int(training_args.seed)]
+        self.seeds = seeds
         self.arms = it_args.arm_list
         self.run_dir = Path(training_args.output_dir).resolve()
         self.report_dir = Path(it_args.report_dir).resolve() if it_args.report_dir else self.run_dir / "report"
-        from grpo_ext.iterative.measure import Setting
-
-        Setting(it_args, training_args, self.seeds[0])  # the task, its splits and verifier: checked before any job
 
     def config(self, seed: int) -> dict:
         """The settings a resumed run of ``seed`` must share with the saved one."""

@@ -49,7 +49,7 @@ class MethodArguments:
     curve_every: int = field(
         default=0, metadata={"help": "Learning curve: evaluate every this many steps (0: no curve)."}
     )
-    curve_prompts: int = field(default=64, metadata={"help": "Learning curve: held-out (test) prompts."})
+    curve_prompts: int = field(default=64, metadata={"help": "Learning curve: validation prompts (never test)."})
     curve_n: int = field(default=8, metadata={"help": "Learning curve: samples per prompt."})
     curve_temperature: float = field(default=0.7, metadata={"help": "Learning curve: sampling temperature."})
 

@@ -1,4 +1,7 @@
-"""The learning curve of a method run: pass@1 on held-out prompts against the training samples seen so far.
+"""The learning curve of a method run: pass@1 on validation prompts against the training samples seen so far.
+
+Validation, never test: a curve is drawn for every run, searched settings that are not picked included, and only a
+picked setting may ever be scored on test (the study's rule).
 
 Written as ``learning_curve.json`` next to the checkpoint (:data:`grpo_ext.methods.cost.CURVE_FILE`) when the
 config sets ``curve_every > 0``. Its evaluations are timed apart, so the run's cost counts training only.
@@ -14,7 +17,10 @@ from grpo_ext.evaluation.harness import validate_problems
 from grpo_ext.evaluation.sampling import SamplingParams
 from grpo_ext.methods.config import trained_sequences_per_step
 
-__all__ = ["LearningCurve", "add_learning_curve"]
+__all__ = ["CURVE_SPLIT", "LearningCurve", "add_learning_curve"]
+
+#: The split a learning curve is scored on.
+CURVE_SPLIT = "validation"
 
 
 class LearningCurve(PassKMajKCallback):
@@ -46,14 +52,15 @@ class LearningCurve(PassKMajKCallback):
 def add_learning_curve(
     trainer, task, method_name: str, method_args, training_args, generated: Callable[[], int] | None = None
 ) -> LearningCurve | None:
-    """A :class:`LearningCurve` on ``curve_prompts`` test prompts, added to ``trainer``; None when
-    ``curve_every`` is 0. ``generated()`` returns the samples generated so far (recorded at every point)."""
+    """A :class:`LearningCurve` on the first ``curve_prompts`` prompts of the task's ``validation`` split
+    (:data:`CURVE_SPLIT`), added to ``trainer``; None when ``curve_every`` is 0. ``generated()`` returns the samples
+    generated so far (recorded at every point)."""
     if method_args.curve_every <= 0:
         return None
     problems = validate_problems(
-        list(task.load("test", method_args.curve_prompts))[: method_args.curve_prompts],
+        list(task.load(CURVE_SPLIT, method_args.curve_prompts))[: method_args.curve_prompts],
         task,
-        f"learning curve ({task.name} test)",
+        f"learning curve ({task.name} {CURVE_SPLIT})",
     )
     params = SamplingParams(
         n=method_args.curve_n,

@@ -248,7 +248,7 @@ def run_online(ctx: RunContext):
         ctx.training_args,
         model_args=ctx.model_args,
         reward_funcs=[c.fn for c in counters],
-        train_dataset=ctx.train_dataset,
+        train_size=ctx.task_args.train_size,  # ctx.train_dataset, and refill's reserve after it
     )
 
 

@@ -2,9 +2,13 @@
 
 ``configs/compare.yaml`` describes a *study*: each arm is a method of the unified paradigm plus config overrides;
 every arm gets the same learning-rate search (plus arm-specific axes such as DPO's beta) trained with
-``search_seed`` and scored on the validation split; each arm's best setting on validation (its *pick*) is then
-trained with every seed and evaluated on test. The functions here are pure (no training, no files written):
-``scripts/run_methods.py`` runs what they describe.
+``search_seed`` and scored on the validation split, except an arm with ``rate_of: <arm>``: it trains at that arm's
+picked learning rate (its other axes are still searched, at that rate), so a family of extensions differs from its
+reference by the extension alone, not by a rate that moves the model more or less. Each arm's best setting on
+validation (its *pick*) is then trained with every test seed (``search_seed`` is none of them, so no search run is
+reused as a test run) and evaluated on test. An optional ``signal`` section (:class:`Signal`) first measures the
+learning signal at the base, the evidence the arms' batch size is chosen on. The functions here are pure (no
+training, no files written): ``scripts/run_methods.py`` runs what they describe.
 
 Run folders: ``<out>/runs/<arm>/<setting>/seed<k>``, ``<setting>`` a readable slug of the searched values
 (``lr5e-05``, ``lr5e-05_beta0.1``). A folder is complete when it holds ``training_cost.json``; its evaluations are
@@ -19,13 +23,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpo_ext.errors import UserError, read_yaml
+from grpo_ext.io import REPO_ROOT
 from grpo_ext.methods.paradigm import get_method
+from grpo_ext.methods.study.expectations import BASE, Expectation, parse_expectations
 from grpo_ext.validation import check_number
 
-__all__ = ["Arm", "Evaluation", "Setting", "Study", "evaluation_ks", "load_study", "pick_best", "pick_settings"]
+__all__ = [
+    "Arm",
+    "Evaluation",
+    "Setting",
+    "Signal",
+    "Study",
+    "evaluation_ks",
+    "load_study",
+    "pick_best",
+    "pick_settings",
+]
 
 #: The config field each search axis sets (``learning_rates`` is the shared axis).
 AXIS_FIELDS = {"lr": "learning_rate", "beta": "beta"}
+#: The fields of an arm in the study YAML.
+ARM_FIELDS = ("method", "overrides", "grid", "rate_of")
+#: The fields of the study's `signal` section.
+SIGNAL_FIELDS = ("arm", "samples", "minibatches", "objectives")
 
 
 def evaluation_ks(n: int) -> list[int]:
@@ -88,6 +108,7 @@ class Arm:
     method: str
     overrides: dict = field(default_factory=dict)
     grid: dict[str, list[float]] = field(default_factory=dict)  # arm-specific axes (lr is the study's)
+    rate_of: str | None = None  # the arm whose picked learning rate this one trains at (no lr search of its own)
 
     def settings(self, learning_rates: list[float]) -> list[Setting]:
         axes = {"lr": learning_rates, **self.grid}
@@ -101,6 +122,19 @@ class Arm:
         return out
 
 
+@dataclass(frozen=True)
+class Signal:
+    """Stage 0 (issue 28): the learning signal at the base, before any budget is spent: the mean gradient cosine
+    between `minibatches` independent minibatches at each samples a step of `samples`, for each objective, with the
+    method config of `arm` (its task, group size, completion length, loss type, temperature); its own samples a
+    step is one of `samples`. See :mod:`grpo_ext.methods.study.signal.stage`."""
+
+    samples: tuple[int, ...]
+    minibatches: int
+    arm: str = "grpo_outcome"
+    objectives: tuple[str, ...] = ("grpo", "sft")
+
+
 @dataclass
 class Study:
     arms: list[Arm]
@@ -112,6 +146,13 @@ class Study:
     base: str = "embedded"
     configs: str = "configs/methods"
     extensions: dict[str, dict] = field(default_factory=dict)
+    expectations: dict[str, Expectation] = field(default_factory=dict)
+    signal: Signal | None = None
+
+    @property
+    def configs_dir(self) -> Path:
+        """The folder of the method configs (`configs`, relative to the repository)."""
+        return Path(self.configs) if Path(self.configs).is_absolute() else REPO_ROOT / self.configs
 
     def arm(self, name: str) -> Arm:
         for arm in self.arms:
@@ -122,29 +163,41 @@ class Study:
     def run_dir(self, out: str | Path, arm: Arm, setting: Setting, seed: int) -> Path:
         return Path(out) / "runs" / arm.name / setting.slug / f"seed{seed}"
 
-    def search(self) -> list[tuple[Arm, Setting, int]]:
-        """Every (arm, setting, search seed): what is trained and scored on validation."""
-        return [(arm, s, self.search_seed) for arm in self.arms for s in arm.settings(self.learning_rates)]
+    def grid(self, arm: Arm, picks: dict[str, Setting] | None = None) -> list[Setting]:
+        """The settings `arm` is scored at on validation: every learning rate of the study, or, for a `rate_of` arm,
+        its reference's picked rate (from `picks`) with the arm's own axes."""
+        if arm.rate_of is None:
+            return arm.settings(self.learning_rates)
+        return arm.settings([picks[arm.rate_of].as_dict()["lr"]])
 
-    def repeats(self, picks: dict[str, Setting]) -> list[tuple[Arm, Setting, int]]:
-        """Every (arm, picked setting, seed) not already trained by the search."""
-        return [(arm, picks[arm.name], s) for arm in self.arms for s in self.seeds if s != self.search_seed]
+    def search(self, picks: dict[str, Setting] | None = None) -> list[tuple[Arm, Setting, int]]:
+        """The (arm, setting, search seed) runs scored on validation. Stage 1 (no `picks`): the arms that search
+        their own rate. Stage 2 (`picks` of stage 1): the `rate_of` arms, at their reference's picked rate."""
+        arms = [arm for arm in self.arms if (arm.rate_of is None) == (picks is None)]
+        return [(arm, setting, self.search_seed) for arm in arms for setting in self.grid(arm, picks)]
+
+    def test_runs(self, picks: dict[str, Setting]) -> list[tuple[Arm, Setting, int]]:
+        """Every (arm, picked setting, seed) scored on test: every seed of `seeds` (none is the search seed)."""
+        return [(arm, picks[arm.name], seed) for arm in self.arms for seed in self.seeds]
+
+    def only(self, names: list[str]) -> Study:
+        """The study with the arms `names` only (``--arms``); a `rate_of` arm needs its reference among them. The
+        `signal` section goes with its arm: without it, a run trains at no batch size the signal was measured for."""
+        arms = [self.arm(name) for name in names]
+        kept = {arm.name for arm in arms}
+        for arm in arms:
+            if arm.rate_of is not None and arm.rate_of not in kept:
+                raise UserError(
+                    f"--arms: {arm.name} trains at {arm.rate_of}'s picked learning rate (rate_of); add {arm.rate_of}"
+                )
+        signal = self.signal if self.signal is not None and self.signal.arm in kept else None
+        return dataclasses.replace(self, arms=arms, signal=signal)
 
     def trimmed(self, values_per_axis: int, seeds: int) -> Study:
-        """The same arms with shorter grids and fewer seeds (``--quick``)."""
-        arms = [
-            Arm(a.name, a.method, a.overrides, {k: v[:values_per_axis] for k, v in a.grid.items()}) for a in self.arms
-        ]
-        return Study(
-            arms,
-            self.learning_rates[:values_per_axis],
-            self.seeds[:seeds],
-            self.search_seed,
-            self.validation,
-            self.test,
-            self.base,
-            self.configs,
-            self.extensions,
+        """The same arms with shorter grids and fewer test seeds (``--quick``; the search seed stays apart)."""
+        arms = [dataclasses.replace(a, grid={k: v[:values_per_axis] for k, v in a.grid.items()}) for a in self.arms]
+        return dataclasses.replace(
+            self, arms=arms, learning_rates=self.learning_rates[:values_per_axis], seeds=self.seeds[:seeds]
         )
 
 
@@ -228,6 +281,78 @@ def _check_overrides(overrides: dict, method: str, axes: list[str], where: str) 
             raise UserError(f"{where}: unknown field {key!r} for method {method!r} (not a field of its config)")
 
 
+def _check_rates(arms: list[Arm], where: str) -> None:
+    """Each `rate_of` names an arm of the study that searches its own rate (one level: a chain would pick one
+    arm's rate from another's pick of yet another's)."""
+    by_name = {arm.name: arm for arm in arms}
+    for arm in arms:
+        if arm.rate_of is None:
+            continue
+        reference = by_name.get(arm.rate_of)
+        if reference is None:
+            raise UserError(
+                f"{where}: arms.{arm.name}.rate_of: unknown arm {arm.rate_of!r}; the study has {', '.join(by_name)}"
+            )
+        if reference.rate_of is not None:
+            raise UserError(
+                f"{where}: arms.{arm.name}.rate_of: {arm.rate_of} takes its own rate from {reference.rate_of} "
+                "(rate_of); name an arm that searches its learning rate"
+            )
+
+
+def _positive_ints(spec: dict, key: str, where: str) -> tuple[int, ...]:
+    """`spec[key]`: a non-empty list of distinct integers >= 1."""
+    values = _numbers(spec, key, where, None)
+    if not all(isinstance(v, int) and v >= 1 for v in values):
+        raise UserError(f"{where}.{key}: expected integers >= 1, got {values!r}")
+    if len(set(values)) < len(values):
+        raise UserError(f"{where}.{key}: repeats {sorted({v for v in values if values.count(v) > 1})}; each once")
+    return tuple(values)
+
+
+def _signal(spec, arms: list[Arm], configs: Path, where: str) -> Signal | None:
+    """The `signal` section: absent, none. The signal arm's own samples a step must be one of `samples` (the report
+    marks the row the arms train at), and every size a whole number of its groups."""
+    from grpo_ext.methods.study.signal import OBJECTIVES
+    from grpo_ext.methods.study.signal.settings import arm_values
+
+    if spec is None:
+        return None
+    spec = _mapping(spec, where)
+    unknown = sorted(set(spec) - set(SIGNAL_FIELDS))
+    if unknown:
+        raise UserError(f"{where}: unknown field(s) {unknown}; expected {', '.join(SIGNAL_FIELDS)}")
+    by_name = {arm.name: arm for arm in arms}
+    arm = spec.get("arm", Signal.arm)
+    if not isinstance(arm, str) or arm not in by_name:
+        raise UserError(f"{where}.arm: unknown arm {arm!r}; the study has {', '.join(by_name)}")
+    samples = _positive_ints(spec, "samples", where)
+    minibatches = _require(spec, "minibatches", where)
+    try:  # three minibatches at least: the jackknife's interval needs two degrees of freedom
+        check_number(f"{where}.minibatches", minibatches, low=3, integer=True)
+    except UserError as err:
+        raise UserError(f"{err} (at least 3 for an interval)") from None
+    objectives = spec.get("objectives", list(Signal.objectives))
+    if not isinstance(objectives, list) or not objectives or not all(o in OBJECTIVES for o in objectives):
+        raise UserError(f"{where}.objectives: expected a non-empty list of {', '.join(OBJECTIVES)}, got {objectives!r}")
+    if len(set(objectives)) < len(objectives):
+        raise UserError(f"{where}.objectives: repeats one of {objectives}; each once")
+    try:
+        values = arm_values(by_name[arm], configs)
+    except UserError as err:
+        raise UserError(f"{where}.{str(err).removeprefix('signal.')}") from None  # names the file
+    if values["samples"] not in samples:
+        raise UserError(
+            f"{where}.samples: {list(samples)} lacks {values['samples']}, the samples a step {arm} trains at "
+            "(per_device_train_batch_size x gradient_accumulation_steps); add it, so the report has the arms' row"
+        )
+    group = values["num_generations"]
+    uneven = [n for n in samples if n % group] if "grpo" in objectives else []
+    if uneven:
+        raise UserError(f"{where}.samples: {uneven} not a multiple of {arm}'s group size {group} (num_generations)")
+    return Signal(samples, minibatches, arm, tuple(objectives))
+
+
 def load_study(path: str | Path) -> Study:
     """Parse and check a study YAML; a `UserError` names the file and the field."""
     path = Path(path)
@@ -241,6 +366,11 @@ def load_study(path: str | Path) -> Study:
         where = f"{path}: arms.{name}"
         if not isinstance(spec, dict):
             raise UserError(f"{where}: expected a mapping with `method`")
+        unknown = sorted(set(spec) - set(ARM_FIELDS))
+        if unknown:
+            raise UserError(f"{where}: unknown field(s) {unknown}; expected {', '.join(ARM_FIELDS)}")
+        if name == BASE:
+            raise UserError(f"{where}: `{BASE}` names the base model (in reports and expectations); rename the arm")
         method = _require(spec, "method", where)
         try:
             get_method(method)
@@ -255,21 +385,28 @@ def load_study(path: str | Path) -> Study:
             _check_axis(axis, values, method, f"{where}.grid")
         overrides = dict(_mapping(spec.get("overrides"), f"{where}.overrides"))
         _check_overrides(overrides, method, ["lr", *grid], f"{where}.overrides")
-        arms.append(Arm(name, method, overrides, grid))
+        rate_of = spec.get("rate_of")
+        if rate_of is not None and not isinstance(rate_of, str):
+            raise UserError(f"{where}.rate_of: expected the name of an arm, got {rate_of!r}")
+        if rate_of is not None and "lr" in grid:
+            raise UserError(f"{where}.grid.lr: the arm trains at {rate_of}'s picked rate (rate_of); no lr axis here")
+        arms.append(Arm(name, method, overrides, grid, rate_of))
     if not arms:
         raise UserError(f"{path}: `arms` is empty")
+    _check_rates(arms, str(path))
     learning_rates = _numbers(data, "learning_rates", str(path), float)
     _check_axis("lr", learning_rates, None, str(path))
     seeds = _numbers(data, "seeds", str(path), int)
     repeated = sorted({s for s in seeds if seeds.count(s) > 1})
     if repeated:  # a seed counted twice would make "every seed agrees" count one run twice
         raise UserError(f"{path}: `seeds` repeats {repeated}; each seed once")
-    try:
-        search_seed = int(data.get("search_seed", seeds[0]))
-    except (TypeError, ValueError):
-        raise UserError(f"{path}: search_seed must be an integer, got {data['search_seed']!r}") from None
-    if search_seed not in seeds:
-        raise UserError(f"{path}: search_seed {search_seed} must be one of seeds {seeds}")
+    search_seed = _require(data, "search_seed", str(path))
+    if isinstance(search_seed, bool) or not isinstance(search_seed, int):
+        raise UserError(f"{path}: search_seed must be an integer, got {search_seed!r}")
+    if search_seed in seeds:  # a search run counted as a test run would let the pick's luck into the test numbers
+        raise UserError(
+            f"{path}: search_seed {search_seed} is one of seeds {seeds}; the search seed must be none of them"
+        )
     evaluations = {split_name: _evaluation(data, split_name, str(path)) for split_name in ("validation", "test")}
     if evaluations["validation"].split == evaluations["test"].split:
         raise UserError(f"{path}: validation.split and test.split must differ (picks are never made on test)")
@@ -283,7 +420,14 @@ def load_study(path: str | Path) -> Study:
         str(data.get("base", "embedded")),
         str(data.get("configs", "configs/methods")),
         dict(_mapping(data.get("extensions"), f"{path}: extensions")),
+        parse_expectations(
+            data.get("expectations"),
+            [a.name for a in arms],
+            evaluation_ks(evaluations["test"].n),
+            f"{path}: expectations",
+        ),
     )
+    study.signal = _signal(data.get("signal"), arms, study.configs_dir, f"{path}: signal")
     for name, ext in study.extensions.items():
         for role in ("arm", "against"):
             arm_name = _require(_mapping(ext, f"{path}: extensions.{name}"), role, f"{path}: extensions.{name}")

@@ -1,8 +1,9 @@
 """The report of a study: report.md, report.json, and two plots, from the picked runs' test results.
 
-Every number comes with its interval (see :mod:`grpo_ext.methods.study.stats`); the search grid, every validation
-score and the picks are printed first, so a reader sees that settings were chosen on validation before any test
-number appears.
+The expectations written in the study config before the run come first, each with its measured difference and
+whether it held; then the learning signal at the base (stage 0, when the study measures it); then every number
+comes with its interval (see :mod:`grpo_ext.methods.study.stats`); the search grid, every validation score and the
+picks are printed before any test number, so a reader sees that settings were chosen on validation.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from grpo_ext.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from grpo_ext.methods.cost import CURVE_FILE, read_json_file
 from grpo_ext.methods.study.anatomy import render_anatomy, study_anatomy
 from grpo_ext.methods.study.config import Setting, Study
+from grpo_ext.methods.study.expectations import judge_expectations, render_expectations
+from grpo_ext.methods.study.signal.section import read_signal, render_signal
 from grpo_ext.methods.study.stats import (
     BOOTSTRAP,
     arm_summary,
@@ -86,6 +89,7 @@ def compute(study: Study, data: dict) -> dict:
     # the arms a run left out (--arms) are not findings of it: only measured ones are listed
     findings = [f for f in paper_findings(results, data["base"], k_max) if f["verdict"] != "not measured"]
     return {
+        "expectations": judge_expectations(study.expectations, results, data["base"]),
         "k_max": k_max,
         "metrics": metrics,
         "base": base,
@@ -113,18 +117,59 @@ def _reach(curves_a: list, curves_b: list) -> dict:
     return {"reach": {"target_pass@1": target, "reference_samples": spent, "per_seed": per_seed, "ratio": ratio}}
 
 
-def render(study: Study, search: dict, stats: dict, command: str | None, anatomy: dict | None = None) -> str:
+def rate_text(search: dict, arm: str, against: str) -> str:
+    """Whether an extension ran at its reference's learning rate, and whose pick that rate was (search.json's
+    ``rate_of``; an arm without one picked its own)."""
+    lr = {name: search["picks"][name]["lr"] for name in (arm, against)}
+    source = {name: search.get("rate_of", {}).get(name, {}).get("arm", name) for name in (arm, against)}
+    if lr[arm] == lr[against]:
+        return f"at its reference's rate: {lr[arm]:g} ({source[arm]}'s pick)"
+    return (
+        f"**not at its reference's rate**: {lr[arm]:g} ({source[arm]}'s pick) against {lr[against]:g} "
+        f"({source[against]}'s pick)"
+    )
+
+
+def _design(study: Study) -> str:
+    """The paragraph that says how the arms were searched, picked and tested."""
+    shared: dict[str, list[str]] = {}
+    for arm in study.arms:
+        if arm.rate_of is not None:
+            shared.setdefault(arm.rate_of, []).append(arm.name)
+    rates = "".join(
+        f" {', '.join(names)} train at {reference}'s picked rate (`rate_of`: no search of their own rate; other "
+        "axes, if any, searched at that rate)."
+        for reference, names in shared.items()
+    )
+    return (
+        f"Base: `{study.base}`. Every arm starts from it with the same budget of generated and gradient samples "
+        f"(below). The arms without `rate_of` get the same learning-rate search "
+        f"({', '.join(f'{x:g}' for x in study.learning_rates)}; DPO also searches beta).{rates} Every search run "
+        f"is trained with seed {study.search_seed} and scored on {study.validation.limit} "
+        f"`{study.validation.split}` problems (n = {study.validation.n}, T = {study.validation.temperature}, "
+        f"{study.validation.metric}). Each arm's best setting on validation is trained with seeds "
+        f"{', '.join(map(str, study.seeds))} (the search seed is none of them) and evaluated on {study.test.limit} "
+        f"`{study.test.split}` problems (n = {study.test.n}, T = {study.test.temperature}); test numbers exist only "
+        "for picked settings. Learning curves are scored on validation prompts."
+    )
+
+
+def render(
+    study: Study,
+    search: dict,
+    stats: dict,
+    command: str | None,
+    anatomy: dict | None = None,
+    signal: dict | None = None,
+) -> str:
     k = stats["k_max"]
     lines = [
         "# The fair stage: every arm tuned on validation, tested on held-out problems",
         "",
-        f"Base: `{study.base}`. Every arm starts from it with the same budget of generated and gradient samples "
-        f"(below), the same learning-rate search ({', '.join(f'{x:g}' for x in study.learning_rates)}; DPO also "
-        f"searches beta), trained with seed {study.search_seed} and scored on {study.validation.limit} "
-        f"`{study.validation.split}` problems (n = {study.validation.n}, T = {study.validation.temperature}, "
-        f"{study.validation.metric}). Each arm's best setting on validation is trained with seeds "
-        f"{', '.join(map(str, study.seeds))} and evaluated on {study.test.limit} `{study.test.split}` problems "
-        f"(n = {study.test.n}, T = {study.test.temperature}); test numbers exist only for picked settings.",
+        *render_expectations(stats["expectations"]),
+        "## Design",
+        "",
+        _design(study),
         "",
         f"Intervals: 95% percentile bootstrap over the test problems ({BOOTSTRAP['n_resamples']:,} resamples, seed "
         f"{BOOTSTRAP['seed']}) of the per-problem value averaged over seeds; differences are paired by problem. "
@@ -133,6 +178,8 @@ def render(study: Study, search: dict, stats: dict, command: str | None, anatomy
     ]
     if command:
         lines += [f"Command: `{command}`", ""]
+    if signal is not None:  # stage 0, measured before the search
+        lines += render_signal(signal)
     lines += [
         "## Search (validation)",
         "",
@@ -142,9 +189,11 @@ def render(study: Study, search: dict, stats: dict, command: str | None, anatomy
     if "base" in search:  # studies searched before the base was scored on validation lack it
         lines.append(f"| base | - | {search['base']:.3f} |")
     for arm, scores in search["scores"].items():
+        reference = search.get("rate_of", {}).get(arm)
+        label = f"{arm} (at {reference['arm']}'s rate)" if reference else arm
         for slug, score in scores.items():
             mark = " **(pick)**" if search["picks"][arm]["slug"] == slug else ""
-            lines.append(f"| {arm} | {slug}{mark} | {score:.3f} |")
+            lines.append(f"| {label} | {slug}{mark} | {score:.3f} |")
     lines += [
         "",
         "## Test results of the picks",
@@ -166,9 +215,9 @@ def render(study: Study, search: dict, stats: dict, command: str | None, anatomy
         "",
         "## Each extension against its vanilla arm (equal generated samples)",
         "",
-        f"| extension | arm - reference | pass@1 | maj@{k} | pass@{k} | samples to reach the reference's final "
-        "pass@1 |",
-        "|---|---|---|---|---|---|",
+        f"| extension | arm - reference | learning rate | pass@1 | maj@{k} | pass@{k} | samples to reach the "
+        "reference's final pass@1 (validation curves) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for label, ext in stats["extensions"].items():
         d = ext["differences"]
@@ -185,8 +234,8 @@ def render(study: Study, search: dict, stats: dict, command: str | None, anatomy
             ratio = f"{reach['ratio']:.2f}x" if reach["ratio"] is not None else "not reached in every seed"
             reach_text = f"{ratio} of {reach['reference_samples']:,.0f} (seeds: {seeds})"
         lines.append(
-            f"| {label} | {ext['arm']} - {ext['against']} | {_fmt_diff(d['pass@1'])} | {_fmt_diff(d[f'maj@{k}'])} | "
-            f"{_fmt_diff(d[f'pass@{k}'])} | {reach_text} |"
+            f"| {label} | {ext['arm']} - {ext['against']} | {rate_text(search, ext['arm'], ext['against'])} | "
+            f"{_fmt_diff(d['pass@1'])} | {_fmt_diff(d[f'maj@{k}'])} | {_fmt_diff(d[f'pass@{k}'])} | {reach_text} |"
         )
     lines += [
         "",
@@ -207,7 +256,7 @@ def render(study: Study, search: dict, stats: dict, command: str | None, anatomy
     lines += [
         "## Plots",
         "",
-        "![test pass@1 against generated samples](curves.png)",
+        "![validation pass@1 of the learning curves against generated samples](curves.png)",
         "",
         "![pass@k and maj@k of the picks](passk_majk.png)",
         "",
@@ -216,7 +265,8 @@ def render(study: Study, search: dict, stats: dict, command: str | None, anatomy
 
 
 def plot_curves(study: Study, data: dict) -> bytes:
-    """Learning curves (pass@1 on the curve's test prompts) against generated samples: seed mean, min-max band."""
+    """Learning curves (pass@1 on the curve's validation prompts) against generated samples: seed mean, min-max
+    band."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -241,7 +291,7 @@ def plot_curves(study: Study, data: dict) -> bytes:
         ax.fill_between(grid, ys.min(axis=0), ys.max(axis=0), color=line.get_color(), alpha=0.15)
     ax.set(
         xlabel="generated samples",
-        ylabel="pass@1 (curve prompts, test split)",
+        ylabel="pass@1 (curve prompts, validation split)",
         title="Online arms: mean over seeds, band min-max over seeds",
     )
     ax.grid(alpha=0.3)
@@ -278,11 +328,15 @@ def write_study_report(study: Study, out: str | Path, picks: dict[str, Setting],
     stats = compute(study, data)
     command = (options or {}).get("command")
     anatomy = study_anatomy(study, out, picks, options["configs"]) if options and "configs" in options else None
+    # only a study that measures the signal shows it: a file a run of other arms left in `out` is not this run's
+    signal = read_signal(out) if study.signal is not None else None
     ks = [k for k in data["base"]["ks"] if k <= stats["k_max"]]
     by_k = {"base": _by_k([data["base"]], ks), **{n: _by_k(e["results"], ks) for n, e in data["arms"].items()}}
     paths = {
-        "md": atomic_write_text(out / "report.md", render(study, search, stats, command, anatomy)),
-        "json": atomic_write_json(out / "report.json", {"search": search, **stats, "by_k": by_k, "anatomy": anatomy}),
+        "md": atomic_write_text(out / "report.md", render(study, search, stats, command, anatomy, signal)),
+        "json": atomic_write_json(
+            out / "report.json", {"search": search, **stats, "by_k": by_k, "anatomy": anatomy, "signal": signal}
+        ),
         "curves": atomic_write_bytes(out / "curves.png", plot_curves(study, data)),
         "passk_majk": atomic_write_bytes(out / "passk_majk.png", plot_passk_majk(by_k)),
     }

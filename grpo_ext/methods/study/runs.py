@@ -15,7 +15,7 @@ from pathlib import Path
 
 from grpo_ext.methods.study.config import Arm, Evaluation, Setting, Study, evaluation_ks
 
-__all__ = ["Job", "evaluation_file", "method_config_path", "read_score", "run_jobs", "task_of"]
+__all__ = ["Job", "evaluation_file", "method_config_path", "quick_flags", "read_score", "run_jobs", "task_of"]
 
 
 @dataclass(frozen=True)
@@ -65,8 +65,18 @@ def task_of(config: Path) -> tuple[str, dict]:
     return str(data.get("task", "arithmetic")), parse_task_kwargs(data.get("task_kwargs"))
 
 
+def quick_flags(method: str, options: dict) -> list[str]:
+    """The flags ``--quick`` adds to a run of `method` (its runner's tiny budget); none without ``--quick``."""
+    from grpo_ext.methods import get_method
+
+    if not options["quick"]:
+        return []
+    runner = get_method(method).runner
+    return shlex.split(options["quick_flags"]) + shlex.split(options["quick_method_flags"][runner])
+
+
 def _train(job: Job, folder: Path, study: Study, options: dict) -> None:
-    from grpo_ext.methods import get_method, run_method
+    from grpo_ext.methods import run_method
     from grpo_ext.methods.cost import COST_FILE
 
     if (folder / COST_FILE).is_file() and any(folder.glob("*.safetensors")):
@@ -76,10 +86,7 @@ def _train(job: Job, folder: Path, study: Study, options: dict) -> None:
     argv += ["--model_name_or_path", options["base"], *job.arm.flags(), *job.setting.flags()]
     if not options["progress"]:
         argv += ["--disable_tqdm", "true"]
-    if options["quick"]:
-        runner = get_method(job.arm.method).runner
-        argv += shlex.split(options["quick_flags"])
-        argv += shlex.split(options["quick_method_flags"]["online" if runner == "online" else runner])
+    argv += quick_flags(job.arm.method, options)
     print(f"=== training {job.name} into {folder}", flush=True)
     run_method(argv)
 
@@ -98,9 +105,6 @@ def _evaluate(job: Job, folder: Path, study: Study, options: dict) -> None:
         return
     evaluation = job.evaluation
     limit, n, max_new_tokens = evaluation.limit, evaluation.n, evaluation.max_new_tokens
-    if options["quick"]:
-        limit, n = options["quick_evaluation"]["limit"], options["quick_evaluation"]["n"]
-        max_new_tokens = options["quick_evaluation"]["max_new_tokens"]
     method = job.arm.method if job.arm else study.arms[0].method
     task_name, task_kwargs = task_of(method_config_path(method, options["configs"]))
     task = get_task(task_name, **task_kwargs)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from grpo_ext.evaluation.analysis import DEFAULT_BOOTSTRAP, per_problem_values
-from grpo_ext.evaluation.bootstrap import bootstrap_mean_ci, bootstrap_paired_difference_ci
+from grpo_ext.evaluation.bootstrap import bootstrap_mean_ci
 from grpo_ext.evaluation.registry import METRICS, keyed_metrics
 
 __all__ = [
@@ -30,6 +30,8 @@ __all__ = [
     "paired_difference",
     "per_problem",
     "samples_to_reach",
+    "verdict",
+    "why_not_comparable",
 ]
 
 #: Every interval of a study report: the harness report's settings (95% percentile bootstrap over problems, 10,000
@@ -75,18 +77,33 @@ def arm_summary(results: Sequence[dict], metrics: Sequence[str]) -> dict:
     return out
 
 
-def paired_difference(a: Sequence[dict], b: Sequence[dict], metric: str) -> dict:
-    """Arm A minus arm B on ``metric``: the seed-mean difference with its problem-paired interval, and the
-    difference per seed (seeds paired by position: A's i-th seed against B's i-th)."""
+def _paired(a: Sequence[dict], b: Sequence[dict], metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """A minus B on ``metric``: per problem (A's seed mean minus B's) and per seed (seeds paired by position). A
+    single B run (the base) is one model for every seed, so each of A's seeds is measured against it."""
     ma, mb = _seed_matrix(a, metric), _seed_matrix(b, metric)
-    ci = bootstrap_paired_difference_ci(ma.mean(axis=0), mb.mean(axis=0), **BOOTSTRAP)
+    if len(mb) == 1:
+        mb = np.repeat(mb, len(ma), axis=0)  # leaves B's per-problem mean as it is
     seeds = min(len(ma), len(mb))
-    per_seed = (ma[:seeds].mean(axis=1) - mb[:seeds].mean(axis=1)).tolist()
-    return {"metric": metric, "difference": ci.estimate, "low": ci.low, "high": ci.high, "per_seed": per_seed}
+    return ma.mean(axis=0) - mb.mean(axis=0), ma[:seeds].mean(axis=1) - mb[:seeds].mean(axis=1)
 
 
-def _verdict(diff: dict) -> str:
-    """The rule every finding uses: the interval excludes 0 and every seed agrees in sign."""
+def paired_difference(a: Sequence[dict], b: Sequence[dict], metric: str, minus: str | None = None) -> dict:
+    """Arm A minus arm B on ``metric``: the seed-mean difference with its problem-paired interval, and the
+    difference per seed (seeds paired by position: A's i-th seed against B's i-th; a single B run against each).
+
+    With ``minus``, the value is A's gain over B in ``metric`` minus its gain in ``minus`` (DeepSeekMath's "Maj@K
+    rises more than Pass@K" is ``metric="maj@64", minus="pass@64"``), paired the same way."""
+    by_problem, by_seed = _paired(a, b, metric)
+    if minus is not None:
+        minus_problem, minus_seed = _paired(a, b, minus)
+        by_problem, by_seed = by_problem - minus_problem, by_seed - minus_seed
+    ci = bootstrap_mean_ci(by_problem, **BOOTSTRAP)  # = bootstrap_paired_difference_ci of the two seed means
+    out = {"metric": metric, "difference": ci.estimate, "low": ci.low, "high": ci.high, "per_seed": by_seed.tolist()}
+    return {**out, "minus": minus} if minus is not None else out
+
+
+def verdict(diff: dict) -> str:
+    """The rule every finding and expectation uses: the interval excludes 0 and every seed agrees in sign."""
     if diff["low"] > 0 and all(d > 0 for d in diff["per_seed"]):
         return "agrees"
     if diff["high"] < 0 and all(d < 0 for d in diff["per_seed"]):
@@ -98,7 +115,7 @@ def finding_beats(claim: str, a: Sequence[dict], b: Sequence[dict]) -> dict:
     """ "A beats B" on test pass@1: agrees when A - B has a 95% interval above 0 and is positive in every seed,
     disagrees when the interval is below 0 and every seed negative, inconclusive otherwise."""
     diff = paired_difference(a, b, "pass@1")
-    return {"claim": claim, "verdict": _verdict(diff), "pass@1": diff}
+    return {"claim": claim, "verdict": verdict(diff), "pass@1": diff}
 
 
 def finding_majk(claim: str, rl: Sequence[dict], base: dict, ks: Sequence[int]) -> dict:
@@ -106,24 +123,12 @@ def finding_majk(claim: str, rl: Sequence[dict], base: dict, ks: Sequence[int]) 
     above 0 and is positive in every seed. The base is one run, the same for every seed."""
     rows = []
     for k in ks:
-        maj = _seed_matrix(rl, f"maj@{k}") - per_problem(base, f"maj@{k}")
-        pas = _seed_matrix(rl, f"pass@{k}") - per_problem(base, f"pass@{k}")
-        gap = maj - pas  # (seeds, problems)
-        ci = bootstrap_mean_ci(gap.mean(axis=0), **BOOTSTRAP)
-        rows.append(
-            {
-                "k": k,
-                "maj_gain": float(maj.mean()),
-                "pass_gain": float(pas.mean()),
-                "difference": ci.estimate,
-                "low": ci.low,
-                "high": ci.high,
-                "per_seed": gap.mean(axis=1).tolist(),
-            }
-        )
-    verdicts = {_verdict(r) for r in rows}
-    verdict = verdicts.pop() if len(verdicts) == 1 else "inconclusive"
-    return {"claim": claim, "verdict": verdict, "by_k": rows}
+        gap = paired_difference(rl, [base], f"maj@{k}", minus=f"pass@{k}")
+        gains = {m: float(_paired(rl, [base], f"{m}@{k}")[0].mean()) for m in ("maj", "pass")}
+        interval = {key: gap[key] for key in ("difference", "low", "high", "per_seed")}
+        rows.append({"k": k, "maj_gain": gains["maj"], "pass_gain": gains["pass"], **interval})
+    verdicts = {verdict(r) for r in rows}
+    return {"claim": claim, "verdict": verdicts.pop() if len(verdicts) == 1 else "inconclusive", "by_k": rows}
 
 
 #: DeepSeekMath's "A beats B" findings: (claim, arm A, arm B), judged on test pass@1 by :func:`finding_beats`.
@@ -141,7 +146,7 @@ def _not_measured(claim: str, why: str) -> dict:
     return {"claim": claim, "verdict": "not measured", "text": f"not measured: {why}"}
 
 
-def _comparable(*groups: Sequence[dict]) -> str | None:
+def why_not_comparable(*groups: Sequence[dict]) -> str | None:
     """Why these results cannot be judged together (no per-problem records, different problems), or None."""
     results = [r for group in groups for r in group]
     if not all(r.get("per_problem") and r.get("n") for r in results):
@@ -158,10 +163,10 @@ def paper_findings(arms: dict[str, Sequence[dict]], base: dict | None, k_max: in
     out = []
     for claim, a, b in FINDINGS:
         missing = [m for m in (a, b) if not arms.get(m)]
-        why = f"no run of {', '.join(missing)}" if missing else _comparable(arms[a], arms[b])
+        why = f"no run of {', '.join(missing)}" if missing else why_not_comparable(arms[a], arms[b])
         out.append(_not_measured(claim, why) if why else finding_beats(claim, arms[a], arms[b]))
     missing = [m for m, have in (("grpo_outcome", arms.get("grpo_outcome")), ("base", base)) if not have]
-    why = f"no run of {', '.join(missing)}" if missing else _comparable(arms["grpo_outcome"], [base])
+    why = f"no run of {', '.join(missing)}" if missing else why_not_comparable(arms["grpo_outcome"], [base])
     if why:
         out.append(_not_measured(MAJK_CLAIM, why))
     else:

@@ -21,8 +21,9 @@ A minibatch whose groups all have equal rewards has a zero gradient: its cosine 
 nothing), not NaN. With ``lora_rank > 0`` the gradient is over fresh LoRA adapters only; LoRA's B starts at 0, so at
 the starting point only the B matrices have a gradient.
 
-Minibatches are consecutive, disjoint slices of the task's ``train`` split after ``train_offset`` prompts (e.g.
-2,500 past the embedded base's 2,000-problem SFT set), so they are independent draws.
+Minibatches are consecutive, disjoint slices of the task's ``train`` split after ``train_offset`` prompts, so they
+are independent draws. The offset is 0 by default: the base is fine-tuned on the task's separate ``sft`` split,
+disjoint from ``train`` (scripts/build_base_model.py), so no train prompt is one the base has seen.
 
 Interval: a jackknife over minibatches, not a standard error over pairs. The ``m (m - 1) / 2`` pair cosines are not
 independent (each minibatch's gradient enters ``m - 1`` of them), so a standard error over pairs would be too
@@ -30,10 +31,12 @@ narrow; the minibatches are the independent units, and the mean pairwise cosine 
 the leave-one-minibatch-out jackknife gives a standard error (interval: ``t`` with ``m - 1`` degrees of freedom).
 
 Rooms: :mod:`.core` (the pure math), :mod:`.measure` (a minibatch's gradient on the model's device, and
-:func:`measure_signal`), :mod:`.cli` (the table and JSON of)::
+:func:`measure_signal`), a study's stage 0 (:mod:`.settings`: what it measures, from the study's ``signal`` section
+and its arm's method config; :mod:`.stage`: measured or reused into ``signal.json``; :mod:`.section`: the report's
+section), and :mod:`.cli` (the table and JSON of)::
 
     python -m grpo_ext.methods.study.signal --model embedded --task arithmetic --objective grpo,sft \\
-        --samples 64,256 --minibatches 6 [--lora-rank 0,16] [--train-offset 2500] [--out signal.json]
+        --samples 64,256 --minibatches 6 [--lora-rank 0,16] [--out signal.json]
 """
 
 from grpo_ext.methods.study.signal.core import (

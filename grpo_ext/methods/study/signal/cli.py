@@ -4,12 +4,11 @@ step and LoRA ranks."""
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 
 from grpo_ext.errors import UserError
 from grpo_ext.methods.study.signal.core import LOSS_TYPES
-from grpo_ext.methods.study.signal.measure import OBJECTIVES, measure_signal
+from grpo_ext.methods.study.signal.measure import OBJECTIVES, measure_grid
 
 __all__ = ["main", "table"]
 
@@ -17,15 +16,17 @@ __all__ = ["main", "table"]
 COLUMNS = ("objective", "samples", "prompts x G", "LoRA r", "mean cosine", "95% interval", "zero-std", "seconds")
 
 
-def table(rows: Sequence[dict]) -> str:
-    """The rows of :func:`measure_signal` as a Markdown table."""
+def table(rows: Sequence[dict], mark: int | None = None) -> str:
+    """The rows of :func:`measure_signal` as a Markdown table; the samples a step `mark` (a study's: the batch size
+    its arms train at) in bold, "(arms)" beside it."""
 
     def cells(r: dict) -> list[str]:
         interval = "-" if r["low"] is None else f"[{r['low']:+.4f}, {r['high']:+.4f}]"
         zero_std = "-" if r["zero_std_share"] is None else f"{r['zero_std_share']:.2f}"
         rank = str(r["lora_rank"]) if r["lora_rank"] else "full"
         shape = f"{r['prompts']} x {r['group_size']}"
-        values = [r["objective"], str(r["samples"]), shape, rank, f"{r['mean_cosine']:+.4f}", interval, zero_std]
+        samples = f"**{r['samples']}** (arms)" if r["samples"] == mark else str(r["samples"])
+        values = [r["objective"], samples, shape, rank, f"{r['mean_cosine']:+.4f}", interval, zero_std]
         return [*values, f"{r['seconds']:.1f}"]
 
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
@@ -53,7 +54,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--num-generations", type=int, default=8, help="GRPO's group size")
     parser.add_argument("--lora-rank", type=_ints, default="0", help="comma-separated LoRA ranks; 0 = all parameters")
     parser.add_argument(
-        "--train-offset", type=int, default=0, help="train prompts skipped first (e.g. a base's SFT set)"
+        "--train-offset",
+        type=int,
+        default=0,
+        help="train prompts skipped first (0: the base is fine-tuned on the task's separate sft split)",
     )
     parser.add_argument("--max-completion-length", type=int, default=48)
     parser.add_argument("--loss-type", default="dapo", choices=LOSS_TYPES, help="TRL's loss_type (its reduction)")
@@ -68,38 +72,29 @@ def main(argv: list[str] | None = None) -> dict:
         raise UserError(f"--objective: {', '.join(unknown) or 'none given'}; expected some of {', '.join(OBJECTIVES)}")
 
     from grpo_ext.evaluation.backends import load_model_and_tokenizer
+    from grpo_ext.evaluation.cli import task_kwargs_flag
     from grpo_ext.io import atomic_write_json
     from grpo_ext.tasks import get_task
 
-    try:
-        task_kwargs = json.loads(args.task_kwargs)
-    except json.JSONDecodeError as err:
-        raise UserError(f"--task-kwargs: not JSON ({err})") from None
-    if not isinstance(task_kwargs, dict):
-        raise UserError(f"--task-kwargs: expected a JSON object, got {args.task_kwargs!r}")
+    task_kwargs = task_kwargs_flag(args.task_kwargs)
     task = get_task(args.task, **task_kwargs)
     model, tokenizer = load_model_and_tokenizer(args.model, device=args.device)
-    rows = [
-        measure_signal(
-            model,
-            tokenizer,
-            task,
-            objective,
-            samples,
-            args.minibatches,
-            group_size=args.num_generations,
-            lora_rank=rank,
-            train_offset=args.train_offset,
-            max_completion_length=args.max_completion_length,
-            loss_type=args.loss_type,
-            temperature=args.temperature,
-            seed=args.seed,
-            micro_batch=args.micro_batch,
-        )
-        for objective in args.objective
-        for rank in args.lora_rank
-        for samples in args.samples
-    ]
+    rows = measure_grid(
+        model,
+        tokenizer,
+        task,
+        args.objective,
+        args.samples,
+        args.minibatches,
+        args.lora_rank,
+        group_size=args.num_generations,
+        train_offset=args.train_offset,
+        max_completion_length=args.max_completion_length,
+        loss_type=args.loss_type,
+        temperature=args.temperature,
+        seed=args.seed,
+        micro_batch=args.micro_batch,
+    )
     print(table(rows))
     result = {
         "model": args.model,

@@ -28,9 +28,12 @@ _T95 += (2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2
 
 def cosine_matrix(grads: Sequence[torch.Tensor]) -> torch.Tensor:
     """``(m, m)`` float64 cosines between the flattened ``grads`` (on their device). A zero gradient has no
-    direction: its cosine with anything is 0 (not NaN), as it shares no signal."""
+    direction: its cosine with anything is 0 (not NaN), as it shares no signal. A non-finite one is an error."""
     flat = [g.detach().reshape(-1).double() for g in grads]  # float64: a cosine of 0.005 must not drown in rounding
     norms = [f.norm() for f in flat]
+    broken = [i for i, norm in enumerate(norms) if not torch.isfinite(norm)]
+    if broken:  # a NaN norm would compare false with 0 below and pass for "no direction"
+        raise ValueError(f"cosine_matrix: gradients {broken} are not finite (NaN or inf): the measurement is broken")
     out = torch.eye(len(flat), dtype=torch.float64, device=flat[0].device)
     for i in range(len(flat)):
         for j in range(i + 1, len(flat)):  # pair by pair: stacking m float64 copies would not fit for a real model

@@ -23,7 +23,15 @@ from grpo_ext.methods.study.signal.core import (
 )
 from grpo_ext.rollouts import SamplerSettings, sample_completions
 
-__all__ = ["OBJECTIVES", "completion_logps", "grpo_minibatch", "measure_signal", "minibatch_gradient", "sft_minibatch"]
+__all__ = [
+    "OBJECTIVES",
+    "completion_logps",
+    "grpo_minibatch",
+    "measure_grid",
+    "measure_signal",
+    "minibatch_gradient",
+    "sft_minibatch",
+]
 
 OBJECTIVES = ("grpo", "sft")
 
@@ -230,3 +238,16 @@ def measure_signal(
         "loss_type": loss_type if objective == "grpo" else "token mean (SFT)",
         "seconds": round(time.perf_counter() - started, 2),
     }
+
+
+def measure_grid(
+    model, tokenizer, task, objectives, samples, minibatches: int, lora_ranks=(0,), **settings
+) -> list[dict]:
+    """:func:`measure_signal` of every objective x LoRA rank x samples a step, in that order (``settings``: its
+    keyword arguments)."""
+    return [
+        measure_signal(model, tokenizer, task, objective, size, minibatches, lora_rank=rank, **settings)
+        for objective in objectives
+        for rank in lora_ranks
+        for size in samples
+    ]
