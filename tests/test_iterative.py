@@ -33,6 +33,7 @@ from grpo_ext.iterative import (
 )
 from grpo_ext.iterative import loop as iterative_loop
 from grpo_ext.iterative.arms import parse_arms, parse_seeds
+from grpo_ext.iterative.arms_report import render_arms
 from grpo_ext.iterative.policy import LastCallCache, StepMean, gap_of, training_curve
 from grpo_ext.iterative.replay import mix_with_replay, replay_count, sample_replay
 from grpo_ext.iterative.summary import summarize, training_gap_curve
@@ -287,6 +288,28 @@ def test_summary_intervals_and_targets_match_the_bootstrap_helpers():
     assert target["above_frozen_beyond_noise"] is (target["vs_frozen"]["low"] > 0)
     assert [m["iteration"] for m in s["means"]["verifier"]] == [0]
     assert s["means"]["iterative"][1]["pass@1"]["mean"] == pytest.approx(sum(iterative_end) / 32)
+
+
+def test_every_arm_is_set_against_the_base_per_seed_and_over_the_seeds():
+    base = [[0, 1, 2, 3], [1, 1, 2, 2]]
+    verifier_end = [[1, 1, 3, 3], [1, 2, 2, 4]]  # +2/16 and +3/16
+    states = {
+        "verifier": {s: {"history": [_row(0, base[s]), _row(2, verifier_end[s])]} for s in (0, 1)},
+        "frozen": {0: {"history": [_row(0, base[0]), _row(1, base[0])]}},  # seed 1 not started
+    }
+    s = summarize(states, ["verifier", "frozen"], [0, 1], 4)
+    verifier = s["against_base"]["verifier"]
+    assert verifier["iterations"] == [2, 2]
+    assert [verifier["per_seed"][seed]["estimate"] for seed in ("0", "1")] == pytest.approx([2 / 16, 3 / 16])
+    mean = bootstrap_paired_difference_ci(
+        np.mean(verifier_end, axis=0) / 4, np.mean(base, axis=0) / 4, n_resamples=10_000, seed=0
+    )
+    assert verifier["mean"]["estimate"] == pytest.approx(5 / 32)
+    assert (verifier["mean"]["low"], verifier["mean"]["high"]) == pytest.approx((mean.low, mean.high))
+    frozen = s["against_base"]["frozen"]
+    assert frozen["per_seed"]["0"]["estimate"] == 0 and "mean" not in frozen  # one seed of two: no mean
+    text = render_arms(s, {}, 4)
+    assert "| verifier | 2 | +0.125 [" in text and "| frozen | 1 | +0.000 [+0.000, +0.000] | – | – |" in text
 
 
 # ---- the loop on a tiny model: three arms, two seeds, interrupted and resumed -----------------------------------

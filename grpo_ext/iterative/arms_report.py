@@ -109,6 +109,18 @@ def _targets_table(summary: dict) -> list[str]:
     return lines
 
 
+def _against_base_table(summary: dict, seeds: list[str]) -> list[str]:
+    lines = [
+        "| arm | iteration | " + " | ".join(f"seed {s}" for s in seeds) + " | mean of the seeds [95% CI] |",
+        "|---|---:|" + "---|" * (len(seeds) + 1),
+    ]
+    for arm, entry in summary.get("against_base", {}).items():
+        cells = [_ci(entry["per_seed"].get(s), signed=True) for s in seeds]
+        iterations = ", ".join(str(i) for i in sorted(set(entry["iterations"])))
+        lines.append(f"| {arm} | {iterations} | " + " | ".join(cells) + f" | {_ci(entry.get('mean'), signed=True)} |")
+    return lines
+
+
 def render_arms(summary: dict, config: dict, k: int) -> str:
     """The markdown report of :func:`~grpo_ext.iterative.summary.summarize`'s ``summary``."""
     b = summary["bootstrap"]
@@ -127,6 +139,10 @@ def render_arms(summary: dict, config: dict, k: int) -> str:
         "## Targets (reported, not asserted)",
         "",
         *_targets_table(summary),
+        "",
+        "## Every arm against the base: test pass@1, last iteration minus iteration 0 (paired by problem)",
+        "",
+        *_against_base_table(summary, sorted({s for a in summary["arms"].values() for s in a}, key=int)),
         "",
         "## The policy: test pass@1 per iteration",
         "",

@@ -108,6 +108,30 @@ def _targets(states: dict, seeds: list[int], k: int) -> list[dict]:
     return rows
 
 
+def _against_base(states: dict, arms: list[str], seeds: list[int], k: int) -> dict:
+    """Per arm: test pass@1 at its last iteration minus the base's (iteration 0), paired by problem, per seed and for
+    the mean of the seeds (each problem's pass@1 averaged over the seeds first) when every seed reached the same
+    iteration: the verifier arm has no target of its own, but its change is the reference for the others."""
+    out = {}
+    for arm in arms:
+        runs = [(seed, states.get(arm, {}).get(seed)) for seed in seeds]
+        runs = [(seed, run["history"]) for seed, run in runs if run is not None and len(run["history"]) >= 2]
+        if not runs:
+            continue
+        ends = [_per_problem(history[-1], "pass@1", k) for _, history in runs]
+        starts = [_per_problem(history[0], "pass@1", k) for _, history in runs]
+        entry = {
+            "iterations": [history[-1]["iteration"] for _, history in runs],
+            "per_seed": {str(seed): _difference(a, b) for (seed, _), a, b in zip(runs, ends, starts, strict=True)},
+        }
+        arrays = ends + starts
+        complete = len(runs) == len(seeds) and len(set(entry["iterations"])) == 1
+        if complete and all(x is not None for x in arrays) and len({x.shape for x in arrays}) == 1:
+            entry["mean"] = _difference(np.mean(ends, axis=0), np.mean(starts, axis=0))
+        out[arm] = entry
+    return out
+
+
 def summarize(states: dict, arms: list[str], seeds: list[int], k: int) -> dict:
     """``{"arms": {arm: {seed: [per-iteration entries]}}, "means": {arm: [...]}, "targets": [...]}``."""
     arms_out: dict = {}
@@ -129,4 +153,10 @@ def summarize(states: dict, arms: list[str], seeds: list[int], k: int) -> dict:
             if gaps:
                 row["gap_mean"] = {"mean": float(np.mean(gaps)), "min": min(gaps), "max": max(gaps)}
             means[arm].append(row)
-    return {"arms": arms_out, "means": means, "targets": _targets(states, seeds, k), "bootstrap": BOOTSTRAP}
+    return {
+        "arms": arms_out,
+        "means": means,
+        "targets": _targets(states, seeds, k),
+        "against_base": _against_base(states, arms, seeds, k),
+        "bootstrap": BOOTSTRAP,
+    }
