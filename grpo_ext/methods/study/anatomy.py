@@ -90,7 +90,7 @@ def study_anatomy(study, out: Path, picks: dict, configs: str) -> dict:
     import yaml
 
     from grpo_ext.methods.cost import LOG_FILE
-    from grpo_ext.methods.study.runs import method_config_path, task_of
+    from grpo_ext.methods.study.method_configs import method_config_path, task_of
     from grpo_ext.tasks import get_task
 
     config = method_config_path(study.arms[0].method, configs)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grpo_ext.methods.study.config import Arm, Evaluation, Setting, Study, evaluation_ks
+from grpo_ext.methods.study.method_configs import method_config_path, task_of
 
 __all__ = ["Job", "evaluation_file", "method_config_path", "quick_flags", "read_score", "run_jobs", "task_of"]
 
@@ -48,21 +49,6 @@ def read_score(job: Job, out: Path, study: Study) -> float:
     result = json.loads(path.read_text())
     metric, _, k = job.evaluation.metric.partition("@")
     return float(result[f"{metric}@k"][k])
-
-
-def method_config_path(method: str, configs: str) -> Path:
-    path = Path(configs) / f"{method}.yaml"
-    if not path.is_file():
-        raise FileNotFoundError(f"method {method!r}: no config {path}")
-    return path
-
-
-def task_of(config: Path) -> tuple[str, dict]:
-    from grpo_ext.errors import read_yaml
-    from grpo_ext.script_args import parse_task_kwargs
-
-    data = read_yaml(config, "method config") or {}
-    return str(data.get("task", "arithmetic")), parse_task_kwargs(data.get("task_kwargs"))
 
 
 def quick_flags(method: str, options: dict) -> list[str]:

@@ -55,7 +55,7 @@ def arm_values(arm, configs: str | Path, flags: Sequence[str] = ()) -> dict:
 
     from grpo_ext.methods.config import config_class
     from grpo_ext.methods.paradigm import get_method
-    from grpo_ext.methods.study.runs import method_config_path
+    from grpo_ext.methods.study.method_configs import method_config_path
 
     if not get_method(arm.method).online:
         raise UserError(
@@ -85,7 +85,7 @@ def signal_settings(study, configs: str | Path, quick_flags: Sequence[str] | Non
     ``quick_flags``: ``--quick``'s flags for the arm's runner; then only the arm's quick samples a step is measured,
     with :data:`QUICK_MINIBATCHES` minibatches (minutes are the quick run's whole budget)."""
     from grpo_ext.evaluation.cache import model_fingerprint
-    from grpo_ext.methods.study.runs import method_config_path, task_of
+    from grpo_ext.methods.study.method_configs import method_config_path, task_of
     from grpo_ext.models import resolve_model_path
 
     spec = study.signal
