@@ -44,7 +44,10 @@ class TaskArguments(TaskFields):
 
     reward_funcs: list[str] = field(
         default_factory=lambda: ["outcome"],
-        metadata={"help": "Reward functions: `outcome` (the task's verifier) or dotted import paths."},
+        metadata={
+            "help": "Reward functions: `outcome` (the task's verifier), `outcome_strict` (the verifier, answer in the "
+            "task's strict form, e.g. `#### n`) or dotted import paths."
+        },
     )
 
     passk_eval_steps: int = field(

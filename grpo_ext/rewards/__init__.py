@@ -42,10 +42,12 @@ def _hint(value: str) -> str:
 
 
 def resolve_reward_funcs(names: Sequence[str | Callable], task: Task) -> list[Callable]:
-    """Reward functions for GRPOTrainer: `outcome` is the task's verifier, another name a dotted path; callables
-    pass through."""
+    """Reward functions for GRPOTrainer: `outcome` is the task's verifier (lenient: any stated answer counts),
+    `outcome_strict` the same verifier requiring the task's strict answer form (GSM8K's ``#### n``), another name a
+    dotted path; callables pass through."""
+    named = {"outcome": task.outcome_reward, "outcome_strict": task.strict_outcome_reward}
     return [
-        name if callable(name) else task.outcome_reward if name == "outcome" else load_callable(name, "reward_funcs")
+        name if callable(name) else named[name] if name in named else load_callable(name, "reward_funcs")
         for name in names
     ]
 

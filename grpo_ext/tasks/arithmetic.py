@@ -65,6 +65,21 @@ class Problem:
             left = result
         return STEP_SEPARATOR.join([*steps, f"{ANSWER_PREFIX}{result}"])
 
+    def attributes(self) -> dict[str, str]:
+        """The slices a report cuts this problem into: ``operation`` (the one operator, or ``mixed``), ``operands``
+        (their number) and ``carry_borrow`` (``yes`` when an addition carries or a subtraction borrows in some
+        column, ``no`` otherwise; multiplications are not counted)."""
+        kinds = set(self.operators)
+        left, regroups = self.operands[0], False
+        for op, x, result in zip(self.operators, self.operands[1:], self.partial_results(), strict=True):
+            regroups = regroups or (op in "+-" and _regroups(left, x, op))
+            left = result
+        return {
+            "operation": kinds.pop() if len(kinds) == 1 else "mixed",
+            "operands": str(len(self.operands)),
+            "carry_borrow": "yes" if regroups else "no",
+        }
+
     @classmethod
     def from_prompt(cls, prompt: str) -> Problem:
         match = _PROMPT_RE.match(prompt.strip())
@@ -75,6 +90,25 @@ class Problem:
             operands=(int(match.group(1)), *(int(x) for _, x in pairs)),
             operators=tuple(op for op, _ in pairs),
         )
+
+
+def _regroups(a: int, b: int, op: str) -> bool:
+    """Whether column arithmetic of ``a op b`` carries (``+``) or borrows (``-``) in some column. Signs: a sum of a
+    negative and a positive number, or a difference of numbers of unlike sign, is worked as the difference (or sum)
+    of their magnitudes, as on paper."""
+    if (op == "+") != ((a < 0) == (b < 0)):  # like signs add magnitudes, unlike signs subtract them
+        big, small = max(abs(a), abs(b)), min(abs(a), abs(b))
+        while small:
+            if big % 10 < small % 10:
+                return True
+            big, small = big // 10, small // 10  # no borrow in this column
+        return False
+    a, b = abs(a), abs(b)
+    while a or b:
+        if a % 10 + b % 10 >= 10:
+            return True
+        a, b = a // 10, b // 10
+    return False
 
 
 def split_of(prompt: str, test_percent: int = 10) -> str:
@@ -94,6 +128,7 @@ class ArithmeticTask(Task):
 
     name = "arithmetic"
     step_separator = STEP_SEPARATOR
+    slice_attributes = ("operation", "operands", "carry_borrow")
     #: 200 problems run in minutes on 2 CPU cores; 48 tokens (characters) hold the default knobs' longest solution (40)
     harness_defaults = HarnessDefaults(limit=200, max_new_tokens=48)
 
@@ -164,6 +199,10 @@ class ArithmeticTask(Task):
 
     def normalize_answer(self, answer: str) -> str:
         return str(int(answer))
+
+    def problem_attributes(self, row) -> dict[str, str]:
+        """:meth:`Problem.attributes` of the row's prompt."""
+        return Problem.from_prompt(row["prompt"]).attributes()
 
     def verify_steps(self, prompt: str, completion: str) -> list[float]:
         """One score per step of the completion (1.0 right, 0.0 wrong), steps split on ``;``.

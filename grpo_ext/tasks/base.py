@@ -9,13 +9,20 @@ The contract of :class:`Task`:
   has one when it overrides the method; ask :attr:`Task.has_step_verifier` (never ``getattr(task, "verify_steps")``:
   every task has the method). :meth:`Task.step_reward` is the verifier as a process reward function;
 - evaluation defaults: :attr:`Task.harness_defaults`, a :class:`HarnessDefaults` (the harness's problem limit and
-  generation length when its command line does not say). A subclass inherits its parent's; the base's are generic.
+  generation length when its command line does not say). A subclass inherits its parent's; the base's are generic;
+- slices: :meth:`Task.problem_attributes` gives the attributes of one problem (operation, number of operands,
+  MATH's level...), :attr:`Task.slice_attributes` names the ones the harness slices its report by by default;
+- answer format: :meth:`Task.extract_strict_answer` reads the answer only where it is written in the task's strict
+  form (:attr:`Task.strict_form`, e.g. GSM8K's ``#### n``), beside the lenient :meth:`Task.extract_answer`;
+  :meth:`Task.strict_outcome_reward` is the outcome reward that requires it;
+- stop strings: :attr:`Task.stop_strings`, where a sample ends (the text is cut before the first of them, as
+  lm-eval's ``until`` cuts it), e.g. a new ``Question:`` for GSM8K-format prompts.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -69,6 +76,12 @@ class Task(ABC):
     step_separator: str | None = None
     #: The harness's defaults for this task (a subclass sets its own or inherits its parent's).
     harness_defaults: ClassVar[HarnessDefaults] = HarnessDefaults()
+    #: The problem attributes (keys of :meth:`problem_attributes`) a report is sliced by when it is not told.
+    slice_attributes: tuple[str, ...] = ()
+    #: Where a sample ends: its text is cut before the first occurrence of any of these (lm-eval's ``until``).
+    stop_strings: tuple[str, ...] = ()
+    #: The strict answer form in words (for reports), or None when the lenient extraction is the only form.
+    strict_form: str | None = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -99,6 +112,30 @@ class Task(ABC):
     def outcome_reward(self, prompts: list, completions: list, answer: list[str], **kwargs) -> list[float]:
         """TRL reward function: 1.0 for a right final answer, 0.0 otherwise."""
         return [float(self.is_correct(completion_text(c), a)) for c, a in zip(completions, answer, strict=True)]
+
+    # ---- the strict answer form ----------------------------------------------------------------------------------
+    def extract_strict_answer(self, completion: str) -> str | None:
+        """The normalised answer when the completion states it in the task's strict form, else None. The base's
+        strict form is its only form (:meth:`extract_answer`); tasks with a lenient fallback (GSM8K's last number)
+        override this."""
+        return self.extract_answer(completion)
+
+    def is_correct_strict(self, completion: str, answer: str) -> bool:
+        """Whether the completion is right *and* states its answer in the strict form."""
+        return self.extract_strict_answer(completion) is not None and self.is_correct(completion, answer)
+
+    def strict_outcome_reward(self, prompts: list, completions: list, answer: list[str], **kwargs) -> list[float]:
+        """TRL reward function (``reward_funcs: [outcome_strict]``): 1.0 for a right answer in the strict form, 0.0
+        otherwise (a right number without ``####`` earns nothing)."""
+        return [
+            float(self.is_correct_strict(completion_text(c), a)) for c, a in zip(completions, answer, strict=True)
+        ]
+
+    # ---- slices --------------------------------------------------------------------------------------------------
+    def problem_attributes(self, row: Mapping) -> dict[str, str]:
+        """The attributes of one problem (a row of :meth:`load`: its prompt and columns) that a report can be sliced
+        by, as strings (``{"operation": "-", "operands": "2"}``); none on the base class."""
+        return {}
 
     # ---- the optional step verifier ----------------------------------------------------------------------------
     def verify_steps(self, prompt: str, completion: str) -> list[float] | None:

@@ -42,16 +42,23 @@ _CALCULATOR_RE = re.compile(r"<<[^<>]*>>")
 
 
 def extract_gsm8k_answer(completion: str) -> str | None:
-    """Boxed answer if present, else the number after the last ``####``, else the last number; None if none."""
+    """The strict answer (:func:`extract_gsm8k_strict_answer`) if there is one, else the last number (the lenient
+    fallback, as GSM8K's "flexible-extract" filter in lm-eval); None if the completion holds no number."""
+    strict = extract_gsm8k_strict_answer(completion)
+    return strict if strict is not None else last_number(completion)
+
+
+def extract_gsm8k_strict_answer(completion: str) -> str | None:
+    """The answer only where it is stated in GSM8K's strict form: the last ``\\boxed{}``, else the number right after
+    the last ``####``; None otherwise (a bare last number is not an answer in this form)."""
     boxed = last_boxed(completion)
     if boxed is not None:
         return normalize_boxed(boxed)
     if "####" in completion:
-        tail = completion.rsplit("####", 1)[1]
-        numbers = numbers_in(tail)
+        numbers = numbers_in(completion.rsplit("####", 1)[1])
         if numbers:
             return normalize_number(numbers[0])
-    return last_number(completion)
+    return None
 
 
 def gsm8k_reference_number(answer: str) -> str:
@@ -84,6 +91,10 @@ class GSM8KTask(Task):
 
     name = "gsm8k"
     step_separator = "newline"
+    #: lm-eval's GSM8K tasks stop at a new question: a base model answers, then writes the next "Question:"
+    stop_strings = ("Question:",)
+    strict_form = "#### n or \\boxed{n}"
+    slice_attributes = ("solution_steps",)
 
     def __init__(
         self,
@@ -163,3 +174,14 @@ class GSM8KTask(Task):
 
     def normalize_answer(self, answer: str) -> str:
         return gsm8k_reference_number(answer)
+
+    def extract_strict_answer(self, completion: str) -> str | None:
+        return extract_gsm8k_strict_answer(completion)
+
+    def problem_attributes(self, row) -> dict[str, str]:
+        """``solution_steps``: the lines of the reference solution before its ``####`` line (a difficulty proxy)."""
+        solution = row.get("solution")
+        if not solution:
+            return {}
+        lines = [line for line in str(solution).split("\n") if line.strip() and not line.lstrip().startswith("####")]
+        return {"solution_steps": str(len(lines))}

@@ -4,6 +4,9 @@
 match of ``answer_regex`` in the completion (its one group, or the whole match if it has none); by default the
 last number. Numeric answers on both sides are normalised (``1,200.0`` -> ``1200``), others compared stripped.
 
+``attribute_fields`` names fields of the records that a report is sliced by (``["difficulty", "source"]``); every
+record must have them.
+
 ``path`` may contain ``{split}`` (``data/{split}.jsonl``) to give each split its own file; otherwise the one file
 serves every split. The prompt is ``prompt_template`` with ``{question}`` replaced by the question (a plain
 replacement, so other braces such as ``\\boxed{}`` in the template are kept as written), or the bare question.
@@ -39,6 +42,7 @@ class JSONLTask(Task):
         prompt_template: str | None = None,
         step_separator: str | None = None,
         conversational: bool = False,
+        attribute_fields: list[str] | None = None,
     ):
         if not str(path):
             raise UserError("jsonl: `path` is required (a .jsonl file, may contain '{split}')")
@@ -57,13 +61,22 @@ class JSONLTask(Task):
         if prompt_template is not None and QUESTION_PLACEHOLDER not in prompt_template:
             raise UserError(f"jsonl: prompt_template must contain {QUESTION_PLACEHOLDER!r}, got {prompt_template!r}")
         self.prompt_template, self.step_separator, self.conversational = prompt_template, step_separator, conversational
+        fields = [] if attribute_fields is None else attribute_fields
+        if isinstance(fields, str) or not all(isinstance(f, str) and f for f in fields):
+            raise UserError(f"jsonl: attribute_fields must be a list of field names, got {attribute_fields!r}")
+        reserved = {"prompt", "answer", "question"} & set(fields)
+        if reserved:
+            raise UserError(f"jsonl: attribute_fields cannot name {sorted(reserved)} (columns the task makes itself)")
+        self.attribute_fields = tuple(fields)
+        self.slice_attributes = self.attribute_fields
 
     # ---- data ------------------------------------------------------------------------------------------------
     def file_for(self, split: str) -> Path:
         return Path(self.path.replace("{split}", split))
 
-    def read_rows(self, split: str) -> list[tuple[str, str]]:
-        """``(question, answer)`` per non-blank line; a `UserError` names the file, the line and the field."""
+    def read_rows(self, split: str) -> list[tuple[str, str, dict[str, str]]]:
+        """``(question, answer, attributes)`` per non-blank line; a `UserError` names the file, the line and the
+        field."""
         path = self.file_for(split)
         if not path.is_file():
             raise FileNotFoundError(f"jsonl: no such file: {path}")
@@ -78,10 +91,11 @@ class JSONLTask(Task):
                     raise UserError(f"{path} line {lineno}: invalid JSON ({err.msg} at column {err.colno})") from None
                 if not isinstance(record, dict):
                     raise UserError(f"{path} line {lineno}: expected a JSON object, got {type(record).__name__}")
-                for field in (self.question_field, self.answer_field):
+                for field in (self.question_field, self.answer_field, *self.attribute_fields):
                     if field not in record or record[field] is None:
                         raise UserError(f"{path} line {lineno}: no {field!r} field (fields: {sorted(record)})")
-                rows.append((str(record[self.question_field]), str(record[self.answer_field])))
+                attributes = {field: str(record[field]) for field in self.attribute_fields}
+                rows.append((str(record[self.question_field]), str(record[self.answer_field]), attributes))
         if not rows:
             raise UserError(f"{path}: no rows")
         return rows
@@ -98,9 +112,10 @@ class JSONLTask(Task):
             rows = rows[:n]
         return Dataset.from_dict(
             {
-                "prompt": [as_prompt(self.build_prompt(q), self.conversational) for q, _ in rows],
-                "answer": [self.normalize_answer(a) for _, a in rows],
-                "question": [q for q, _ in rows],
+                "prompt": [as_prompt(self.build_prompt(q), self.conversational) for q, _, _ in rows],
+                "answer": [self.normalize_answer(a) for _, a, _ in rows],
+                "question": [q for q, _, _ in rows],
+                **{field: [attrs[field] for _, _, attrs in rows] for field in self.attribute_fields},
             }
         )
 
@@ -117,3 +132,7 @@ class JSONLTask(Task):
 
     def normalize_answer(self, answer: str) -> str:
         return normalize_number(str(answer))
+
+    def problem_attributes(self, row) -> dict[str, str]:
+        """The row's ``attribute_fields``."""
+        return {field: str(row[field]) for field in self.attribute_fields}

@@ -148,6 +148,12 @@ class MathTask(Task):
 
     name = "math"
     step_separator = "newline"
+    #: MATH's own columns: the difficulty (``Level 1``..``Level 5``) and the subject
+    slice_attributes = ("level", "type")
+    #: the prompt's layout (``Problem: ... Solution:``): a model that goes on to a new problem has finished (lm-eval's
+    #: minerva_math stops there too)
+    stop_strings = ("Problem:",)
+    strict_form = "\\boxed{answer}"
 
     def __init__(
         self,
@@ -193,14 +199,20 @@ class MathTask(Task):
                 raise UserError(f"math: split {split!r} row {i}: the solution has no \\boxed{{}} answer")
             answers.append(answer)
         problems = rows["problem"]
+        attributes = {c: [str(v) for v in rows[c]] for c in self.slice_attributes if c in rows.column_names}
         return Dataset.from_dict(
             {
                 "prompt": [as_prompt(self.build_prompt(p), self.conversational) for p in problems],
                 "answer": answers,
                 "problem": list(problems),
                 "solution": list(rows["solution"]),
+                **attributes,
             }
         )
+
+    def problem_attributes(self, row) -> dict[str, str]:
+        """The row's ``level`` and ``type`` (MATH's columns), where the data has them."""
+        return {c: str(row[c]) for c in self.slice_attributes if row.get(c) is not None}
 
     def extract_answer(self, completion: str) -> str | None:
         """The voting key of the completion's last boxed answer (see :func:`answer_key`), or None."""

@@ -27,6 +27,7 @@ number is the answer. A line with no number has nothing to check and scores 1.0.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import random
 import re
 
@@ -35,7 +36,7 @@ from datasets import Dataset
 from grpo_ext.errors import UserError
 from grpo_ext.steps import step_texts
 from grpo_ext.tasks.arithmetic import ArithmeticTask, Problem
-from grpo_ext.tasks.base import HarnessDefaults
+from grpo_ext.tasks.base import HarnessDefaults, completion_text
 from grpo_ext.tasks.data import as_prompt
 from grpo_ext.tasks.gsm8k import GSM8KTask, gsm8k_reference_number
 
@@ -54,6 +55,23 @@ _NUMBER_RE = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?")
 _MARKER_RE = re.compile(r"^\s*(?:Step\s*\d+\s*:|\d+[.)]\s)")  # "Step 2:" / "2. " numbering is not a claim
 FEWSHOT_POOL = 100  # few-shot examples come from the first this many train problems
 SPLIT_SIZES = {"train": 5000, "validation": 500, "test": 500}
+
+
+def _in_turn(items: list, sequences: list[tuple[str, ...]], n: int) -> list:
+    """At most `n` of `items` (problems, or ``(problem, tag)`` pairs), one of each operator sequence of `sequences`
+    in turn, each sequence's problems in their order. Stops short of `n` once a sequence runs out, so the shares stay
+    equal (and a longer list of items gives the same first picks)."""
+    by_ops: dict[tuple, list] = {ops: [] for ops in sequences}
+    for item in items:
+        problem = item[0] if isinstance(item, tuple) else item
+        by_ops[problem.operators].append(item)
+    out = []
+    for i in range(n):
+        queue = by_ops[sequences[i % len(sequences)]]
+        if i // len(sequences) >= len(queue):
+            break
+        out.append(queue[i // len(sequences)])
+    return out
 
 
 def _pick(options: tuple, key: str, salt: str) -> str:
@@ -122,9 +140,16 @@ class WordArithmeticTask(GSM8KTask):
     """Word problems over the embedded arithmetic (+ and -), in GSM8K's format. Knobs: ``min_operands``,
     ``max_operands``, ``digits``, ``seed``, ``test_percent`` (the arithmetic task's), ``num_fewshot`` worked examples
     (picked with ``fewshot_seed`` among the first train problems, and then left out of the train split),
-    ``conversational`` (default: a chat message), ``step_separator`` (default ``newline``)."""
+    ``conversational`` (default: a chat message), ``step_separator`` (default ``newline``), ``balance_operations``.
+
+    ``balance_operations``: every split holds each sequence of operators (``+`` and ``-`` for two operands; ``++``,
+    ``+-``, ``-+``, ``--`` for three...) in equal shares, taken in turn, and the worked examples show them in turn too
+    (two examples: one addition, one subtraction). Off, the splits are drawn as they come: about 64% additions for two
+    operands, since a story cannot give away more than there is, and a policy trained there learns to add.
+    """
 
     name = "word_arithmetic"
+    slice_attributes = ("operation", "operands", "carry_borrow")
     #: the whole test split; 64 tokens: the real-model training runs' max_completion_length (configs/real/)
     harness_defaults = HarnessDefaults(limit=500, max_new_tokens=64)
 
@@ -139,8 +164,12 @@ class WordArithmeticTask(GSM8KTask):
         fewshot_seed: int = 0,
         conversational: bool = True,
         step_separator: str = "newline",
+        balance_operations: bool = False,
     ):
+        if not isinstance(balance_operations, bool):
+            raise UserError(f"word_arithmetic: balance_operations must be true or false, got {balance_operations!r}")
         self.arithmetic = ArithmeticTask(min_operands, max_operands, digits, "+-", seed, test_percent)
+        self.balance_operations = balance_operations
         super().__init__(
             num_fewshot=num_fewshot,
             fewshot_seed=fewshot_seed,
@@ -148,17 +177,26 @@ class WordArithmeticTask(GSM8KTask):
             step_separator=step_separator,
         )
 
+    def operator_sequences(self) -> list[tuple[str, ...]]:
+        """Every operator sequence the knobs allow, sorted (``+`` before ``-``, shorter first): the turn order of
+        ``balance_operations``."""
+        low, high = self.arithmetic.min_operands, self.arithmetic.max_operands
+        return [ops for k in range(low - 1, high) for ops in itertools.product("+-", repeat=k)]
+
     def problems(self, split: str, n: int) -> list[Problem]:
-        """The first `n` problems of the arithmetic task's `split` whose running count never goes below zero."""
+        """The first `n` problems of the arithmetic task's `split` whose running count never goes below zero (with
+        ``balance_operations``: each operator sequence in turn, see the class docstring)."""
         want = 2 * n
         while True:  # a prefix of any longer draw: the same problems come first
             drawn = self.arithmetic.problems(split, want, allow_fewer=True)
             kept = [p for p in drawn if min(p.partial_results()) >= 0]
-            if len(kept) >= n:
-                return kept[:n]
+            picked = _in_turn(kept, self.operator_sequences(), n) if self.balance_operations else kept[:n]
+            if len(picked) >= n:
+                return picked
             if len(drawn) < want:  # the knobs' whole problem space is drawn
                 raise UserError(
                     f"word_arithmetic: fewer than {n} {split} problems with non-negative counts exist for these knobs"
+                    + (" (balance_operations needs each operator sequence)" if self.balance_operations else "")
                 )
             want *= 2
 
@@ -173,7 +211,12 @@ class WordArithmeticTask(GSM8KTask):
         if self.num_fewshot > FEWSHOT_POOL:
             raise UserError(f"word_arithmetic: num_fewshot must be <= {FEWSHOT_POOL}, got {self.num_fewshot}")
         pool = self.gsm8k_rows("train", FEWSHOT_POOL)
-        picked = random.Random(self.fewshot_seed).sample(range(FEWSHOT_POOL), self.num_fewshot)
+        picked = random.Random(self.fewshot_seed).sample(range(FEWSHOT_POOL), FEWSHOT_POOL)
+        if self.balance_operations:  # the shuffled pool's first of each operator sequence, in turn
+            problems = self.problems("train", FEWSHOT_POOL)
+            tagged = [(problems[i], i) for i in picked]
+            picked = [i for _, i in _in_turn(tagged, self.operator_sequences(), FEWSHOT_POOL)]
+        picked = picked[: self.num_fewshot]
         return [(pool[i]["question"], pool[i]["answer"]) for i in picked], ("train",), picked
 
     def load(self, split: str, n: int | None = None) -> Dataset:
@@ -191,6 +234,11 @@ class WordArithmeticTask(GSM8KTask):
                 "solution": [r["answer"] for r in rows],
             }
         )
+
+    def problem_attributes(self, row) -> dict[str, str]:
+        """The arithmetic's slices (:meth:`Problem.attributes`: ``operation``, ``operands``, ``carry_borrow``), read
+        from the row's question."""
+        return problem_from_question(row.get("question") or completion_text(row["prompt"])).attributes()
 
     def verify_steps(self, prompt: str, completion: str) -> list[float]:
         """One score per line of the completion (1.0 right, 0.0 wrong), the lines as the trainer splits them."""
