@@ -211,12 +211,13 @@ class WordArithmeticTask(GSM8KTask):
         if self.num_fewshot > FEWSHOT_POOL:
             raise UserError(f"word_arithmetic: num_fewshot must be <= {FEWSHOT_POOL}, got {self.num_fewshot}")
         pool = self.gsm8k_rows("train", FEWSHOT_POOL)
-        picked = random.Random(self.fewshot_seed).sample(range(FEWSHOT_POOL), FEWSHOT_POOL)
-        if self.balance_operations:  # the shuffled pool's first of each operator sequence, in turn
+        rng = random.Random(self.fewshot_seed)
+        if self.balance_operations:  # a shuffle of the pool, then its first of each operator sequence in turn
             problems = self.problems("train", FEWSHOT_POOL)
-            tagged = [(problems[i], i) for i in picked]
-            picked = [i for _, i in _in_turn(tagged, self.operator_sequences(), FEWSHOT_POOL)]
-        picked = picked[: self.num_fewshot]
+            tagged = [(problems[i], i) for i in rng.sample(range(FEWSHOT_POOL), FEWSHOT_POOL)]
+            picked = [i for _, i in _in_turn(tagged, self.operator_sequences(), FEWSHOT_POOL)][: self.num_fewshot]
+        else:
+            picked = rng.sample(range(FEWSHOT_POOL), self.num_fewshot)
         return [(pool[i]["question"], pool[i]["answer"]) for i in picked], ("train",), picked
 
     def load(self, split: str, n: int | None = None) -> Dataset:
