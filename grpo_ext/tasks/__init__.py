@@ -5,6 +5,9 @@ suit it) plus its line in :data:`TASKS`; the training scripts, the harness and t
 
 from __future__ import annotations
 
+import types
+import typing
+
 from grpo_ext.errors import UserError, user_input
 from grpo_ext.tasks.arithmetic import ArithmeticTask
 from grpo_ext.tasks.base import HarnessDefaults, Task
@@ -22,10 +25,42 @@ TASKS: dict[str, type[Task]] = {
 }
 
 
+#: The plain types a knob's annotation may name: the values each accepts, and how an error names it.
+_PLAIN = {
+    int: ((int,), "an integer"),
+    float: ((int, float), "a number"),
+    bool: ((bool,), "true or false"),
+    str: ((str,), "a string"),
+    type(None): ((type(None),), "null"),
+}
+
+
+def _parts(hint) -> tuple:
+    union = isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+    return typing.get_args(hint) if union else (hint,)
+
+
+def check_knobs(cls: type[Task], kwargs: dict) -> None:
+    """Each knob of `kwargs` has the plain type its constructor annotation names (``digits: 2.5``, ``num_fewshot:
+    1.5``, ``conversational: "no"`` are refused here, in one line, instead of failing deep in the task or being read
+    as true). Knobs annotated otherwise (lists, data files) are left to the task's own checks."""
+    hints = typing.get_type_hints(cls.__init__)
+    for knob, value in kwargs.items():
+        parts = _parts(hints.get(knob))
+        if not all(part in _PLAIN for part in parts):
+            continue
+        # a bool is an int to Python, never to a knob that asks for a number
+        ok = any(isinstance(value, _PLAIN[p][0]) and (p is bool or not isinstance(value, bool)) for p in parts)
+        if not ok:
+            expected = " or ".join(_PLAIN[p][1] for p in parts)
+            raise UserError(f"task {cls.name!r}: task_kwargs.{knob} must be {expected}, got {value!r}")
+
+
 def get_task(name: str, **kwargs) -> Task:
     """The task registered as `name`, built with `kwargs` (its knobs); a bad name or knob is a `UserError`."""
     if name not in TASKS:
         raise UserError(f"unknown task {name!r}; known tasks: {', '.join(sorted(TASKS))}")
+    check_knobs(TASKS[name], kwargs)
     try:
         with user_input(f"task {name!r}"):  # the constructors only check their knobs (step_rule's error too)
             return TASKS[name](**kwargs)
