@@ -99,6 +99,8 @@ ARITH = ArithmeticTask()
 )
 def test_embedded_arithmetic_samples_by_hand(completion, hit_budget, kind):
     assert failure_kind(ARITH, "37+45-18=", completion, "64", hit_budget) == kind
+    # its strict form is its only form: in it exactly when there is a "#" answer
+    assert anatomy_counts(ARITH, "37+45-18=", [completion], "64", [hit_budget])["strict"][kind] == ("#" in completion)
 
 
 def test_counts_of_one_problem_with_the_strict_column():

@@ -1,23 +1,23 @@
 """Failure anatomy: what each sample says, read content first.
 
-Every sample gets one kind (:func:`failure_kind`), tried in this order:
+Every sample gets one kind (:func:`failure_kind`), by the first of these rules that applies:
 
-- ``right``: the task's checker accepts its answer (the lenient one: :meth:`Task.extract_answer`, e.g. GSM8K's
-  last number when there is no ``####``), whatever its format and wherever it stopped;
-- ``no_number`` / ``unfinished``: nothing could be extracted (for GSM8K-format tasks: no number at all; for the
-  embedded arithmetic: no ``#n`` line): ``unfinished`` when the sample hit the token budget, ``no_number`` when it
-  stopped on its own;
-- ``wrong_arithmetic``: a wrong answer, and some step is false by the task's step verifier
-  (:meth:`Task.verify_steps` on every step as it splits them, whether or not the answer is marked: a false equation,
-  or for ``word_arithmetic`` a number that is neither in the problem nor the result of a true equation);
-- ``unfinished`` also: a wrong answer with no false step that hit the budget without an answer in the strict form:
-  a last number that the budget cut off mid-solution is not an answer the sample gave (``34 - 22 =`` at the budget
-  is unfinished; stopped there, it is a wrong plan);
-- ``wrong_plan``: any other wrong answer, every step true (the shortcut: ``34 + 22 = 56`` for "Leo has 34 apples.
-  Then Leo sells 22 apples"; a step left out; a bare wrong ``#### 56``);
-- ``wrong``: instead of the two above, a wrong answer of a task *without* a step verifier (``has_step_verifier``
-  False): nothing can tell a false step from a wrong plan there, so the wrong answers stay one kind (:func:`kinds_of`
-  lists a task's kinds).
+1. ``right``: the task's checker accepts its answer (the lenient one, :meth:`Task.extract_answer`: e.g. GSM8K's
+   last number when there is no ``####``), whatever its format and wherever it stopped;
+2. nothing could be extracted (for GSM8K-format tasks: no number at all; for the embedded arithmetic: no ``#n``
+   line): ``unfinished`` when the sample hit the token budget, ``no_number`` when it stopped on its own;
+3. ``wrong_arithmetic``: a wrong answer and some step false by the task's step verifier (:meth:`Task.verify_steps`
+   on every step as it splits them, whether or not the answer is marked: a false equation, or for
+   ``word_arithmetic`` a number that is neither in the problem nor the result of a true equation), wherever it ended;
+4. ``unfinished``: a wrong answer with no false step, cut by the budget before it stated an answer in the strict
+   form: its last number is where the budget cut it off, not an answer it gave (``34 - 22 =`` at the budget is
+   unfinished; stopped there, it is a wrong plan);
+5. ``wrong_plan``: any other wrong answer, every step true (the shortcut: ``34 + 22 = 56`` for "Leo has 34 apples.
+   Then Leo sells 22 apples"; a step left out; a bare wrong ``#### 56``).
+
+A task *without* a step verifier (``has_step_verifier`` False) skips rule 3 and calls rule 5's samples ``wrong``:
+nothing there tells a false step from a wrong plan, so wrong answers stay one kind (:func:`kinds_of` lists a task's
+kinds).
 
 A step that states an answer in the task's strict form (``#### 56``, ``\\boxed{56}``, the embedded ``#56``: the step
 from which :meth:`Task.extract_strict_answer` reads an answer) is not a step on the way: its verdict is the answer's,
@@ -98,27 +98,28 @@ def _has_false_step(task: Task, prompt: str, completion: str) -> bool:
     )
 
 
-def _kind(
-    task: Task, prompt: str, completion: str, correct: bool, extracted: str | None, strict: bool, hit_budget: bool
-) -> str:
+def _classify(
+    task: Task, prompt: str, completion: str, correct: bool, extracted: str | None, hit_budget: bool
+) -> tuple[str, bool]:
+    """``(kind, in the strict form)`` of one sample, given the task's verdict and lenient answer."""
+    # a strict answer implies a lenient one (the lenient extraction tries the strict form first)
+    strict = extracted is not None and (_strict_is_lenient(task) or task.extract_strict_answer(completion) is not None)
     if correct:
-        return "right"
+        return "right", strict
     if extracted is None:
-        return "unfinished" if hit_budget else "no_number"
+        return ("unfinished" if hit_budget else "no_number"), strict
     if task.has_step_verifier and _has_false_step(task, prompt, completion):
-        return "wrong_arithmetic"  # content first: a false step is one, wherever the sample ended
+        return "wrong_arithmetic", strict  # content first: a false step is one, wherever the sample ended
     if hit_budget and not strict:  # no answer stated: its last number is where the budget cut it off
-        return "unfinished"
-    return "wrong_plan" if task.has_step_verifier else "wrong"
+        return "unfinished", strict
+    return ("wrong_plan" if task.has_step_verifier else "wrong"), strict
 
 
 def failure_kind(task: Task, prompt, completion: str, answer: str, hit_budget: bool) -> str:
     """The kind of one sample (one of :func:`kinds_of`; see the module docstring). ``prompt``: text or chat
     messages; ``hit_budget``: whether the sample used the whole token budget."""
-    extracted = task.extract_answer(completion)
-    strict = extracted is not None and (_strict_is_lenient(task) or task.extract_strict_answer(completion) is not None)
-    correct = task.is_correct(completion, answer)
-    return _kind(task, completion_text(prompt), completion, correct, extracted, strict, bool(hit_budget))
+    correct, extracted = task.is_correct(completion, answer), task.extract_answer(completion)
+    return _classify(task, completion_text(prompt), completion, correct, extracted, bool(hit_budget))[0]
 
 
 def anatomy_counts(
@@ -143,13 +144,10 @@ def anatomy_counts(
     if not len(hit_budget) == len(correct) == len(extracted) == n:
         raise ValueError(f"hit_budget, correct and extracted need one entry per completion ({n})")
     text = completion_text(prompt)
-    reuse = _strict_is_lenient(task)
     counts = dict.fromkeys(kinds_of(task), 0)
     strict_counts = dict.fromkeys(counts, 0)
     for completion, ok, answer_key, budget in zip(completions, correct, extracted, hit_budget, strict=True):
-        # a strict answer implies a lenient one (the lenient extraction tries the strict form first)
-        strict = answer_key is not None and (reuse or task.extract_strict_answer(completion) is not None)
-        kind = _kind(task, text, completion, bool(ok), answer_key, strict, bool(budget))
+        kind, strict = _classify(task, text, completion, bool(ok), answer_key, bool(budget))
         counts[kind] += 1
         strict_counts[kind] += strict
     return {**counts, "strict": strict_counts}
