@@ -89,7 +89,8 @@ def test_portable_paths(tmp_path):
 
 
 class _FakeTrainer:
-    """What `training_run` reads of a trainer: its args, whether it is the main process, its global step."""
+    """What `training_run` reads of a trainer: its args, whether it is the main process, its global step and log
+    history; and where it adds its callback."""
 
     def __init__(self, out, main=True):
         from types import SimpleNamespace
@@ -98,7 +99,14 @@ class _FakeTrainer:
 
         self.args = GRPOExtConfig(output_dir=str(out), max_steps=3, use_cpu=True, bf16=False, report_to="none")
         self.accelerator = SimpleNamespace(is_main_process=main)
-        self.state = SimpleNamespace(global_step=0)
+        self.state = SimpleNamespace(global_step=0, log_history=[])
+        self.callbacks = []
+
+    def add_callback(self, callback):
+        self.callbacks.append(callback)
+
+    def remove_callback(self, callback):
+        self.callbacks.remove(callback)
 
 
 def test_training_run_writes_the_same_record_for_any_runner(tmp_path):
@@ -113,8 +121,10 @@ def test_training_run_writes_the_same_record_for_any_runner(tmp_path):
         assert running["status"] == "running" and running["max_steps"] == 3
         assert not (tmp_path / "ok" / CONFIG_FILE).exists()  # the config is what was run: written at the end
         trainer.state.global_step = 3
+        trainer.state.log_history.append({"loss": 0.123456, "step": 3})
     status = read_run_status(tmp_path / "ok")
     assert status["status"] == "complete" and status["global_step"] == 3
+    assert status["log_history"] == [{"loss": 0.1235, "step": 3}] and not trainer.callbacks
     summary = trained_with(tmp_path / "ok")  # the card's reader finds the record
     assert summary["task"] == "arithmetic" and summary["task_kwargs"] == {"max_operands": 2}
     assert summary["planned_steps"] == 3 and summary["base_model"] == "embedded_x"

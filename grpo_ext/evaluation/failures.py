@@ -1,78 +1,231 @@
-"""Failure anatomy: why a sample is wrong. Format (it never finished, or gave no marked answer) against content
-(a marked answer that is wrong, with or without a wrong step on the way).
+"""Failure anatomy: what each sample says, read content first.
 
-Kinds, tried in this order (:func:`failure_kind`):
+Every sample gets one kind (:func:`failure_kind`), by the first of these rules that applies:
 
-- ``right``: the task's verifier accepts the final answer;
-- ``truncated``: the completion used the whole token budget (``max_new_tokens``) without a right answer: it never
-  stopped (counted by re-tokenising the text, which the sampler stored without its end-of-sequence token);
-- ``no_answer``: it stopped, but with no marked answer (no ``####`` number and no ``\\boxed{}``);
-- ``wrong_arithmetic``: a marked, wrong answer, and some step before it fails the task's step verifier (a false
-  equation, or a number that is not in the problem);
-- ``wrong_other``: a marked, wrong answer with every step before it checking out (a wrong plan, a copied number).
+1. ``right``: the task's checker accepts its answer (the lenient one, :meth:`Task.extract_answer`: e.g. GSM8K's
+   last number when there is no ``####``), whatever its format and wherever it stopped;
+2. nothing could be extracted (for GSM8K-format tasks: no number at all; for the embedded arithmetic: no ``#n``
+   line): ``unfinished`` when the sample hit the token budget, ``no_number`` when it stopped on its own;
+3. ``wrong_arithmetic``: a wrong answer and some step false by the task's step verifier (:meth:`Task.verify_steps`
+   on every step as it splits them, whether or not the answer is marked: a false equation, or for
+   ``word_arithmetic`` a number that is neither in the problem nor the result of a true equation), wherever it ended;
+4. ``unfinished``: a wrong answer with no false step, cut by the budget before it stated an answer in the strict
+   form: its last number is where the budget cut it off, not an answer it gave (``34 - 22 =`` at the budget is
+   unfinished; stopped there, it is a wrong plan);
+5. ``wrong_plan``: any other wrong answer, every step true (the shortcut: ``34 + 22 = 56`` for "Leo has 34 apples.
+   Then Leo sells 22 apples"; a step left out; a bare wrong ``#### 56``).
 
-``truncated`` and ``no_answer`` are the format failures.
+A task *without* a step verifier (``has_step_verifier`` False) skips rule 3 and calls rule 5's samples ``wrong``:
+nothing there tells a false step from a wrong plan, so wrong answers stay one kind (:func:`kinds_of` lists a task's
+kinds).
+
+A step that states an answer in the task's strict form (``#### 56``, ``\\boxed{56}``, the embedded ``#56``: the step
+from which :meth:`Task.extract_strict_answer` reads an answer) is not a step on the way: its verdict is the answer's,
+already judged; the steps before it decide between ``wrong_arithmetic`` and ``wrong_plan``. What "false" means is the
+task's verifier's: the embedded arithmetic's also requires each step to be the problem's next operation, so there
+``34+22=56`` for ``34-22=`` is a false step (``wrong_arithmetic``), while ``word_arithmetic`` judges each line on its
+own truth and calls the same shortcut a wrong plan.
+
+The strict format is not a kind but a column: each kind's count of samples in the task's strict form
+(:attr:`Task.strict_form`; :meth:`Task.extract_strict_answer` is not None), so "right but unformatted" is ``right``
+minus its strict count.
+
+**The harness's contract** (``score_problem`` stores one record per problem as ``record["anatomy"]``)::
+
+    anatomy_counts(task, prompt, completions, answer, hit_budget, correct=None, extracted=None) -> dict
+    # {"right": 3, "wrong_arithmetic": 10, "wrong_plan": 50, "no_number": 1, "unfinished": 0,
+    #  "strict": {"right": 2, "wrong_arithmetic": 0, ...}}: each kind of kinds_of(task), in order, zeros included;
+    #  "strict": the same kinds, counting only the samples in the strict form
+
+``prompt``: the problem's prompt as the harness stores it (text or chat messages); ``answer``: its reference answer;
+``hit_budget[i]``: whether sample ``i`` ended because it used all ``max_new_tokens`` (not at an end-of-sequence
+token or a stop string); None when unknown (then no sample is ``unfinished``: nothing extracted reads as
+``no_number``). ``correct`` / ``extracted``: ``task.is_correct`` / ``task.extract_answer`` of each sample
+when the caller has them already, so no sample is checked twice (math-verify costs ~27 ms a check). Cheap otherwise:
+the step verifier runs only on wrong samples with an answer, the strict extraction once per sample (not at all where
+the task's strict form is its only form). Records add up (:func:`add_counts`), so any slice of problems is the sum of
+its problems' records; :func:`summarize_anatomy` turns a sum into shares and :func:`anatomy_markdown` into a table.
 """
 
 from __future__ import annotations
 
-import re
-from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from grpo_ext.steps import step_texts
-from grpo_ext.tasks.answers import last_boxed
 from grpo_ext.tasks.base import Task, completion_text
 
-FAILURE_KINDS = ("right", "truncated", "no_answer", "wrong_arithmetic", "wrong_other")
-FORMAT_KINDS = ("truncated", "no_answer")
-_MARKED_RE = re.compile(r"####\s*-?\$?\d")
+__all__ = [
+    "KINDS",
+    "add_counts",
+    "anatomy_counts",
+    "anatomy_legend",
+    "anatomy_markdown",
+    "failure_kind",
+    "kinds_of",
+    "summarize_anatomy",
+]
+
+#: Every kind, in the order of reports: right, then the content of wrong answers, then no answer at all.
+KINDS = ("right", "wrong_arithmetic", "wrong_plan", "wrong", "no_number", "unfinished")
+_LABELS = {
+    "right": "right",
+    "wrong_arithmetic": "wrong arithmetic",
+    "wrong_plan": "wrong plan",
+    "wrong": "wrong",
+    "no_number": "no number",
+    "unfinished": "unfinished",
+}
 
 
-def has_marked_answer(completion: str) -> bool:
-    """A ``#### <number>`` or a ``\\boxed{...}`` in the completion."""
-    return _MARKED_RE.search(completion) is not None or last_boxed(completion) is not None
+def kinds_of(task: Task) -> tuple[str, ...]:
+    """The kinds a task's samples can get: with a step verifier wrong answers split into ``wrong_arithmetic`` and
+    ``wrong_plan``; without one they stay ``wrong``."""
+    wrong = ("wrong_arithmetic", "wrong_plan") if task.has_step_verifier else ("wrong",)
+    return ("right", *wrong, "no_number", "unfinished")
 
 
-def failure_kind(task: Task, prompt, completion: str, answer: str, n_tokens: int, max_new_tokens: int) -> str:
-    """One of :data:`FAILURE_KINDS` for one sample (see the module's docstring)."""
-    if task.is_correct(completion, answer):
-        return "right"
-    if n_tokens >= max_new_tokens:
-        return "truncated"
-    if not has_marked_answer(completion):
-        return "no_answer"
-    if task.has_step_verifier and task.step_separator is not None:
-        scores = task.verify_steps(completion_text(prompt), completion)
-        steps = step_texts(completion, task.step_separator)
-        answer_lines = ("####", "\\boxed")  # the answer's own line is what is wrong, not a step on the way
-        if any(
-            score == 0.0 and not any(m in step for m in answer_lines) for step, score in zip(steps, scores, strict=True)
-        ):
-            return "wrong_arithmetic"
-    return "wrong_other"
+def _strict_is_lenient(task: Task) -> bool:
+    # the base class's strict form is the lenient extraction itself: reuse it instead of extracting twice
+    return type(task).extract_strict_answer is Task.extract_strict_answer
 
 
-def anatomy(kinds: Iterable[str]) -> dict:
-    """Counts and shares of each kind, and the share of failures that are format failures."""
-    counts = Counter(kinds)
-    total = sum(counts.values())
-    failures = total - counts["right"]
-    out = {"samples": total, "counts": {k: counts[k] for k in FAILURE_KINDS}}
-    out["shares"] = {k: counts[k] / total if total else 0.0 for k in FAILURE_KINDS}
-    fmt = sum(counts[k] for k in FORMAT_KINDS)
-    out["format_share_of_failures"] = fmt / failures if failures else 0.0
-    return out
+def _has_false_step(task: Task, prompt: str, completion: str) -> bool:
+    """Whether a step on the way (not a strict-form answer line, see the module docstring) fails the verifier."""
+    scores = task.verify_steps(prompt, completion)
+    steps = step_texts(completion, task.step_separator) if task.step_separator else [completion]
+    return any(
+        score < 1.0 and task.extract_strict_answer(step) is None for step, score in zip(steps, scores, strict=True)
+    )
 
 
-def anatomy_markdown(rows: dict[str, dict]) -> list[str]:
-    """A table: one row per (label -> :func:`anatomy`)."""
-    lines = [
-        "| model | samples | right | truncated | no answer | wrong arithmetic | wrong, steps ok | format / failures |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+def _classify(
+    task: Task, prompt: str, completion: str, correct: bool, extracted: str | None, hit_budget: bool
+) -> tuple[str, bool]:
+    """``(kind, in the strict form)`` of one sample, given the task's verdict and lenient answer."""
+    # a strict answer implies a lenient one (the lenient extraction tries the strict form first)
+    strict = extracted is not None and (_strict_is_lenient(task) or task.extract_strict_answer(completion) is not None)
+    if correct:
+        return "right", strict
+    if extracted is None:
+        return ("unfinished" if hit_budget else "no_number"), strict
+    if task.has_step_verifier and _has_false_step(task, prompt, completion):
+        return "wrong_arithmetic", strict  # content first: a false step is one, wherever the sample ended
+    if hit_budget and not strict:  # no answer stated: its last number is where the budget cut it off
+        return "unfinished", strict
+    return ("wrong_plan" if task.has_step_verifier else "wrong"), strict
+
+
+def failure_kind(task: Task, prompt, completion: str, answer: str, hit_budget: bool) -> str:
+    """The kind of one sample (one of :func:`kinds_of`; see the module docstring). ``prompt``: text or chat
+    messages; ``hit_budget``: whether the sample used the whole token budget."""
+    correct, extracted = task.is_correct(completion, answer), task.extract_answer(completion)
+    return _classify(task, completion_text(prompt), completion, correct, extracted, bool(hit_budget))[0]
+
+
+def anatomy_counts(
+    task: Task,
+    prompt,
+    completions: Sequence[str],
+    answer: str,
+    hit_budget: Sequence[bool] | None,
+    correct: Sequence[bool] | None = None,
+    extracted: Sequence[str | None] | None = None,
+) -> dict:
+    """One problem's record: each kind's count over its samples (every kind of :func:`kinds_of`, zeros included, so
+    records of one task add up key by key) and ``"strict"``: the same counts of the samples in the strict form.
+    ``hit_budget``: per sample, or None when unknown; ``correct`` / ``extracted``: the caller's ``task.is_correct`` /
+    ``task.extract_answer`` per sample, if it has them (see the module docstring)."""
+    n = len(completions)
+    hit_budget = [False] * n if hit_budget is None else hit_budget
+    if correct is None:
+        correct = [task.is_correct(c, answer) for c in completions]
+    if extracted is None:
+        extracted = [task.extract_answer(c) for c in completions]
+    if not len(hit_budget) == len(correct) == len(extracted) == n:
+        raise ValueError(f"hit_budget, correct and extracted need one entry per completion ({n})")
+    text = completion_text(prompt)
+    counts = dict.fromkeys(kinds_of(task), 0)
+    strict_counts = dict.fromkeys(counts, 0)
+    for completion, ok, answer_key, budget in zip(completions, correct, extracted, hit_budget, strict=True):
+        kind, strict = _classify(task, text, completion, bool(ok), answer_key, bool(budget))
+        counts[kind] += 1
+        strict_counts[kind] += strict
+    return {**counts, "strict": strict_counts}
+
+
+def add_counts(records: Iterable[dict]) -> dict:
+    """The sum of :func:`anatomy_counts` records (of many problems: a model's, or a slice's), kinds in
+    :data:`KINDS`' order; a kind missing from a record counts 0 there."""
+    counts: dict[str, int] = {}
+    strict: dict[str, int] = {}
+    for record in records:
+        for kind, count in record.items():
+            if kind != "strict":
+                counts[kind] = counts.get(kind, 0) + int(count)
+                strict[kind] = strict.get(kind, 0) + int(record.get("strict", {}).get(kind, 0))
+    order = [k for k in KINDS if k in counts] + sorted(set(counts) - set(KINDS))
+    return {**{k: counts[k] for k in order}, "strict": {k: strict[k] for k in order}}
+
+
+def summarize_anatomy(records: Iterable[dict]) -> dict:
+    """The anatomy of many problems (their :func:`anatomy_counts` records summed): ``samples``, ``counts`` and
+    ``shares`` (of all samples) per kind, ``strict_counts`` per kind, ``strict_share`` (samples in the strict form)
+    and ``right_strict_share`` (right and in the strict form: accuracy under the strict form)."""
+    total = add_counts(records)
+    strict = total.pop("strict")
+    samples = sum(total.values())
+
+    def share(c: int) -> float:
+        return c / samples if samples else 0.0
+
+    return {
+        "samples": samples,
+        "counts": total,
+        "shares": {k: share(c) for k, c in total.items()},
+        "strict_counts": strict,
+        "strict_share": share(sum(strict.values())),
+        "right_strict_share": share(strict.get("right", 0)),
+    }
+
+
+def anatomy_legend(task: Task) -> list[str]:
+    """What the kinds of `task` mean, as markdown lines for a report beside :func:`anatomy_markdown`'s table."""
+    strict = task.strict_form or "the task's only answer form"
+    wrong = (
+        [
+            "- **wrong arithmetic**: a wrong answer with some step false by the task's step verifier (marked answer "
+            "or not);",
+            "- **wrong plan**: a wrong answer with every step true (e.g. the numbers added where one is taken away, "
+            "a step left out);",
+        ]
+        if task.has_step_verifier
+        else ["- **wrong**: a wrong answer (this task has no step verifier to tell a false step from a wrong plan);"]
+    )
+    return [
+        "Each sample is judged on what it says, in this order:",
+        "",
+        "- **right**: the task's checker accepts its answer (the last number when none is marked);",
+        *wrong,
+        "- **no number**: no answer could be extracted and the sample stopped; **unfinished**: it hit the token "
+        "budget with no answer stated (nothing extracted, or a last number where the budget cut it off).",
+        "",
+        f"The strict answer form ({strict}) is a column apart, not a kind: **strict form** is the share of samples "
+        "stating their answer in it, **right, strict form** the share right and in it (accuracy under the strict "
+        "form); right minus the latter is right but unformatted.",
     ]
-    for label, a in rows.items():
-        s = a["shares"]
-        cells = " | ".join(f"{s[k]:.3f}" for k in FAILURE_KINDS)
-        lines.append(f"| {label} | {a['samples']} | {cells} | {a['format_share_of_failures']:.3f} |")
+
+
+def anatomy_markdown(rows: dict[str, dict], label: str = "model") -> list[str]:
+    """A table of :func:`summarize_anatomy` results, one row per ``{row label: summary}``: each kind's share of the
+    samples (only the kinds some row has), then the strict form as its own columns: the share of samples in it, and
+    of samples right in it."""
+    present = {k for summary in rows.values() for k in summary["counts"]}
+    kinds = [k for k in KINDS if k in present]
+    lines = [
+        f"| {label} | samples | " + " | ".join(_LABELS[k] for k in kinds) + " | strict form | right, strict form |",
+        "|---|---:|" + "---:|" * (len(kinds) + 2),
+    ]
+    for name, s in rows.items():
+        cells = " | ".join(f"{s['shares'].get(k, 0.0):.3f}" for k in kinds)
+        lines.append(f"| {name} | {s['samples']} | {cells} | {s['strict_share']:.3f} | {s['right_strict_share']:.3f} |")
     return lines

@@ -2,8 +2,11 @@
 
 The record, written by every runner (scripts/train.py, the method runners, the iterative loop) through
 `training_run`: `grpo_ext_run.json` (`running`, then `complete` or `failed`; see `grpo_ext.checkpoints`) and the
-resolved config `grpo_ext_config.yaml` (`save_resolved_config`). Its reader: a summary dict built from that config
-next to the checkpoint (`trained_with`) or from a live trainer (`trainer_summary`).
+resolved config `grpo_ext_config.yaml` (`save_resolved_config`). `grpo_ext_run.json` also keeps the trainer's
+`log_history` (`compact_log_history`: every logged step's loss, reward, reward_std, frac_reward_zero_std, completion
+lengths, kl, beta...), so the learning curve can be plotted from a committed record after the checkpoints are gone.
+The config's reader: a summary dict built from it next to the checkpoint (`trained_with`) or from a live trainer
+(`trainer_summary`).
 
 How the gradient coefficient was computed is the registry record's own text (`GradientCoefficient.description`),
 so a mode added with `register_gradient_coefficient` is described on the card without editing this file.
@@ -14,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import platform
 from collections.abc import Iterator
@@ -21,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from transformers import TrainerCallback
 
 from grpo_ext.advantages import GradientCoefficient, get_gradient_coefficient
 from grpo_ext.checkpoints import write_run_status
@@ -30,7 +35,9 @@ from grpo_ext.io import atomic_write_text, portable_path
 
 __all__ = [
     "CONFIG_FILE",
+    "LOG_DIGITS",
     "TRAINER_STATE_FILE",
+    "compact_log_history",
     "hardware_summary",
     "is_embedded",
     "is_hub_id",
@@ -46,6 +53,8 @@ __all__ = [
 #: The resolved config every training run writes into its output folder (`{task, training, model}` sections).
 CONFIG_FILE = "grpo_ext_config.yaml"
 TRAINER_STATE_FILE = "trainer_state.json"
+#: Significant digits a logged float keeps in the run record: a learning curve reads the same, the record stays small.
+LOG_DIGITS = 4
 # Path-valued fields of the resolved config, recorded relative to the output folder or the repository.
 _PATH_FIELDS = {"training": ("output_dir", "logging_dir", "resume_from_checkpoint"), "model": ("model_name_or_path",)}
 
@@ -286,6 +295,32 @@ def trainer_summary(trainer, dataset_name: str | None = None) -> dict:
 # ---- writing the record ---------------------------------------------------------------------------------------------
 
 
+def _compact(value):
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None  # JSON has no NaN: a null, which a plot reads back as a gap (float("nan") in numpy)
+        if value.is_integer():
+            return value  # counts logged as floats (num_tokens, total_flos) stay exact
+        return float(f"{value:.{LOG_DIGITS}g}")
+    if isinstance(value, dict):
+        return {str(k): _compact(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_compact(v) for v in value]
+    try:  # numpy / torch scalars
+        return _compact(value.item())
+    except (AttributeError, ValueError):
+        return str(value)
+
+
+def compact_log_history(log_history: list[dict]) -> list[dict]:
+    """TRL's ``trainer.state.log_history`` as the run record keeps it: every entry and key, floats rounded to
+    :data:`LOG_DIGITS` significant digits (integral ones, counts such as ``num_tokens``, kept exact), NaN and
+    infinities as null (strict JSON)."""
+    return [_compact(entry) for entry in log_history]
+
+
 def save_resolved_config(output_dir: str | os.PathLike, task_args, training_args, model_args) -> Path:
     """All three argument groups as one YAML, next to the model (what was really run). Paths are recorded relative to
     the output folder or the repository (the shipped base model as `embedded`, a real model by its name), so the
@@ -312,11 +347,17 @@ def save_resolved_config(output_dir: str | os.PathLike, task_args, training_args
 
 class TrainingRun:
     """What `training_run` yields: ``save_config()`` writes the resolved config now (before a model card that reads
-    it); otherwise it is written when the block ends without an error."""
+    it); otherwise it is written when the block ends without an error. ``write_status(status, **info)`` records the
+    run's status with its log history so far (main process only)."""
 
     def __init__(self, trainer, task_args, model_args, main_process: bool):
         self.trainer, self.task_args, self.model_args, self.main_process = trainer, task_args, model_args, main_process
         self.config_saved = False
+
+    def write_status(self, status: str, **info) -> None:
+        if self.main_process:
+            history = compact_log_history(self.trainer.state.log_history)
+            write_run_status(self.output_dir, status, **info, log_history=history)
 
     @property
     def output_dir(self) -> str:
@@ -336,21 +377,32 @@ def training_run(trainer, task_args, model_args) -> Iterator[TrainingRun]:
     resolved config (unless ``save_config()`` wrote it already) and the status `complete` (with the global step);
     when it raises, the status `failed` with the error in one line and the step reached, and the error goes on.
     Only the main process writes. The status is written last, so a run whose record is half-written is never
-    `complete`.
+    `complete`. Every status carries the trainer's log history so far (`compact_log_history`), and the `running`
+    record is rewritten with each checkpoint saved, so a run killed outright keeps its curve up to its last checkpoint.
     """
-    main_process = trainer.accelerator.is_main_process
-    output_dir = trainer.args.output_dir
-    if main_process:
-        write_run_status(output_dir, "running", max_steps=trainer.args.max_steps)
-    run = TrainingRun(trainer, task_args, model_args, main_process)
+    run = TrainingRun(trainer, task_args, model_args, trainer.accelerator.is_main_process)
+    run.write_status("running", max_steps=trainer.args.max_steps)
+    callback = _StatusAtCheckpoints(run)
+    trainer.add_callback(callback)
     try:
         yield run
         if not run.config_saved:
             run.save_config()
     except Exception as err:
-        if main_process:  # best effort: with a full disk even this can fail, and the status stays `running`
-            with contextlib.suppress(OSError):
-                write_run_status(output_dir, "failed", error=one_line(err), step=trainer.state.global_step)
+        # best effort: with a full disk even this can fail, and the status stays `running`
+        with contextlib.suppress(OSError):
+            run.write_status("failed", error=one_line(err), step=trainer.state.global_step)
         raise
-    if main_process:
-        write_run_status(output_dir, "complete", global_step=trainer.state.global_step)
+    finally:
+        trainer.remove_callback(callback)
+    run.write_status("complete", global_step=trainer.state.global_step)
+
+
+class _StatusAtCheckpoints(TrainerCallback):
+    """Rewrites the `running` record with each checkpoint saved."""
+
+    def __init__(self, run: TrainingRun):
+        self.run = run
+
+    def on_save(self, args, state, control, **kwargs):
+        self.run.write_status("running", max_steps=args.max_steps, step=state.global_step)
