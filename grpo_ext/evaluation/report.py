@@ -15,9 +15,10 @@ that consumes harness results go through it).
 "unit"}, "slices": {"by", "min_problems"}, "models": [each result, plus "intervals": {metric: {key: [low, high]}},
 "slices" (:mod:`~grpo_ext.evaluation.slices`)], "comparisons": [{"a", "b", "difference", "solved_overlap",
 "crossover", "moved" (:mod:`~grpo_ext.evaluation.moved`), "slices", ...}]}``. Each per-problem record sits on one
-line. A result holds ``strict_accuracy`` / ``strict_share`` (the strict answer form, :mod:`~grpo_ext.evaluation.registry`), ``anatomy``
-(summed counts, tasks with a step verifier) and ``strict_form``; its records ``attributes``, ``n_strict``,
-``n_correct_strict``, ``top_answers`` and ``anatomy``. Every reader copes with a report written before those keys.
+line. A result holds ``strict_accuracy`` / ``strict_share`` (the strict answer form: registry metrics), ``anatomy``
+(summed counts, tasks with a step verifier), ``anatomy_budget`` and ``strict_form``; its records ``attributes``,
+``n_strict``, ``n_correct_strict``, ``top_answers`` and ``anatomy``. Every reader copes with a report written before
+those keys.
 The samples behind it are excerpted in ``samples_excerpt.jsonl`` (:mod:`~grpo_ext.evaluation.excerpt`).
 
 The Markdown is :mod:`grpo_ext.evaluation.report_md`'s (``render_markdown`` and ``crossover_text`` are re-exported
