@@ -14,12 +14,13 @@ that consumes harness results go through it).
 ``report.json``: ``{"complete", "task", "command", ..., "bootstrap": {"n_resamples", "seed", "confidence", "method",
 "unit"}, "slices": {"by", "min_problems"}, "models": [each result, plus "intervals": {metric: {key: [low, high]}},
 "slices" (:mod:`~grpo_ext.evaluation.slices`)], "comparisons": [{"a", "b", "difference", "solved_overlap",
-"crossover", "moved" (:mod:`~grpo_ext.evaluation.moved`), "slices", ...}]}``. Each per-problem record sits on one
-line. A result holds ``strict_accuracy`` / ``strict_share`` (the strict answer form: registry metrics), ``anatomy``
-(summed counts, tasks with a step verifier), ``anatomy_budget`` and ``strict_form``; its records ``attributes``,
-``n_strict``, ``n_correct_strict``, ``top_answers`` and ``anatomy``. Every reader copes with a report written before
-those keys.
-The samples behind it are excerpted in ``samples_excerpt.jsonl`` (:mod:`~grpo_ext.evaluation.excerpt`).
+"crossover", ...}], "paired_slices": [{"a", "b", "slices"}], "moved": [{"a", "b", "top", "up", "down"}]
+(:mod:`~grpo_ext.evaluation.moved`)}``: one entry of ``paired_slices`` and ``moved`` per comparison. Each
+per-problem record sits on one line. A result holds ``strict_accuracy`` / ``strict_share`` (the strict answer form:
+registry metrics), ``anatomy`` (summed counts, tasks with a step verifier), ``anatomy_budget`` and ``strict_form``;
+its records ``attributes``, ``n_strict``, ``n_correct_strict``, ``top_answers`` and ``anatomy``. Every reader copes
+with a report written before those keys. The samples behind it are excerpted in ``samples_excerpt.jsonl``
+(:mod:`~grpo_ext.evaluation.excerpt`).
 
 The Markdown is :mod:`grpo_ext.evaluation.report_md`'s (``render_markdown`` and ``crossover_text`` are re-exported
 here).
@@ -130,11 +131,17 @@ def write_reports(
     by = known_attributes(results) if by is None else list(by)
     if by:  # a result written before problems had attributes gets no slices
         results = [{**r, "slices": model_slices(r, by, bootstrap)} if known_attributes([r]) else r for r in results]
-    for c, b in zip(analysis["comparisons"], results[1:], strict=True):
-        if c is not None:
-            c["moved"] = moved_problems(results[0], b)
-            if by and known_attributes([results[0]]):
-                c["slices"] = comparison_slices(results[0], b, by, bootstrap)
+    # what each comparison adds beyond the whole set, in lists of their own: a comparison stays compare_models'
+    paired = [
+        {
+            "a": c["a"],
+            "b": c["b"],
+            "moved": moved_problems(results[0], b),
+            "slices": comparison_slices(results[0], b, by, bootstrap) if by and known_attributes([b]) else {},
+        }
+        for c, b in zip(analysis["comparisons"], results[1:], strict=True)
+        if c is not None
+    ]
     out = Path(out_dir)
     # the excerpt has its own file (samples_excerpt.jsonl): report.json keeps numbers
     models = [
@@ -150,10 +157,12 @@ def write_reports(
         "slices": {"by": by, "min_problems": MIN_SLICE_PROBLEMS},
         "models": models,
         "comparisons": [c for c in analysis["comparisons"] if c is not None],
+        "paired_slices": [{"a": p["a"], "b": p["b"], "slices": p["slices"]} for p in paired],
+        "moved": [{"a": p["a"], "b": p["b"], **p["moved"]} for p in paired],
     }
     # Everything is rendered before the first write, so only a write can stop part-way; from the first write to the
     # last, the folder may hold files of two runs, and report.json says so.
-    markdown = render_markdown(results, analysis, command=command)
+    markdown = render_markdown(results, analysis, command=command, paired=paired)
     png = plot_passk_majk(results, analysis["intervals"], bootstrap=analysis["bootstrap"])
     pairs = _accuracy_pairs(results, analysis["comparisons"])
     scatter = plot_problem_accuracy(pairs) if pairs else None

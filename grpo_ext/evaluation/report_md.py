@@ -110,10 +110,18 @@ def _comparison_section(c: dict, confidence: float) -> list[str]:
     return [*lines, ""]
 
 
-def render_markdown(results: Sequence[dict], analysis: dict | None = None, *, command: str | None = None) -> str:
+def render_markdown(
+    results: Sequence[dict],
+    analysis: dict | None = None,
+    *,
+    command: str | None = None,
+    paired: Sequence[dict] = (),
+) -> str:
     """The Markdown report: the metrics' legend, a summary table when there are several models, one section per
     model (every mean with its interval when ``analysis`` is given: :func:`grpo_ext.evaluation.analysis.analyze`),
-    then one section per comparison (B against A)."""
+    then one section per comparison (B against A) with what moved, then the slices and the failure anatomy.
+    ``paired``: per comparison ``{"a", "b", "moved", "slices"}`` (what :func:`~grpo_ext.evaluation.report.write_reports`
+    adds to it)."""
     intervals = analysis["intervals"] if analysis else [{} for _ in results]
     lines = [f"# Pass@K vs Maj@K: {describe_task(results)}", "", *_LEGEND, ""]
     lines.append("Every value is a mean over problems, from the same n samples per problem.")
@@ -142,10 +150,11 @@ def render_markdown(results: Sequence[dict], analysis: dict | None = None, *, co
         lines.append("")
     for r, iv in zip(results, intervals, strict=True):
         lines += _model_section(r, iv)
-    comparisons = (analysis or {}).get("comparisons", [])
-    for c in comparisons:
+    extra = {(p["a"], p["b"]): p for p in paired}
+    for c in (analysis or {}).get("comparisons", []):
         if c is not None:
-            lines += _comparison_section(c, analysis["bootstrap"]["confidence"]) + moved_markdown(c)
+            lines += _comparison_section(c, analysis["bootstrap"]["confidence"])
+            lines += moved_markdown(extra.get((c["a"], c["b"]), {}))
     confidence = analysis["bootstrap"]["confidence"] if analysis else 0.95
-    lines += slices_markdown(results, comparisons, confidence) + anatomy_markdown(results)
+    lines += slices_markdown(results, paired, confidence) + anatomy_markdown(results)
     return "\n".join(lines)
