@@ -114,12 +114,14 @@ def write_reports(
     bootstrap: BootstrapSettings = DEFAULT_BOOTSTRAP,
     solved_threshold: float = SOLVED_THRESHOLD,
     by: Sequence[str] | None = None,
+    min_slice_problems: int = MIN_SLICE_PROBLEMS,
 ) -> dict[str, Path]:
     """Write ``report.md``, ``report.json``, ``passk_majk.png``, (two or more comparable models)
     ``per_problem_accuracy.png`` and (results fresh from ``evaluate_model``) ``samples_excerpt.jsonl`` into
     ``out_dir``; returns their paths. ``bootstrap`` draws every interval (recorded in the report); a model *solves* a
     problem at k when its pass@k is >= ``solved_threshold``. ``by``: the attributes to slice by
-    (:mod:`~grpo_ext.evaluation.slices`; None: every attribute the problems carry, ``()``: no slices).
+    (:mod:`~grpo_ext.evaluation.slices`; None: every attribute the problems carry, ``()``: no slices); a slice of fewer
+    than ``min_slice_problems`` problems gets no interval.
 
     ``report.json`` is written first marked ``"complete": false`` and last marked ``"complete": true`` (see the
     module's docstring); a ``per_problem_accuracy.png`` of an earlier run that this report has no pairs for is
@@ -130,14 +132,19 @@ def write_reports(
     analysis = analyze(results, bootstrap, solved_threshold)
     by = known_attributes(results) if by is None else list(by)
     if by:  # a result written before problems had attributes gets no slices
-        results = [{**r, "slices": model_slices(r, by, bootstrap)} if known_attributes([r]) else r for r in results]
+        results = [
+            {**r, "slices": model_slices(r, by, bootstrap, min_slice_problems)} if known_attributes([r]) else r
+            for r in results
+        ]
     # what each comparison adds beyond the whole set, in lists of their own: a comparison stays compare_models'
     paired = [
         {
             "a": c["a"],
             "b": c["b"],
             "moved": moved_problems(results[0], b),
-            "slices": comparison_slices(results[0], b, by, bootstrap) if by and known_attributes([b]) else {},
+            "slices": comparison_slices(results[0], b, by, bootstrap, min_slice_problems)
+            if by and known_attributes([results[0]])
+            else {},
         }
         for c, b in zip(analysis["comparisons"], results[1:], strict=True)
         if c is not None
@@ -154,7 +161,7 @@ def write_reports(
         "command": command,
         **(extra or {}),
         "bootstrap": analysis["bootstrap"],
-        "slices": {"by": by, "min_problems": MIN_SLICE_PROBLEMS},
+        "slices": {"by": by, "min_problems": min_slice_problems},
         "models": models,
         "comparisons": [c for c in analysis["comparisons"] if c is not None],
         "paired_slices": [{"a": p["a"], "b": p["b"], "slices": p["slices"]} for p in paired],
@@ -162,7 +169,7 @@ def write_reports(
     }
     # Everything is rendered before the first write, so only a write can stop part-way; from the first write to the
     # last, the folder may hold files of two runs, and report.json says so.
-    markdown = render_markdown(results, analysis, command=command, paired=paired)
+    markdown = render_markdown(results, analysis, command=command, paired=paired, min_slice_problems=min_slice_problems)
     png = plot_passk_majk(results, analysis["intervals"], bootstrap=analysis["bootstrap"])
     pairs = _accuracy_pairs(results, analysis["comparisons"])
     scatter = plot_problem_accuracy(pairs) if pairs else None

@@ -14,7 +14,7 @@ from grpo_ext.evaluation.formatting import with_ci as _with_ci
 from grpo_ext.evaluation.moved import moved_markdown
 from grpo_ext.evaluation.plots import describe_task
 from grpo_ext.evaluation.registry import METRICS, keyed_metrics, scalar_metrics
-from grpo_ext.evaluation.slices import slices_markdown
+from grpo_ext.evaluation.slices import MIN_SLICE_PROBLEMS, slices_markdown
 
 __all__ = ["crossover_text", "render_markdown"]
 
@@ -116,6 +116,7 @@ def render_markdown(
     *,
     command: str | None = None,
     paired: Sequence[dict] = (),
+    min_slice_problems: int = MIN_SLICE_PROBLEMS,
 ) -> str:
     """The Markdown report: the metrics' legend, a summary table when there are several models, one section per
     model (every mean with its interval when ``analysis`` is given: :func:`grpo_ext.evaluation.analysis.analyze`),
@@ -156,5 +157,5 @@ def render_markdown(
             lines += _comparison_section(c, analysis["bootstrap"]["confidence"])
             lines += moved_markdown(extra.get((c["a"], c["b"]), {}))
     confidence = analysis["bootstrap"]["confidence"] if analysis else 0.95
-    lines += slices_markdown(results, paired, confidence) + anatomy_markdown(results)
+    lines += slices_markdown(results, paired, confidence, min_slice_problems) + anatomy_markdown(results)
     return "\n".join(lines)

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from grpo_ext.errors import UserError
 from grpo_ext.evaluation.analysis import DEFAULT_BOOTSTRAP, BootstrapSettings, compare_models, model_intervals
 from grpo_ext.evaluation.formatting import signed, with_ci
-from grpo_ext.evaluation.registry import get_metric
+from grpo_ext.evaluation.registry import METRICS, get_metric
 from grpo_ext.evaluation.scoring import summarize
 
 __all__ = [
@@ -87,24 +87,26 @@ def restrict(result: dict, ids: Sequence[str]) -> dict:
 
 
 def _means(result: dict) -> dict:
-    """The metric values of a (sub-)result: the registry's keys, as the result holds them."""
-    from grpo_ext.evaluation.registry import METRICS
-
+    """The metric values of a (sub-)result: the registry's keys, as the result holds them, and its anatomy."""
     return {name: result[name] for name in METRICS if name in result} | (
         {"anatomy": result["anatomy"]} if "anatomy" in result else {}
     )
 
 
 def model_slices(
-    result: dict, by: Sequence[str], settings: BootstrapSettings = DEFAULT_BOOTSTRAP
+    result: dict,
+    by: Sequence[str],
+    settings: BootstrapSettings = DEFAULT_BOOTSTRAP,
+    min_problems: int = MIN_SLICE_PROBLEMS,
 ) -> dict[str, list[dict]]:
-    """Every metric of ``result`` per slice of each attribute in ``by`` (see the module docstring)."""
+    """Every metric of ``result`` per slice of each attribute in ``by`` (see the module docstring); a slice of fewer
+    than ``min_problems`` problems gets no interval."""
     out: dict[str, list[dict]] = {}
     for attribute in by:
         out[attribute] = []
         for value, ids in slice_ids(result, attribute).items():
             sub = restrict(result, ids)
-            interval = len(ids) >= MIN_SLICE_PROBLEMS
+            interval = len(ids) >= min_problems
             entry = {"value": value, "n_problems": len(ids), "interval": interval, **_means(sub)}
             entry["intervals"] = model_intervals(sub, settings) if interval else None
             out[attribute].append(entry)
@@ -129,7 +131,11 @@ def _point_differences(a: dict, b: dict) -> dict:
 
 
 def comparison_slices(
-    a: dict, b: dict, by: Sequence[str], settings: BootstrapSettings = DEFAULT_BOOTSTRAP
+    a: dict,
+    b: dict,
+    by: Sequence[str],
+    settings: BootstrapSettings = DEFAULT_BOOTSTRAP,
+    min_problems: int = MIN_SLICE_PROBLEMS,
 ) -> dict[str, list[dict]]:
     """Model B against model A per slice, paired by problem on the problems both hold; slices by A's attributes."""
     in_b = {str(r["problem_id"]) for r in b["per_problem"]}
@@ -141,7 +147,7 @@ def comparison_slices(
             if not ids:
                 continue
             sub_a, sub_b = restrict(a, ids), restrict(b, ids)
-            interval = len(ids) >= MIN_SLICE_PROBLEMS
+            interval = len(ids) >= min_problems
             entry = {"value": value, "n_problems": len(ids), "interval": interval}
             entry["a"], entry["b"] = _means(sub_a), _means(sub_b)
             if interval:
@@ -175,7 +181,12 @@ def _problems(entry: dict) -> str:
     return str(entry["n_problems"]) if entry["interval"] else f"{entry['n_problems']} (too few for an interval)"
 
 
-def slices_markdown(results: Sequence[dict], comparisons: Sequence[dict | None], confidence: float) -> list[str]:
+def slices_markdown(
+    results: Sequence[dict],
+    comparisons: Sequence[dict | None],
+    confidence: float,
+    min_problems: int = MIN_SLICE_PROBLEMS,
+) -> list[str]:
     """The report's slice sections: each attribute's table (rows: value, then model), then per comparison B - A per
     slice (bold: the interval excludes 0). ``results`` carry ``slices`` (:func:`model_slices`), ``comparisons``
     theirs (:func:`comparison_slices`)."""
@@ -187,7 +198,7 @@ def slices_markdown(results: Sequence[dict], comparisons: Sequence[dict | None],
         "## Slices",
         "",
         f"Each slice's means over its problems with {confidence:.0%} bootstrap intervals; a slice of fewer than "
-        f"{MIN_SLICE_PROBLEMS} problems shows the mean alone (too few problems for an interval). report.json holds "
+        f"{min_problems} problems shows the mean alone (too few problems for an interval). report.json holds "
         "every metric per slice.",
         "",
     ]
