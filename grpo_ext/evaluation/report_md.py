@@ -45,10 +45,9 @@ def _model_section(r: dict, iv: dict) -> list[str]:
             f"- answer diversity: {_with_ci(r['distinct_answers'], iv.get('distinct_answers'))} distinct answers per "
             f"problem, entropy {_with_ci(r['answer_entropy'], iv.get('answer_entropy'))} bits"
         )
-    if "strict_accuracy" in r:  # reports written before the strict form was scored lack it
-        form = f" (`{r['strict_form']}`)" if r.get("strict_form") else ""
+    if "strict_accuracy" in r and r.get("strict_form"):  # a task whose only form is strict has nothing to add
         lines.append(
-            f"- strict form{form}: {_with_ci(r['strict_share'], iv.get('strict_share'))} of samples; strict pass@1 "
+            f"- strict form (`{r['strict_form']}`): {_with_ci(r['strict_share'], iv.get('strict_share'))} of samples; strict pass@1 "
             f"{_with_ci(r['strict_accuracy'], iv.get('strict_accuracy'))} beside pass@1 {r['mean_accuracy']:.3f} "
             f"(right but unformatted: {r['mean_accuracy'] - r['strict_accuracy']:.3f})"
         )

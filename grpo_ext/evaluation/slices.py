@@ -165,10 +165,11 @@ def comparison_slices(
 
 def _columns(result: dict) -> list[tuple[str, str, str | None]]:
     """(label, metric, key) of the report.md columns: pass@1, maj@K and pass@K at the largest k, the strict form
-    (report.json holds every metric)."""
+    where the task has one (report.json holds every metric)."""
     k = str(result["ks"][-1])
     columns = [("pass@1", "mean_accuracy", None), (f"maj@{k}", "maj@k", k), (f"pass@{k}", "pass@k", k)]
-    columns += [(get_metric(m).title, m, None) for m in ("strict_accuracy", "strict_share")]
+    if result.get("strict_form"):  # a task whose only answer form is the strict one: the columns would repeat pass@1
+        columns += [(get_metric(m).title, m, None) for m in ("strict_accuracy", "strict_share")]
     return [c for c in columns if c[1] in result]
 
 
