@@ -4,6 +4,7 @@ answer diversity, bootstrap intervals over problems and, with several models, ba
     python evals/passk_majk.py                                   # the embedded model on the arithmetic task
     python evals/passk_majk.py --model embedded --model outputs/qlora --n 64 --k 1,2,4,8,16,32,64 --out runs/cmp
     python evals/passk_majk.py --model Qwen/Qwen2.5-Math-1.5B --model my/rl-model --task gsm8k --n 1024 --backend vllm
+    python evals/passk_majk.py --model base --model rl --task word_arithmetic --by operation --stop none
 
 Writes into --out: report.md (tables, every mean with its 95% interval; per slice of the problems, --by; the strict
 answer form beside pass@1; what moved problem by problem; the failure anatomy), report.json (every number, per

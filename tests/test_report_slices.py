@@ -19,7 +19,7 @@ from grpo_ext.evaluation.moved import moved_problems
 from grpo_ext.evaluation.report import read_report, write_reports
 from grpo_ext.evaluation.sampling import SamplingParams, derive_seed
 from grpo_ext.evaluation.scoring import score_problem, summarize
-from grpo_ext.evaluation.slices import check_by, comparison_slices, model_slices
+from grpo_ext.evaluation.slices import check_by, comparison_slices, model_slices, with_attributes
 from grpo_ext.tasks import get_task
 
 TASK = get_task("arithmetic")
@@ -114,6 +114,10 @@ def test_a_report_written_before_slices_reads_and_renders_without_them(tmp_path)
     payload = json.loads((tmp_path / "report.json").read_text())
     assert "slices" not in payload["models"][0] and payload["paired_slices"][0]["slices"] == {}
     assert read_report(tmp_path, "old")["mean_accuracy"] == pytest.approx(np.mean(A_CORRECT) / 4)
+    # a committed report can be sliced without sampling: the attributes are read from each record's prompt
+    sliced = with_attributes(old, TASK)
+    assert [p["attributes"]["operation"] for p in sliced["per_problem"]] == ["+"] * 3 + ["-"] * 3
+    assert "attributes" not in old["per_problem"][0]  # the caller's result is left as it was
     # the moved list still names the top answer the old record kept
     assert payload["moved"][0]["up"][0]["a"]["top_answers"] == [["7", None]]  # problem 1: 7 x2 (first seen), 999 x2
 

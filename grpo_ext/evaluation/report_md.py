@@ -47,7 +47,8 @@ def _model_section(r: dict, iv: dict) -> list[str]:
         )
     if "strict_accuracy" in r and r.get("strict_form"):  # a task whose only form is strict has nothing to add
         lines.append(
-            f"- strict form (`{r['strict_form']}`): {_with_ci(r['strict_share'], iv.get('strict_share'))} of samples; strict pass@1 "
+            f"- strict form (`{r['strict_form']}`): {_with_ci(r['strict_share'], iv.get('strict_share'))} of samples; "
+            "strict pass@1 "
             f"{_with_ci(r['strict_accuracy'], iv.get('strict_accuracy'))} beside pass@1 {r['mean_accuracy']:.3f} "
             f"(right but unformatted: {r['mean_accuracy'] - r['strict_accuracy']:.3f})"
         )

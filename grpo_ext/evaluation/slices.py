@@ -35,6 +35,7 @@ __all__ = [
     "restrict",
     "slice_ids",
     "slices_markdown",
+    "with_attributes",
 ]
 
 #: A slice needs at least this many problems for an interval (fewer: the mean alone, and the report says so).
@@ -59,6 +60,17 @@ def known_attributes(results: Sequence[dict]) -> list[str]:
         for record in result.get("per_problem") or []:
             seen.update(dict.fromkeys(record.get("attributes") or {}))
     return list(seen)
+
+
+def with_attributes(result: dict, task) -> dict:
+    """``result`` with each record's ``attributes`` read from its prompt by ``task`` where the record has none (a
+    report written before slices): a committed report can be sliced without sampling again, for a task that reads
+    its attributes from the prompt (arithmetic, word_arithmetic; MATH's come from dataset columns the record lacks)."""
+    records = [
+        r if "attributes" in r else {**r, "attributes": task.problem_attributes({"prompt": r["prompt"], **r})}
+        for r in result.get("per_problem") or []
+    ]
+    return {**result, "per_problem": records}
 
 
 def _order(value: str):
