@@ -57,6 +57,8 @@ def sample_kind(task, problem: Mapping, completion: str, hit_budget: bool | None
     counts = problem_anatomy(task, problem, [completion], None if hit_budget is None else [hit_budget])
     if counts is None:
         return None
+    if not any(kind in counts for kind in ANATOMY_KINDS):  # the kinds one level down ({"kinds": {...}, ...})
+        counts = next((v for v in counts.values() if isinstance(v, Mapping) and set(v) & set(ANATOMY_KINDS)), {})
     return next((kind for kind in ANATOMY_KINDS if counts.get(kind)), None)
 
 
