@@ -153,8 +153,38 @@ def add_harness_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentP
         choices=("auto", "transformers", "vllm"),
         help="auto: vLLM when installed and a GPU is present, else transformers",
     )
+    parser.add_argument(
+        "--stop",
+        action="append",
+        default=None,
+        metavar="TEXT",
+        help="stop string (repeat for several): a sample ends before its first occurrence, as lm-eval's 'until' cuts "
+        "it; 'none' for no stop strings (default: the task's, e.g. a new 'Question:' for GSM8K-format prompts)",
+    )
+    parser.add_argument(
+        "--by",
+        action="append",
+        default=None,
+        metavar="ATTR",
+        help="slice the report by this problem attribute (repeat for several): every metric per value, with its "
+        "interval, and paired differences for two models; 'none' for no slices (default: the task's, e.g. "
+        "operation, operands and carry_borrow for arithmetic)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
+
+
+def _none_or_list(flag: str, values: list[str] | None, default: tuple[str, ...]) -> tuple[str, ...]:
+    """A repeatable flag's values: the default when not given, () for a lone 'none'; an empty value is an error."""
+    if values is None:
+        return tuple(default)
+    if values == ["none"]:
+        return ()
+    if "none" in values:
+        raise UserError(f"{flag} none means no {flag[2:]} at all: give it alone, not with {flag} {values[0]!r}")
+    if any(not v for v in values):
+        raise UserError(f"{flag} needs a non-empty value (or 'none')")
+    return tuple(dict.fromkeys(values))
 
 
 @dataclass
@@ -168,14 +198,17 @@ class HarnessSettings:
     limit: int | None
     params: Any  # a grpo_ext.evaluation.sampling.SamplingParams
     ks: list[int]
+    by: tuple[str, ...] = ()  # the attributes the report is sliced by (--by)
 
 
 def harness_settings(args: argparse.Namespace) -> HarnessSettings:
     """The flags of :func:`add_harness_arguments`, checked: the task is built, its defaults filled in, and
-    every k must be <= n (the command line refuses what the harness would drop with a warning)."""
+    every k must be <= n (the command line refuses what the harness would drop with a warning), every --by an
+    attribute the task declares."""
     from grpo_ext.evaluation.harness import check_ks
     from grpo_ext.evaluation.sampling import SamplingParams
     from grpo_ext.evaluation.scoring import default_ks
+    from grpo_ext.evaluation.slices import check_by
     from grpo_ext.tasks import get_task
 
     task_kwargs = task_kwargs_flag(args.task_kwargs)
@@ -198,6 +231,8 @@ def harness_settings(args: argparse.Namespace) -> HarnessSettings:
             f"--k {','.join(map(str, too_big))} exceeds --n {args.n}: pass@k and maj@k need k <= n samples per "
             f"problem; raise --n or drop those k"
         )
+    stop = _none_or_list("--stop", getattr(args, "stop", None), task.stop_strings)
+    by = check_by(_none_or_list("--by", getattr(args, "by", None), task.slice_attributes), task.slice_attributes)
     with user_input(None):  # SamplingParams names the field (temperature, top_p, ...)
         params = SamplingParams(
             n=args.n,
@@ -207,6 +242,7 @@ def harness_settings(args: argparse.Namespace) -> HarnessSettings:
             max_new_tokens=max_new_tokens,
             seed=args.seed,
             batch_size=batch_size,
+            stop=stop,
         )
     return HarnessSettings(
         task=task,
@@ -216,6 +252,7 @@ def harness_settings(args: argparse.Namespace) -> HarnessSettings:
         limit=limit,
         params=params,
         ks=ks,
+        by=by,
     )
 
 

@@ -24,8 +24,10 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from grpo_ext.errors import UserError
+from grpo_ext.evaluation.anatomy_adapter import anatomy_applies, backend_tokenizer, budget_counter
 from grpo_ext.evaluation.backends import Backend
 from grpo_ext.evaluation.cache import SampleCache, prompt_key, task_id_for
+from grpo_ext.evaluation.excerpt import excerpt_rows
 from grpo_ext.evaluation.sampling import SamplingParams, derive_seed
 from grpo_ext.evaluation.scoring import DEFAULT_TAUS, check_taus, score_problem, summarize
 from grpo_ext.tasks.base import Task
@@ -64,8 +66,9 @@ def load_problems(task: Task, split: str = "test", limit: int | None = None) -> 
 
 
 def validate_problems(rows: Sequence[dict], task: Task, source: str = "problems") -> list[dict]:
-    """Rows with ``prompt`` and ``answer`` (and optionally ``problem_id``/``id``) as problem dicts; errors name
-    ``source`` and the row."""
+    """Rows with ``prompt`` and ``answer`` (and optionally ``problem_id``/``id``) as problem dicts with their slice
+    ``attributes`` (:meth:`Task.problem_attributes` of the row, or the row's own ``attributes`` when it is a problem
+    validated before); errors name ``source`` and the row."""
     if len(rows) == 0:
         raise UserError(f"{source}: the dataset is empty (no problems to evaluate)")
     problems = []
@@ -87,7 +90,20 @@ def validate_problems(rows: Sequence[dict], task: Task, source: str = "problems"
         except Exception as err:  # noqa: BLE001 - any checker failure: name the row
             raise UserError(f"{source}: row {i} has an answer the task cannot read ({answer!r}: {err})") from None
         problem_id = row.get("problem_id", row.get("id", i))
-        problems.append({"problem_id": str(problem_id), "prompt": prompt, "answer": str(answer)})
+        attributes = row.get("attributes")
+        if not isinstance(attributes, dict):  # a dataset row: its columns are what the task reads them from
+            try:
+                attributes = task.problem_attributes(row)
+            except Exception as err:  # noqa: BLE001 - any reader failure: name the row
+                raise UserError(f"{source}: row {i}: the task cannot read its slice attributes ({err})") from None
+        problems.append(
+            {
+                "problem_id": str(problem_id),
+                "prompt": prompt,
+                "answer": str(answer),
+                "attributes": {str(k): str(v) for k, v in attributes.items()},
+            }
+        )
     ids = [p["problem_id"] for p in problems]
     if len(set(ids)) != len(ids):
         raise UserError(f"{source}: problem ids are not unique")
@@ -139,6 +155,10 @@ def evaluate_model(
     samples are in (:func:`~grpo_ext.evaluation.scoring.score_problem`) and its completions are let go: this
     function never holds the sample matrix. ``taus``: the Cover@tau thresholds.
     Returns a JSON-ready dict (see the keys below); ks above ``params.n`` are dropped with a recorded warning.
+    ``excerpt`` holds samples 0 and 1 of every problem (:mod:`grpo_ext.evaluation.excerpt`), which the report writes
+    to ``samples_excerpt.jsonl`` and leaves out of ``report.json``. For a task with a step verifier every problem
+    gets the anatomy's counts; ``anatomy_budget`` says whether "used all max_new_tokens" was known (``tokenizer``:
+    counted by re-tokenising with the backend's tokenizer) or not (``unknown``: the backend has none).
     """
     taus = check_taus(taus)
     kept, dropped = check_ks(ks, params.n)
@@ -162,14 +182,20 @@ def evaluate_model(
     # A problem is scored once all n of its samples are in, then its completions are dropped: only counts stay.
     samples: list[dict[int, str] | None] = []
     scored: list[dict | None] = [None] * len(problems)
+    excerpt: list[list[dict]] = [[] for _ in problems]
     memo: dict = {}  # maj@k by answer signature, shared by the problems of this run
     scoring_seconds = 0.0
+    # the anatomy needs to know which samples used the whole budget: only then is the text re-tokenised
+    tokenizer = backend_tokenizer(backend) if anatomy_applies(task) else None
+    hits_of = budget_counter(tokenizer, params.max_new_tokens)
 
     def finish(pos: int) -> None:
         nonlocal scoring_seconds
         began = time.perf_counter()
-        have = samples[pos]
-        scored[pos] = score_problem(task, problems[pos], [have[j] for j in range(n)], kept, memo)
+        completions = [samples[pos][j] for j in range(n)]
+        hits = hits_of(completions)
+        scored[pos] = score_problem(task, problems[pos], completions, kept, memo, hit_budget=hits)
+        excerpt[pos] = excerpt_rows(task, problems[pos], completions, hits)
         samples[pos] = None
         scoring_seconds += time.perf_counter() - began
 
@@ -259,6 +285,7 @@ def evaluate_model(
     if any(record is None for record in scored):  # every unit was drawn and checked above: a bug if not
         raise RuntimeError(f"{sum(r is None for r in scored)} problems were never scored")
     summary = summarize(scored, n, kept, taus)
+    budget = {"anatomy_budget": "tokenizer" if tokenizer is not None else "unknown"} if anatomy_applies(task) else {}
     return {
         "model": backend.name,
         "model_fingerprint": backend.fingerprint,
@@ -274,7 +301,9 @@ def evaluate_model(
         "params": params.to_dict(),
         "params_key": key,
         "taus": taus,
+        "strict_form": task.strict_form,
         **summary,
+        **budget,
         "samples": {
             "total": len(problems) * n,
             "from_cache": from_cache,
@@ -284,4 +313,5 @@ def evaluate_model(
             "scoring_seconds": round(scoring_seconds, 3),
         },
         "per_problem": scored,
+        "excerpt": [row for rows in excerpt for row in rows],
     }

@@ -96,6 +96,17 @@ def _recorded(field: str) -> PerProblem:
     return read
 
 
+def _share(field: str) -> PerProblem:
+    """A count of samples the harness kept in each record under ``field``, as a fraction of the problem's ``n``."""
+
+    def read(n: int, records: Sequence[dict], key: None) -> np.ndarray | None:
+        if not all(field in r for r in records):
+            return None  # a report written before the field existed
+        return np.array([r[field] for r in records], dtype=np.float64) / n
+
+    return read
+
+
 _LEGEND_PASS = (
     "- **pass@k**: P(at least one of k samples is right), unbiased (Chen et al.): what the model *can* solve."
 )
@@ -107,6 +118,12 @@ _LEGEND_HAT = "- **pass^k**: P(all k samples are right), unbiased: how *reliably
 _LEGEND_COVER = (
     "- **Cover@tau**: share of problems whose fraction of right samples is >= tau (breadth at low tau, depth at high "
     "tau)."
+)
+_LEGEND_STRICT = (
+    "- **strict pass@1**: accuracy counting only samples that state their answer in the task's strict form (e.g. "
+    "`#### n`), beside pass@1, which also accepts the lenient extraction (the last number); **strict share**: the "
+    "share of samples in the strict form, right or wrong. A gap between pass@1 and strict pass@1 is right but "
+    "unformatted."
 )
 _LEGEND_DIVERSITY = "- **answer diversity**: distinct answers per problem and the entropy (bits) of their distribution."
 
@@ -121,6 +138,8 @@ METRICS: dict[str, Metric] = {
         Metric("mean_accuracy", None, _mean_accuracy, "mean accuracy"),
         Metric("distinct_answers", None, _recorded("distinct_answers"), "distinct answers", _LEGEND_DIVERSITY),
         Metric("answer_entropy", None, _recorded("answer_entropy"), "answer entropy (bits)"),
+        Metric("strict_accuracy", None, _share("n_correct_strict"), "strict pass@1", _LEGEND_STRICT),
+        Metric("strict_share", None, _share("n_strict"), "strict share"),
     )
 }
 

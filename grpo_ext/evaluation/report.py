@@ -12,8 +12,18 @@ refuses; a report.json without the key (written before it existed) reads as befo
 that consumes harness results go through it).
 
 ``report.json``: ``{"complete", "task", "command", ..., "bootstrap": {"n_resamples", "seed", "confidence", "method",
-"unit"}, "models": [each result, plus "intervals": {metric: {key: [low, high]}}], "comparisons": [{"a", "b",
-"difference", "solved_overlap", "crossover", ...}]}``. Each per-problem record sits on one line.
+"unit"}, "slices": {"by", "min_problems"}, "models": [each result, plus "intervals": {metric: {key: [low, high]}},
+"slices" (:mod:`~grpo_ext.evaluation.slices`)], "comparisons": [{"a", "b", "difference", "solved_overlap",
+"crossover", ...}], "paired_slices": [{"a", "b", "slices"}], "moved": [{"a", "b", "top", "up", "down"}]
+(:mod:`~grpo_ext.evaluation.moved`)}``: one entry of ``paired_slices`` and ``moved`` per comparison. Each
+per-problem record sits on one line. A result holds ``strict_accuracy`` / ``strict_share`` (the strict answer form:
+registry metrics), ``anatomy`` (summed counts, tasks with a step verifier), ``anatomy_budget`` and ``strict_form``;
+its records ``attributes``, ``n_strict``, ``n_correct_strict``, ``top_answers`` and ``anatomy``. Every reader copes
+with a report written before those keys. The samples behind it are excerpted in ``samples_excerpt.jsonl``
+(:mod:`~grpo_ext.evaluation.excerpt`).
+
+The Markdown is :mod:`grpo_ext.evaluation.report_md`'s (``render_markdown`` and ``crossover_text`` are re-exported
+here).
 """
 
 from __future__ import annotations
@@ -32,8 +42,11 @@ from grpo_ext.evaluation.analysis import (
     analyze,
     per_problem_values,
 )
-from grpo_ext.evaluation.plots import describe_task, plot_passk_majk, plot_problem_accuracy
-from grpo_ext.evaluation.registry import METRICS, keyed_metrics, scalar_metrics
+from grpo_ext.evaluation.excerpt import write_excerpt
+from grpo_ext.evaluation.moved import moved_problems
+from grpo_ext.evaluation.plots import plot_passk_majk, plot_problem_accuracy
+from grpo_ext.evaluation.report_md import crossover_text, render_markdown
+from grpo_ext.evaluation.slices import MIN_SLICE_PROBLEMS, comparison_slices, known_attributes, model_slices
 from grpo_ext.io import atomic_write_bytes, atomic_write_text, portable_path
 
 __all__ = [
@@ -49,145 +62,6 @@ __all__ = [
 
 REPORT_MD, REPORT_JSON, REPORT_PNG = "report.md", "report.json", "passk_majk.png"
 SCATTER_PNG = "per_problem_accuracy.png"
-
-# the legend's lines: the registry's, in its order (a metric without one is covered by another's line)
-_LEGEND = [m.legend for m in METRICS.values() if m.legend]
-
-
-def _fmt(x: float | None) -> str:
-    return "–" if x is None else f"{x:.3f}"
-
-
-def _with_ci(value: float | None, interval) -> str:
-    """``0.455 [0.410, 0.500]`` (the interval when there is one)."""
-    if value is None:
-        return "–"
-    return f"{value:.3f} [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else f"{value:.3f}"
-
-
-def _signed(d: dict | None) -> str:
-    """A difference with its interval, ``+0.120 [+0.080, +0.160]``; bold where the interval excludes 0."""
-    if d is None:
-        return "–"
-    text = f"{d['difference']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
-    return f"**{text}**" if d["low"] > 0 or d["high"] < 0 else text
-
-
-def _model_section(r: dict, iv: dict) -> list[str]:
-    keys = [str(k) for k in r["ks"]]
-    # one column per metric keyed by k that the result holds (older results lack pass^k)
-    columns = [m.name for m in keyed_metrics("k") if isinstance(r.get(m.name), dict)]
-    header = "| k | " + " | ".join(columns) + " |"
-    lines = [f"## {r['model']}", "", header, "|---:|" + "---:|" * len(columns)]
-    for k in keys:
-        cells = [_with_ci(r[m].get(k), iv.get(m, {}).get(k)) for m in columns]
-        lines.append(f"| {k} | " + " | ".join(cells) + " |")
-    lines.append("")
-    cover = r.get("cover@tau") or {}
-    if cover:
-        lines += ["| tau | Cover@tau |", "|---:|---:|"]
-        lines += [f"| {t} | {_with_ci(v, iv.get('cover@tau', {}).get(t))} |" for t, v in cover.items()]
-        lines.append("")
-    p, s = r["params"], r["samples"]
-    speed = f", {s['samples_per_second']} samples/s" if s.get("samples_per_second") else ""
-    lines.append(f"- mean accuracy (mean pass@1): {_with_ci(r['mean_accuracy'], iv.get('mean_accuracy'))}")
-    if "distinct_answers" in r:
-        lines.append(
-            f"- answer diversity: {_with_ci(r['distinct_answers'], iv.get('distinct_answers'))} distinct answers per "
-            f"problem, entropy {_with_ci(r['answer_entropy'], iv.get('answer_entropy'))} bits"
-        )
-    lines += [
-        f"- answers extracted: {r['answers_extracted']:.1%} of samples",
-        f"- problems: {r['n_problems']} ({r['task_id']}); samples per problem n = {r['n']}",
-        f"- sampling: temperature {p['temperature']}, top_p {p['top_p']}, max_new_tokens {p['max_new_tokens']}, "
-        f"seed {p['seed']}, batch_size {p['batch_size']} prompts, backend {r['backend']}",
-        f"- samples: {s['total']} ({s['from_cache']} from the cache, {s['generated']} drawn in "
-        f"{s['seconds']:.1f} s{speed})",
-    ]
-    if r.get("model_fingerprint"):
-        lines.append(f"- model fingerprint: `{r['model_fingerprint']}`")
-    lines += [f"- warning: {w}" for w in r.get("warnings", [])]
-    return [*lines, ""]
-
-
-def crossover_text(c: dict, n: int) -> str:
-    """The crossover of a comparison in words."""
-    never = f"none within k <= {n}"
-    if c["leader"] is None:
-        return f"A and B have the same pass@{c['ks'][0]}: neither leads, so there is no crossover to find"
-    leader, trailer = c["leader"].upper(), "B" if c["leader"] == "a" else "A"
-    where = f"{leader} leads at k = {c['ks'][0]}"
-    if c["k"] is None:
-        return f"{where}; {trailer}'s pass@k never reaches {leader}'s: {never}"
-    low = never if c["low"] is None else str(c["low"])
-    high = never if c["high"] is None else str(c["high"])
-    share = f"; no crossover in {c['no_crossover_share']:.0%} of the resamples" if c["no_crossover_share"] else ""
-    return f"{where}; {trailer}'s pass@k reaches {leader}'s at k = {c['k']} (interval {low} to {high}{share})"
-
-
-def _comparison_section(c: dict, confidence: float) -> list[str]:
-    d = c["difference"]
-    per_k = [m.name for m in keyed_metrics("k")]
-    lines = [
-        f"## B against A: {c['b']} (B) vs {c['a']} (A)",
-        "",
-        f"Paired by problem ({c['n_problems']} problems both were scored on). Differences are B - A with "
-        f"{confidence:.0%} bootstrap intervals (bold: the interval excludes 0). Solved = pass@k >= "
-        f"{c['solved_threshold']} (at k = n: at least one of the n samples right).",
-        "",
-        "| k | " + " | ".join(f"Δ {m}" for m in per_k) + " | solved by both | only A | only B | neither |",
-        "|---:|" + "---:|" * (len(per_k) + 4),
-    ]
-    for k in c["ks"]:
-        key, o = str(k), c["solved_overlap"][str(k)]
-        cells = [_signed(d.get(m, {}).get(key)) for m in per_k]
-        counts = [str(o[f]) for f in ("both", "only_a", "only_b", "neither")]
-        lines.append(f"| {k} | " + " | ".join(cells + counts) + " |")
-    lines += ["", f"- crossover of pass@k: {crossover_text(c['crossover'], c['n'])}"]
-    for t, diff in d.get("cover@tau", {}).items():
-        lines.append(f"- Δ Cover@{t}: {_signed(diff)}")
-    for metric in scalar_metrics():
-        if metric.name in d:
-            lines.append(f"- Δ {metric.title}: {_signed(d[metric.name])}")
-    return [*lines, ""]
-
-
-def render_markdown(results: Sequence[dict], analysis: dict | None = None, *, command: str | None = None) -> str:
-    """The Markdown report: the metrics' legend, a summary table when there are several models, one section per
-    model (every mean with its interval when ``analysis`` is given: :func:`grpo_ext.evaluation.analysis.analyze`),
-    then one section per comparison (B against A)."""
-    intervals = analysis["intervals"] if analysis else [{} for _ in results]
-    lines = [f"# Pass@K vs Maj@K: {describe_task(results)}", "", *_LEGEND, ""]
-    lines.append("Every value is a mean over problems, from the same n samples per problem.")
-    if analysis:
-        b = analysis["bootstrap"]
-        lines[-1] += (
-            f" In brackets: its {b['confidence']:.0%} percentile bootstrap interval over problems "
-            f"({b['n_resamples']} resamples, seed {b['seed']}); differences between models are paired by problem."
-        )
-    lines.append("")
-    if command:
-        lines += [f"Command: `{command}`", ""]
-    if len(results) > 1:
-        lines += [
-            "| model | pass@1 | pass@k max | maj@k max | k max | distinct answers |",
-            "|---|---:|---:|---:|---:|---:|",
-        ]
-        for r, iv in zip(results, intervals, strict=True):
-            k = str(r["ks"][-1])
-            lines.append(
-                f"| {r['model']} | {_with_ci(r['pass@k'].get('1'), iv.get('pass@k', {}).get('1'))} | "
-                f"{_with_ci(r['pass@k'][k], iv.get('pass@k', {}).get(k))} | "
-                f"{_with_ci(r['maj@k'][k], iv.get('maj@k', {}).get(k))} | {k} | "
-                f"{_with_ci(r.get('distinct_answers'), iv.get('distinct_answers'))} |"
-            )
-        lines.append("")
-    for r, iv in zip(results, intervals, strict=True):
-        lines += _model_section(r, iv)
-    for c in (analysis or {}).get("comparisons", []):
-        if c is not None:
-            lines += _comparison_section(c, analysis["bootstrap"]["confidence"])
-    return "\n".join(lines)
 
 
 def json_text(payload) -> str:
@@ -239,10 +113,15 @@ def write_reports(
     extra: dict | None = None,
     bootstrap: BootstrapSettings = DEFAULT_BOOTSTRAP,
     solved_threshold: float = SOLVED_THRESHOLD,
+    by: Sequence[str] | None = None,
+    min_slice_problems: int = MIN_SLICE_PROBLEMS,
 ) -> dict[str, Path]:
-    """Write ``report.md``, ``report.json``, ``passk_majk.png`` and (two or more comparable models)
-    ``per_problem_accuracy.png`` into ``out_dir``; returns their paths. ``bootstrap`` draws every interval (recorded
-    in the report); a model *solves* a problem at k when its pass@k is >= ``solved_threshold``.
+    """Write ``report.md``, ``report.json``, ``passk_majk.png``, (two or more comparable models)
+    ``per_problem_accuracy.png`` and (results fresh from ``evaluate_model``) ``samples_excerpt.jsonl`` into
+    ``out_dir``; returns their paths. ``bootstrap`` draws every interval (recorded in the report); a model *solves* a
+    problem at k when its pass@k is >= ``solved_threshold``. ``by``: the attributes to slice by
+    (:mod:`~grpo_ext.evaluation.slices`; None: every attribute the problems carry, ``()``: no slices); a slice of fewer
+    than ``min_slice_problems`` problems gets no interval.
 
     ``report.json`` is written first marked ``"complete": false`` and last marked ``"complete": true`` (see the
     module's docstring); a ``per_problem_accuracy.png`` of an earlier run that this report has no pairs for is
@@ -251,20 +130,46 @@ def write_reports(
         raise ValueError("no results to report")
     results = [{**r, "model": portable_path(r["model"])} for r in results]
     analysis = analyze(results, bootstrap, solved_threshold)
+    by = known_attributes(results) if by is None else list(by)
+    if by:  # a result written before problems had attributes gets no slices
+        results = [
+            {**r, "slices": model_slices(r, by, bootstrap, min_slice_problems)} if known_attributes([r]) else r
+            for r in results
+        ]
+    # what each comparison adds beyond the whole set, in lists of their own: a comparison stays compare_models'
+    paired = [
+        {
+            "a": c["a"],
+            "b": c["b"],
+            "moved": moved_problems(results[0], b),
+            "slices": comparison_slices(results[0], b, by, bootstrap, min_slice_problems)
+            if by and known_attributes([results[0]])
+            else {},
+        }
+        for c, b in zip(analysis["comparisons"], results[1:], strict=True)
+        if c is not None
+    ]
     out = Path(out_dir)
-    models = [{**r, "intervals": iv} for r, iv in zip(results, analysis["intervals"], strict=True)]
+    # the excerpt has its own file (samples_excerpt.jsonl): report.json keeps numbers
+    models = [
+        {**{k: v for k, v in r.items() if k != "excerpt"}, "intervals": iv}
+        for r, iv in zip(results, analysis["intervals"], strict=True)
+    ]
     payload = {
         "complete": False,
         "task": results[0]["task_id"],
         "command": command,
         **(extra or {}),
         "bootstrap": analysis["bootstrap"],
+        "slices": {"by": by, "min_problems": min_slice_problems},
         "models": models,
         "comparisons": [c for c in analysis["comparisons"] if c is not None],
+        "paired_slices": [{"a": p["a"], "b": p["b"], "slices": p["slices"]} for p in paired],
+        "moved": [{"a": p["a"], "b": p["b"], **p["moved"]} for p in paired],
     }
     # Everything is rendered before the first write, so only a write can stop part-way; from the first write to the
     # last, the folder may hold files of two runs, and report.json says so.
-    markdown = render_markdown(results, analysis, command=command)
+    markdown = render_markdown(results, analysis, command=command, paired=paired, min_slice_problems=min_slice_problems)
     png = plot_passk_majk(results, analysis["intervals"], bootstrap=analysis["bootstrap"])
     pairs = _accuracy_pairs(results, analysis["comparisons"])
     scatter = plot_problem_accuracy(pairs) if pairs else None
@@ -274,6 +179,9 @@ def write_reports(
         paths["scatter"] = atomic_write_bytes(out / SCATTER_PNG, scatter)
     else:
         (out / SCATTER_PNG).unlink(missing_ok=True)  # an earlier run's: not this report's
+    excerpt = write_excerpt(results, out)
+    if excerpt is not None:
+        paths["excerpt"] = excerpt
     paths["json"] = atomic_write_text(out / REPORT_JSON, json_text({**payload, "complete": True}))
     return paths
 

@@ -64,6 +64,7 @@ class SamplingParams:
     seed: int = 0
     batch_size: int = 8
     decode: str = "auto"
+    stop: tuple[str, ...] = ()
 
     def __post_init__(self):
         for name in ("n", "max_new_tokens", "batch_size"):

@@ -73,6 +73,7 @@ def main(argv: list[str]) -> dict:
         allow_mixed_settings=args.allow_mixed_settings,
         command=f"{COMMAND} {shlex.join(argv)}".strip(),
         progress=not args.no_progress,
+        by=settings.by,
     )
     for run in runs:
         read = EvalResult.of(run.result)

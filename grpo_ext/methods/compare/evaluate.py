@@ -110,8 +110,10 @@ def compare_runs(
     allow_mixed_settings: bool = False,
     command: str | None = None,
     progress: bool = True,
+    by: Sequence[str] | None = None,
 ) -> dict:
-    """:func:`evaluate_runs`, then the report: ``{"runs", "paths" (of the files written), "warnings"}``."""
+    """:func:`evaluate_runs`, then the report: ``{"runs", "paths" (of the files written), "warnings"}``. ``by``: the
+    attributes the report is sliced by (None: every attribute the problems carry)."""
     warnings = evaluate_runs(
         runs,
         task,
@@ -127,5 +129,5 @@ def compare_runs(
     )
     out = Path(out_dir)
     cache = {"cache": portable_path(out / CACHE_NAME)}
-    paths = write_comparison(runs, out, warnings=warnings, command=command, extra=cache)
+    paths = write_comparison(runs, out, warnings=warnings, command=command, extra=cache, by=by)
     return {"runs": list(runs), "paths": paths, "warnings": warnings}

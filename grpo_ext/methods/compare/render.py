@@ -13,10 +13,12 @@ from pathlib import Path
 import numpy as np
 
 from grpo_ext.evaluation import plots
+from grpo_ext.evaluation.excerpt import write_excerpt
 from grpo_ext.evaluation.results import EvalResult
 from grpo_ext.io import atomic_write_bytes, atomic_write_text, figure_png
 from grpo_ext.methods.compare.findings import findings, summarize
 from grpo_ext.methods.compare.runs import Run, settings_of
+from grpo_ext.methods.compare.slices import arm_slices, arm_slices_markdown
 from grpo_ext.methods.paradigm import BASE_RUN, get_method, paradigm_markdown, paradigm_rows
 
 __all__ = [
@@ -65,6 +67,7 @@ def render_comparison(
     warnings: list[str],
     *,
     command: str | None = None,
+    slices: dict | None = None,
 ) -> str:
     first = runs[0].result
     p = first["params"]
@@ -116,7 +119,7 @@ def render_comparison(
         "|---|---|---|",
     ]
     lines += [f"| {f['claim']} | **{f['verdict']}** | {f['text']} |" for f in found]
-    lines += ["", "## Every run", ""]
+    lines += ["", *arm_slices_markdown(slices or {}), "## Every run", ""]
     ks = first["ks"]
     lines += [
         "| run | " + " | ".join(f"pass@{x}" for x in ks) + " | " + " | ".join(f"maj@{x}" for x in ks) + " | flags |",
@@ -243,6 +246,18 @@ def plot_accuracy_vs_samples(runs: Sequence[Run], summary: dict) -> bytes:
     return figure_png(fig)
 
 
+def _slices(runs: Sequence[Run], by: Sequence[str] | None) -> dict:
+    """Each method against the base per slice (:func:`~grpo_ext.methods.compare.slices.arm_slices`); {} without a
+    base run. A method's runs are taken in label (seed) order, as the findings take them."""
+    base = next((r.result for r in runs if r.method == BASE_RUN), None)
+    if base is None:
+        return {}
+    arms: dict[str, list[dict]] = {}
+    for run in sorted((r for r in runs if r.method != BASE_RUN), key=lambda r: r.label):
+        arms.setdefault(run.method, []).append(run.result)
+    return arm_slices(arms, base, by)
+
+
 def write_comparison(
     runs: Sequence[Run],
     out_dir,
@@ -250,11 +265,15 @@ def write_comparison(
     warnings: list[str],
     command: str | None = None,
     extra: dict | None = None,
+    by: Sequence[str] | None = None,
 ) -> dict[str, Path]:
-    """``report.md``, ``report.json``, ``passk_majk.png`` and ``accuracy_vs_samples.png`` in ``out_dir``."""
+    """``report.md``, ``report.json``, ``passk_majk.png``, ``accuracy_vs_samples.png`` and (runs evaluated here)
+    ``samples_excerpt.jsonl`` in ``out_dir``. ``by``: the attributes of the per-slice table (None: every attribute
+    the problems carry; ``()``: none)."""
     out = Path(out_dir)
     summary = summarize(runs)
     found = findings(runs)
+    slices = _slices(runs, by)
     methods = [m for m in summary["methods"] if m != BASE_RUN]
     payload = {
         "command": command,
@@ -265,11 +284,15 @@ def write_comparison(
         "paradigm": paradigm_rows(methods),
         "summary": summary,
         "findings": found,
+        "slices": slices,
         "runs": [r.to_dict() for r in runs],
         **(extra or {}),
     }
+    excerpt = write_excerpt([{"model": r.name, "excerpt": (r.result or {}).get("excerpt")} for r in runs], out)
+    markdown = render_comparison(runs, summary, found, warnings, command=command, slices=slices)
     return {
-        "md": atomic_write_text(out / REPORT_MD, render_comparison(runs, summary, found, warnings, command=command)),
+        **({"excerpt": excerpt} if excerpt is not None else {}),
+        "md": atomic_write_text(out / REPORT_MD, markdown),
         "json": atomic_write_text(out / REPORT_JSON, json.dumps(payload, indent=2, default=str) + "\n"),
         "passk_png": atomic_write_bytes(out / PASSK_PNG, plot_comparison_passk_majk(summary)),
         "samples_png": atomic_write_bytes(out / SAMPLES_PNG, plot_accuracy_vs_samples(runs, summary)),

@@ -55,6 +55,7 @@ class Run:
 
     def to_dict(self, per_problem: bool = True) -> dict:
         result = dict(self.result or {})
+        result.pop("excerpt", None)  # the samples have their own file (samples_excerpt.jsonl)
         if not per_problem:
             result.pop("per_problem", None)
         return {

@@ -3,7 +3,9 @@
 The expectations written in the study config before the run come first, each with its measured difference and
 whether it held; then the learning signal at the base (stage 0, when the study measures it); then every number
 comes with its interval (see :mod:`grpo_ext.methods.study.stats`); the search grid, every validation score and the
-picks are printed before any test number, so a reader sees that settings were chosen on validation.
+picks are printed before any test number, so a reader sees that settings were chosen on validation. Below the test
+table, pass@1 per slice of the test problems (:mod:`grpo_ext.methods.compare.slices`: each arm against the base per
+operation, number of operands...), so a gain that is one kind of problem only shows as such.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 
 from grpo_ext.evaluation import plots
 from grpo_ext.io import atomic_write_bytes, atomic_write_json, atomic_write_text, figure_png
+from grpo_ext.methods.compare.slices import arm_slices, arm_slices_markdown
 from grpo_ext.methods.cost import CURVE_FILE, read_json_file
 from grpo_ext.methods.study.anatomy import render_anatomy, study_anatomy
 from grpo_ext.methods.study.config import Setting, Study
@@ -96,6 +99,8 @@ def compute(study: Study, data: dict) -> dict:
         "arms": arms,
         "extensions": extensions,
         "findings": findings,
+        # pass@1 per slice of the test problems (the operation, the operands...): every attribute they carry
+        "slices": arm_slices(results, data["base"]),
         "bootstrap": BOOTSTRAP,
     }
 
@@ -211,8 +216,8 @@ def render(
             f"{_fmt(m[f'pass@{k}'])} | {'/'.join(map(str, sorted(set(arm['samples_generated']))))} | "
             f"{'/'.join(map(str, sorted(set(arm['trained_sequences']))))} |"
         )
+    lines += ["", *arm_slices_markdown(stats.get("slices") or {})]  # studies reported before slices lack them
     lines += [
-        "",
         "## Each extension against its vanilla arm (equal generated samples)",
         "",
         f"| extension | arm - reference | learning rate | pass@1 | maj@{k} | pass@{k} | samples to reach the "

@@ -1,0 +1,161 @@
+"""The Markdown of a harness report (``report.md``): the metrics' legend, a summary table, one section per model
+(every mean with its interval, the strict answer form beside pass@1, the sampling settings and stop strings), one
+section per comparison (B against A, then what moved problem by problem), the slices and the failure anatomy.
+:mod:`grpo_ext.evaluation.report` writes it beside ``report.json``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from grpo_ext.evaluation.anatomy_report import anatomy_markdown
+from grpo_ext.evaluation.formatting import signed as _signed
+from grpo_ext.evaluation.formatting import with_ci as _with_ci
+from grpo_ext.evaluation.moved import moved_markdown
+from grpo_ext.evaluation.plots import describe_task
+from grpo_ext.evaluation.registry import METRICS, keyed_metrics, scalar_metrics
+from grpo_ext.evaluation.slices import MIN_SLICE_PROBLEMS, slices_markdown
+
+__all__ = ["crossover_text", "render_markdown"]
+
+# the legend's lines: the registry's, in its order (a metric without one is covered by another's line)
+_LEGEND = [m.legend for m in METRICS.values() if m.legend]
+
+
+def _model_section(r: dict, iv: dict) -> list[str]:
+    keys = [str(k) for k in r["ks"]]
+    # one column per metric keyed by k that the result holds (older results lack pass^k)
+    columns = [m.name for m in keyed_metrics("k") if isinstance(r.get(m.name), dict)]
+    header = "| k | " + " | ".join(columns) + " |"
+    lines = [f"## {r['model']}", "", header, "|---:|" + "---:|" * len(columns)]
+    for k in keys:
+        cells = [_with_ci(r[m].get(k), iv.get(m, {}).get(k)) for m in columns]
+        lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    lines.append("")
+    cover = r.get("cover@tau") or {}
+    if cover:
+        lines += ["| tau | Cover@tau |", "|---:|---:|"]
+        lines += [f"| {t} | {_with_ci(v, iv.get('cover@tau', {}).get(t))} |" for t, v in cover.items()]
+        lines.append("")
+    p, s = r["params"], r["samples"]
+    speed = f", {s['samples_per_second']} samples/s" if s.get("samples_per_second") else ""
+    lines.append(f"- mean accuracy (mean pass@1): {_with_ci(r['mean_accuracy'], iv.get('mean_accuracy'))}")
+    if "distinct_answers" in r:
+        lines.append(
+            f"- answer diversity: {_with_ci(r['distinct_answers'], iv.get('distinct_answers'))} distinct answers per "
+            f"problem, entropy {_with_ci(r['answer_entropy'], iv.get('answer_entropy'))} bits"
+        )
+    if "strict_accuracy" in r and r.get("strict_form"):  # a task whose only form is strict has nothing to add
+        lines.append(
+            f"- strict form (`{r['strict_form']}`): {_with_ci(r['strict_share'], iv.get('strict_share'))} of samples; "
+            "strict pass@1 "
+            f"{_with_ci(r['strict_accuracy'], iv.get('strict_accuracy'))} beside pass@1 {r['mean_accuracy']:.3f} "
+            f"(right but unformatted: {r['mean_accuracy'] - r['strict_accuracy']:.3f})"
+        )
+    stops = p.get("stop")
+    stop = ", ".join(json.dumps(x) for x in stops) if stops else "none"
+    lines += [
+        f"- answers extracted: {r['answers_extracted']:.1%} of samples",
+        f"- problems: {r['n_problems']} ({r['task_id']}); samples per problem n = {r['n']}",
+        f"- sampling: temperature {p['temperature']}, top_p {p['top_p']}, max_new_tokens {p['max_new_tokens']}, "
+        f"seed {p['seed']}, stop strings {stop}, batch_size {p['batch_size']} prompts, backend {r['backend']}",
+        f"- samples: {s['total']} ({s['from_cache']} from the cache, {s['generated']} drawn in "
+        f"{s['seconds']:.1f} s{speed})",
+    ]
+    if r.get("model_fingerprint"):
+        lines.append(f"- model fingerprint: `{r['model_fingerprint']}`")
+    lines += [f"- warning: {w}" for w in r.get("warnings", [])]
+    return [*lines, ""]
+
+
+def crossover_text(c: dict, n: int) -> str:
+    """The crossover of a comparison in words."""
+    never = f"none within k <= {n}"
+    if c["leader"] is None:
+        return f"A and B have the same pass@{c['ks'][0]}: neither leads, so there is no crossover to find"
+    leader, trailer = c["leader"].upper(), "B" if c["leader"] == "a" else "A"
+    where = f"{leader} leads at k = {c['ks'][0]}"
+    if c["k"] is None:
+        return f"{where}; {trailer}'s pass@k never reaches {leader}'s: {never}"
+    low = never if c["low"] is None else str(c["low"])
+    high = never if c["high"] is None else str(c["high"])
+    share = f"; no crossover in {c['no_crossover_share']:.0%} of the resamples" if c["no_crossover_share"] else ""
+    return f"{where}; {trailer}'s pass@k reaches {leader}'s at k = {c['k']} (interval {low} to {high}{share})"
+
+
+def _comparison_section(c: dict, confidence: float) -> list[str]:
+    d = c["difference"]
+    per_k = [m.name for m in keyed_metrics("k")]
+    lines = [
+        f"## B against A: {c['b']} (B) vs {c['a']} (A)",
+        "",
+        f"Paired by problem ({c['n_problems']} problems both were scored on). Differences are B - A with "
+        f"{confidence:.0%} bootstrap intervals (bold: the interval excludes 0). Solved = pass@k >= "
+        f"{c['solved_threshold']} (at k = n: at least one of the n samples right).",
+        "",
+        "| k | " + " | ".join(f"Δ {m}" for m in per_k) + " | solved by both | only A | only B | neither |",
+        "|---:|" + "---:|" * (len(per_k) + 4),
+    ]
+    for k in c["ks"]:
+        key, o = str(k), c["solved_overlap"][str(k)]
+        cells = [_signed(d.get(m, {}).get(key)) for m in per_k]
+        counts = [str(o[f]) for f in ("both", "only_a", "only_b", "neither")]
+        lines.append(f"| {k} | " + " | ".join(cells + counts) + " |")
+    lines += ["", f"- crossover of pass@k: {crossover_text(c['crossover'], c['n'])}"]
+    for t, diff in d.get("cover@tau", {}).items():
+        lines.append(f"- Δ Cover@{t}: {_signed(diff)}")
+    for metric in scalar_metrics():
+        if metric.name in d:
+            lines.append(f"- Δ {metric.title}: {_signed(d[metric.name])}")
+    return [*lines, ""]
+
+
+def render_markdown(
+    results: Sequence[dict],
+    analysis: dict | None = None,
+    *,
+    command: str | None = None,
+    paired: Sequence[dict] = (),
+    min_slice_problems: int = MIN_SLICE_PROBLEMS,
+) -> str:
+    """The Markdown report: the metrics' legend, a summary table when there are several models, one section per
+    model (every mean with its interval when ``analysis`` is given: :func:`grpo_ext.evaluation.analysis.analyze`),
+    then one section per comparison (B against A) with what moved, then the slices and the failure anatomy.
+    ``paired``: per comparison ``{"a", "b", "moved", "slices"}`` (what :func:`~grpo_ext.evaluation.report.write_reports`
+    adds to it)."""
+    intervals = analysis["intervals"] if analysis else [{} for _ in results]
+    lines = [f"# Pass@K vs Maj@K: {describe_task(results)}", "", *_LEGEND, ""]
+    lines.append("Every value is a mean over problems, from the same n samples per problem.")
+    if analysis:
+        b = analysis["bootstrap"]
+        lines[-1] += (
+            f" In brackets: its {b['confidence']:.0%} percentile bootstrap interval over problems "
+            f"({b['n_resamples']} resamples, seed {b['seed']}); differences between models are paired by problem."
+        )
+    lines.append("")
+    if command:
+        lines += [f"Command: `{command}`", ""]
+    if len(results) > 1:
+        lines += [
+            "| model | pass@1 | pass@k max | maj@k max | k max | distinct answers |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for r, iv in zip(results, intervals, strict=True):
+            k = str(r["ks"][-1])
+            lines.append(
+                f"| {r['model']} | {_with_ci(r['pass@k'].get('1'), iv.get('pass@k', {}).get('1'))} | "
+                f"{_with_ci(r['pass@k'][k], iv.get('pass@k', {}).get(k))} | "
+                f"{_with_ci(r['maj@k'][k], iv.get('maj@k', {}).get(k))} | {k} | "
+                f"{_with_ci(r.get('distinct_answers'), iv.get('distinct_answers'))} |"
+            )
+        lines.append("")
+    for r, iv in zip(results, intervals, strict=True):
+        lines += _model_section(r, iv)
+    extra = {(p["a"], p["b"]): p for p in paired}
+    for c in (analysis or {}).get("comparisons", []):
+        if c is not None:
+            lines += _comparison_section(c, analysis["bootstrap"]["confidence"])
+            lines += moved_markdown(extra.get((c["a"], c["b"]), {}))
+    confidence = analysis["bootstrap"]["confidence"] if analysis else 0.95
+    lines += slices_markdown(results, paired, confidence, min_slice_problems) + anatomy_markdown(results)
+    return "\n".join(lines)
