@@ -19,6 +19,10 @@ do, without paged memory). A *row* is a distinct prefix, not a sample:
   ``t``-th token by inverse CDF with a counter-based uniform ``(seed_i, t)``, so a sample is the same whatever the
   batch size, whatever else is being sampled and whichever row it shares, and after a resume: exactly what the
   sample cache assumes. Greedy decoding equals ``generate``.
+- **Stop strings end a sample early** (``stop``, :class:`~grpo_ext.evaluation.stops.StopChecker`): after each token
+  the tail of the sample's text is decoded and checked, so a sample that has written its stop string stops costing
+  decode steps at once (its row, or its share of a row, is freed); its tokens up to there are those it draws
+  without stop strings.
 - **A fixed-shape step for CUDA** (:mod:`grpo_ext.evaluation.static_step`, ``decode``): the step can read the whole
   cache with a full-width mask and keep its shapes, so that ``torch.compile`` captures it once (CUDA graphs).
 
