@@ -206,7 +206,9 @@ def sample_stream(
     ``batch_size * n`` slots, at most :data:`MAX_SLOTS`) where the model allows it and falls back to ``generate``
     otherwise; True asks for it (a warning when it cannot run); False always uses ``generate``. The model is in eval
     mode while sampling. Each text is cut before ``params.stop``'s stop string completed first; both paths end a
-    sample at the token that completes it, so a sample with stop strings is the sample without them, cut.
+    sample at the token that completes it. The continuous sampler's sample with stop strings is its sample without
+    them, cut (each sample has its own random stream); the ``generate`` fallback's were too on CPU in the tests (its
+    stream is the batch's: a finished row still draws, discarded, so the other rows' draws did not move).
     """
     prompts = list(prompts)
     if not prompts:
