@@ -413,7 +413,8 @@ def continuous_sample(
     ``seeds[j]`` holds one 64-bit seed per sample of prompt ``j`` (so ``len(seeds[j])`` samples are drawn; a prompt
     with none yields nothing). A sample ends with an EOS token (kept in its ids), a stop string (``stop``) or after
     ``max_new_tokens``. At most ``slots`` rows (distinct prefixes) decode at once; ``prefill_batch`` prompts are
-    prefilled a forward pass at a time. Raises :class:`ContinuousUnsupported` before yielding anything when the model cannot be decoded this way.
+    prefilled a forward pass at a time. Raises :class:`ContinuousUnsupported` before yielding anything when the model
+    cannot be decoded this way.
 
     ``decode`` picks the decode step (:mod:`grpo_ext.evaluation.static_step`: ``eager``, ``static``, ``compiled`` or
     ``auto``); the samples do not depend on it. ``compile_options`` are ``torch.compile``'s for ``compiled`` (default
