@@ -16,6 +16,12 @@ from grpo_ext.validation import check_training_ranges
 ZERO_STD_GROUPS = ("keep", "skip", "refill")
 KL_CONTROLLERS = tuple(KL_CONTROLLER_REGISTRY)  # the registry's names, for the field's choices
 GENERATION_BACKENDS = ("trl", "sampler")
+#: Why `stop_strings` needs `generation_backend: sampler` (the config's error, and the trainer's when the args change).
+STOP_STRINGS_NEED_SAMPLER = (
+    "stop_strings: honoured by generation_backend `sampler` only; TRL 1.16's generation cannot honour them (its "
+    "`generate` call passes no tokenizer, which transformers needs to read stop strings; with use_vllm, vLLM's own "
+    "`stop` goes in generation_kwargs): set generation_backend: sampler or remove stop_strings"
+)
 
 
 def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -121,6 +127,15 @@ class GRPOExtConfig(GRPOConfig):
         sampler_decode (`str`, *optional*, defaults to `"auto"`):
             With `generation_backend: sampler`, the decode step: `"auto"` (compiled on CUDA, eager elsewhere),
             `"eager"`, `"static"` (fixed shapes, not compiled) or `"compiled"`; the samples do not depend on it.
+        stop_strings (`list[str]` or `None`, *optional*, defaults to `None`):
+            With `generation_backend: sampler`, strings that end a completion (e.g. `["Question:"]`: a base model
+            answers, then invents the next question): a completion ends at the token that completes one, and keeps
+            its ids up to and including that token (what transformers' `generate` with `stop_strings` keeps; no EOS
+            is added), so reward functions see the stop string at the end of the text. `None`: EOS and
+            `max_completion_length` only (TRL's behaviour). TRL's own generation cannot honour them (TRL 1.16 passes
+            no tokenizer to `generate`), so they are an error with `generation_backend: trl`, in `generation_kwargs`,
+            and with `mask_truncated_completions` (a completion ended by a stop string has no EOS and would be
+            masked as truncated).
     """
 
     # --- advantages (DeepSeekMath 4.1.2-4.1.3, 5.2.1) ---
@@ -223,6 +238,13 @@ class GRPOExtConfig(GRPOConfig):
         default="auto",
         metadata={"help": "generation_backend `sampler`: auto (compiled on CUDA), eager, static or compiled."},
     )
+    stop_strings: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "generation_backend `sampler`: strings that end a completion (its ids kept up to the token that "
+            "completes one, as transformers' generate keeps them); unset: EOS and max_completion_length only (TRL)."
+        },
+    )
 
     def __post_init__(self):
         super().__post_init__()
@@ -238,6 +260,7 @@ class GRPOExtConfig(GRPOConfig):
         _choice("generation_backend", self.generation_backend, GENERATION_BACKENDS)
         if self.generation_backend == "sampler" and self.use_vllm:
             raise UserError("generation_backend: `sampler` and use_vllm both generate the completions; pick one")
+        self._check_stop_strings()
         if self.step_separator == "":
             raise UserError("step_separator: must be a non-empty string")
         self._check_process_reward_model()
@@ -256,6 +279,29 @@ class GRPOExtConfig(GRPOConfig):
                     f"x steps_per_generation ({local}) must be a multiple of num_generations ({self.num_generations})"
                 )
         check_training_ranges(self)  # TRL's numbers too; GRPOExtTrainer checks again (a config can change after this)
+
+    def _check_stop_strings(self) -> None:
+        if isinstance(self.stop_strings, str):  # one string from Python code: one stop string, not its characters
+            self.stop_strings = [self.stop_strings]
+        if self.stop_strings is not None:
+            self.stop_strings = list(self.stop_strings)
+            bad = [s for s in self.stop_strings if not isinstance(s, str) or not s]
+            if bad:  # an empty string would end every completion before it starts
+                raise UserError(f"stop_strings: must hold non-empty strings, got {bad[0]!r}")
+        if (self.generation_kwargs or {}).get("stop_strings") is not None:
+            raise UserError(
+                "generation_kwargs: stop_strings cannot go here (TRL 1.16's generate passes no tokenizer, which "
+                "transformers needs to read them); use the stop_strings field with generation_backend: sampler"
+            )
+        if not self.stop_strings:
+            return
+        if self.generation_backend != "sampler":
+            raise UserError(STOP_STRINGS_NEED_SAMPLER)
+        if self.mask_truncated_completions:
+            raise UserError(
+                "stop_strings: a completion ended by a stop string has no EOS, so mask_truncated_completions would "
+                "mask it as truncated; not both"
+            )
 
     def _check_process_reward_model(self) -> None:
         step_tag_fields = [f"process_reward_model_{n}" for n in ("step_tag", "good_token", "bad_token")]

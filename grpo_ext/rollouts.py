@@ -6,6 +6,12 @@ prompt once for its group, refills slots as samples end, and on a GPU replays th
 it stands in for `generate` behind TRL's `_generate_single_turn`, returning what TRL returns there: each row's new
 token ids up to and including its first EOS, at most `max_new_tokens` of them.
 
+Stop strings (`GRPOExtConfig.stop_strings`, this backend only): a row also ends at the token that completes a stop
+string, and its ids are kept up to and including that token, with no EOS after it: what transformers' `generate`
+with `stop_strings` keeps (it stops the row there; the reward functions see the stop string at the end of the text,
+as TRL decodes the ids). TRL 1.16's own `generate` call passes no tokenizer, which transformers needs to read stop
+strings, so the config refuses them with `generation_backend: trl` rather than fail at the first step.
+
 Pure plumbing between TRL's generation settings and the sampler: :func:`sampler_settings` reads TRL's resolved
 generation kwargs once (refusing what the sampler cannot honour), :func:`sample_completions` draws one batch.
 """
@@ -13,12 +19,14 @@ generation kwargs once (refusing what the sampler cannot honour), :func:`sample_
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from grpo_ext.config import STOP_STRINGS_NEED_SAMPLER
 from grpo_ext.errors import UserError
 from grpo_ext.evaluation.continuous import ContinuousUnsupported, continuous_sample
 from grpo_ext.evaluation.sampling import MAX_SLOTS, derive_seed, sample_seed
 from grpo_ext.evaluation.static_step import DECODE_MODES
+from grpo_ext.evaluation.stops import StopChecker, check_stop
 
 __all__ = ["SamplerSettings", "rollout_seed", "sample_completions", "sampler_settings", "sampler_settings_of"]
 
@@ -41,6 +49,8 @@ class SamplerSettings:
     eos_ids: tuple[int, ...]
     pad_id: int
     decode: str
+    #: None: no stop strings (EOS and the length budget end a row, TRL's behaviour)
+    stop: StopChecker | None = field(default=None, compare=False)
 
 
 def _token_ids(value) -> tuple[int, ...]:
@@ -49,9 +59,24 @@ def _token_ids(value) -> tuple[int, ...]:
     return tuple(int(v) for v in value) if isinstance(value, (list, tuple)) else (int(value),)
 
 
-def sampler_settings(generation_kwargs: dict, decode: str, eos_ids: Sequence[int], pad_id: int) -> SamplerSettings:
+def sampler_settings(
+    generation_kwargs: dict,
+    decode: str,
+    eos_ids: Sequence[int],
+    pad_id: int,
+    *,
+    stop_strings: Sequence[str] | None = None,
+    tokenizer=None,
+) -> SamplerSettings:
     """The sampler's settings from TRL's resolved generation kwargs (its fields merged with the config's
-    `generation_kwargs`), or a `UserError` naming every entry it cannot honour."""
+    `generation_kwargs`), or a `UserError` naming every entry it cannot honour. ``stop_strings`` (read with
+    ``tokenizer``) end a row at the token that completes one (module docstring)."""
+    try:
+        stop_strings = check_stop(stop_strings, "stop_strings")
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    if stop_strings and tokenizer is None:
+        raise ValueError("sampler_settings: stop_strings need the tokenizer that reads them")
     if decode not in DECODE_MODES:
         raise UserError(f"sampler_decode: unknown value {decode!r}; expected one of {', '.join(DECODE_MODES)}")
     kwargs = dict(generation_kwargs)
@@ -78,6 +103,7 @@ def sampler_settings(generation_kwargs: dict, decode: str, eos_ids: Sequence[int
         eos_ids=tuple(eos_ids) or _token_ids(kwargs.get("eos_token_id")),
         pad_id=int(pad_id),
         decode=decode,
+        stop=StopChecker(tokenizer, stop_strings) if stop_strings else None,
     )
 
 
@@ -85,6 +111,8 @@ def sampler_settings_of(trainer) -> SamplerSettings | None:
     """A built GRPO trainer's sampler settings when its `generation_backend` is `sampler` (None otherwise), checked
     before any step: plain text completions only (no tools, vision-language models or rollout_func)."""
     if trainer.args.generation_backend != "sampler":
+        if trainer.args.stop_strings:  # checked in the config too; the args may have changed since
+            raise UserError(STOP_STRINGS_NEED_SAMPLER)
         return None
     unsupported = [
         what for what, used in (("tools", trainer.tools), ("vision-language models", trainer._is_vlm)) if used
@@ -96,7 +124,14 @@ def sampler_settings_of(trainer) -> SamplerSettings | None:
         )
     tokenizer = trainer._tokenizer
     pad = tokenizer.eos_token_id if tokenizer.pad_token_id is None else tokenizer.pad_token_id
-    return sampler_settings(trainer.generation_kwargs, trainer.args.sampler_decode, trainer.eos_token_ids, pad)
+    return sampler_settings(
+        trainer.generation_kwargs,
+        trainer.args.sampler_decode,
+        trainer.eos_token_ids,
+        pad,
+        stop_strings=trainer.args.stop_strings,
+        tokenizer=tokenizer,
+    )
 
 
 def rollout_seed(seed: int, rollout: int, process: int) -> int:
@@ -108,7 +143,8 @@ def rollout_seed(seed: int, rollout: int, process: int) -> int:
 def sample_completions(
     model, prompt_ids: Sequence[Sequence[int]], prompts: Sequence, seed: int, settings: SamplerSettings
 ) -> list[list[int]]:
-    """One completion (new token ids, the EOS kept) per row: rows of the same prompt share its prefill, and the
+    """One completion (new token ids, the EOS kept; or up to the token that completes a stop string of
+    ``settings.stop``, kept) per row: rows of the same prompt share its prefill, and the
     ``i``-th row of a prompt is its sample ``i`` seeded as the harness seeds it (``sample_seed(seed, prompt, i)``), so
     ``grpo_ext.evaluation.sampling.sample`` with that seed draws the same completions. ``prompts`` are the rows'
     prompts (strings or conversations), ``prompt_ids`` their token ids."""
@@ -139,6 +175,7 @@ def sample_completions(
             eos_ids=settings.eos_ids,
             pad_id=settings.pad_id,
             decode=settings.decode,
+            stop=settings.stop,
         ):
             drawn[j] = samples
     except ContinuousUnsupported as why:

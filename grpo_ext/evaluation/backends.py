@@ -7,6 +7,10 @@
 - :class:`VLLMBackend`: vLLM's offline ``LLM``, one request per prompt with ``SamplingParams(n=...)`` (vLLM
   shares the prompt's prefix across the ``n`` samples itself). vLLM is imported only when this backend is built.
 
+Both honour ``SamplingParams.stop`` as lm-eval's ``until`` does (a sample's text is cut before its stop string):
+the transformers backend ends the sample at the token that completes it (:mod:`grpo_ext.evaluation.stops`), vLLM
+through its own ``stop``.
+
 :func:`load_backend` picks one by name: ``auto`` is vLLM when it is importable and a CUDA GPU is present,
 transformers otherwise.
 """
@@ -22,6 +26,7 @@ from pathlib import Path
 from grpo_ext.errors import UserError, check_tokenizer, check_weights
 from grpo_ext.evaluation.cache import model_fingerprint  # re-exported: callers import it from here too
 from grpo_ext.evaluation.sampling import SamplingParams, derive_seed, sample, sample_stream
+from grpo_ext.evaluation.stops import cut_at_stop
 from grpo_ext.models import resolve_model_path
 
 logger = logging.getLogger(__name__)
@@ -304,7 +309,14 @@ class VLLMBackend(Backend):
         self.fingerprint = fingerprint
 
     def requests(self, prompts: Sequence[str], params: SamplingParams) -> list:
-        """One vLLM ``SamplingParams`` per prompt (its own seed, so a prompt's samples do not depend on the batch)."""
+        """One vLLM ``SamplingParams`` per prompt (its own seed, so a prompt's samples do not depend on the batch).
+
+        Stop strings go to vLLM's ``stop``: vLLM ends a sample when its new text holds one and hands back the text
+        before it (``include_stop_str_in_output`` off, its default), as :func:`~grpo_ext.evaluation.stops.cut_at_stop`
+        cuts (vLLM takes the first stop string *in list order* among those the last token completed, which differs
+        only where two of them complete at the same token). Passed only when there are some (the request is then the
+        one it always was)."""
+        stop = {"stop": list(params.stop)} if params.stop else {}
         return [
             self.sampling_params_cls(
                 n=params.n,
@@ -312,6 +324,7 @@ class VLLMBackend(Backend):
                 top_p=float(params.top_p) if params.temperature > 0 else 1.0,
                 max_tokens=params.max_new_tokens,
                 seed=derive_seed(params.seed, params.n, prompt) % (2**31),
+                **stop,
             )
             for prompt in prompts
         ]
@@ -326,7 +339,9 @@ class VLLMBackend(Backend):
         outputs = self.llm.generate(prompts, self.requests(prompts, params), **kwargs)
         if len(outputs) != len(prompts):
             raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(prompts)} prompts")
-        return [[completion.text for completion in output.outputs] for output in outputs]
+        # vLLM has cut each text already; cutting again changes nothing then, and keeps the harness's contract with
+        # an engine (or a fake) that does not honour `stop`
+        return [[cut_at_stop(completion.text, params.stop) for completion in output.outputs] for output in outputs]
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -5,9 +5,9 @@ adapter's base model), so a model folder retrained in place, a base replaced und
 never reuses the samples of the old model.
 
 Record fields: ``model``, ``model_fingerprint``, ``task``, ``problem_id``, ``sample_index``, ``params`` (the
-:meth:`SamplingParams.key` of the draw), ``prompt`` and ``completion``. Verdicts (extracted answer, correct or
-not) are *not* stored: the report recomputes them with the task's checker, so another checker or other k values
-can be scored from the same samples without sampling again.
+:meth:`SamplingParams.key` of the draw: its stop strings too, when it has some), ``prompt`` and ``completion``.
+Verdicts (extracted answer, correct or not) are *not* stored: the report recomputes them with the task's checker, so
+another checker or other k values can be scored from the same samples without sampling again.
 
 Crash safety: records are appended a batch at a time and flushed (``fsync``) after each batch, so a killed run
 loses at most the batch in flight. On load, a last line without its newline (a write torn by a crash) or that

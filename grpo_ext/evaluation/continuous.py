@@ -19,6 +19,10 @@ do, without paged memory). A *row* is a distinct prefix, not a sample:
   ``t``-th token by inverse CDF with a counter-based uniform ``(seed_i, t)``, so a sample is the same whatever the
   batch size, whatever else is being sampled and whichever row it shares, and after a resume: exactly what the
   sample cache assumes. Greedy decoding equals ``generate``.
+- **Stop strings end a sample early** (``stop``, :class:`~grpo_ext.evaluation.stops.StopChecker`): after each token
+  the tail of the sample's text is decoded and checked, so a sample that has written its stop string stops costing
+  decode steps at once (its row, or its share of a row, is freed); its tokens up to there are those it draws
+  without stop strings.
 - **A fixed-shape step for CUDA** (:mod:`grpo_ext.evaluation.static_step`, ``decode``): the step can read the whole
   cache with a full-width mask and keep its shapes, so that ``torch.compile`` captures it once (CUDA graphs).
 
@@ -32,7 +36,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -114,6 +118,7 @@ class _Decoder:
         top_k=0,
         min_p=None,
         kv_budget=None,
+        stop=None,
     ):
         if getattr(model.config, "is_encoder_decoder", False):
             raise ContinuousUnsupported("encoder-decoder model")
@@ -130,6 +135,7 @@ class _Decoder:
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
         self.filters = {"top_k": top_k, "min_p": min_p}  # off by default (the harness's sampling)
         self.prefill_batch, self.eos, self.pad_id = prefill_batch, frozenset(eos_ids), pad_id
+        self.stop = stop  # None, or new token ids -> whether they now hold a stop string (stops.StopChecker)
         self.keep_logits = {"logits_to_keep": 1} if _forward_accepts(model, "logits_to_keep") else {}
         self.device = next(model.parameters()).device
         # samples: id q = offset[j] + i for sample i of prompt j
@@ -160,12 +166,25 @@ class _Decoder:
 
     # ---- samples --------------------------------------------------------------------------------------------------
 
+    def ends(self, tokens: list[int]) -> bool:
+        """Whether a sample whose new tokens are ``tokens`` ends after the last one: EOS (kept), the length budget,
+        or a stop string that it completes (kept too: the caller cuts the text). A sample that ends frees its share of
+        the row (the whole slot when it was alone on it) and costs no further decode step."""
+        return (
+            tokens[-1] in self.eos
+            or len(tokens) >= self.max_new_tokens
+            or (self.stop is not None and self.stop(tokens))
+        )
+
     def branch(self, row: _Row, tokens: list[int]) -> Iterator:
         """Split ``row``'s samples by the token each drew: finished samples yield their prompt when it completes;
         returns (via StopIteration) ``[(token, samples)]`` of those that go on, largest group first."""
         going: dict[int, list[int]] = {}
+        ended: dict[int, bool] = {}  # by token: the samples of a row that drew the same token end together
         for q, token in zip(row.samples, tokens, strict=True):
-            if token in self.eos or len(row.history) + 1 >= self.max_new_tokens:
+            if token not in ended:
+                ended[token] = self.ends([*row.history, token])
+            if ended[token]:
                 yield from self.finish(q, [*row.history, token])
             else:
                 going.setdefault(token, []).append(q)
@@ -333,7 +352,7 @@ class _Decoder:
             if len(tokens) == 1:  # one sample on the row (most rows, once samples diverge): nothing to branch
                 token = tokens[0]
                 row.history.append(token)  # a row's history is its own: forks and finished samples take copies
-                if token in self.eos or len(row.history) >= self.max_new_tokens:
+                if self.ends(row.history):
                     yield from self.finish(row.samples[0], row.history)
                     self.rows[slot] = None
                 else:
@@ -387,13 +406,15 @@ def continuous_sample(
     top_k: int = 0,
     min_p: float | None = None,
     kv_budget: int | None = None,
+    stop: Callable[[list[int]], bool] | None = None,
 ) -> Iterator[tuple[int, list[list[int]]]]:
     """Yield ``(prompt index, its samples' new token ids)`` as each prompt's samples are all finished.
 
     ``seeds[j]`` holds one 64-bit seed per sample of prompt ``j`` (so ``len(seeds[j])`` samples are drawn; a prompt
-    with none yields nothing). A sample ends with an EOS token (kept in its ids) or after ``max_new_tokens``. At most
-    ``slots`` rows (distinct prefixes) decode at once; ``prefill_batch`` prompts are prefilled a forward pass at a
-    time. Raises :class:`ContinuousUnsupported` before yielding anything when the model cannot be decoded this way.
+    with none yields nothing). A sample ends with an EOS token (kept in its ids), a stop string (``stop``) or after
+    ``max_new_tokens``. At most ``slots`` rows (distinct prefixes) decode at once; ``prefill_batch`` prompts are
+    prefilled a forward pass at a time. Raises :class:`ContinuousUnsupported` before yielding anything when the model
+    cannot be decoded this way.
 
     ``decode`` picks the decode step (:mod:`grpo_ext.evaluation.static_step`: ``eager``, ``static``, ``compiled`` or
     ``auto``); the samples do not depend on it. ``compile_options`` are ``torch.compile``'s for ``compiled`` (default
@@ -401,6 +422,9 @@ def continuous_sample(
     ``min_p`` (None: off) restrict the draws as ``generate`` does (after the temperature, around the top-p nucleus).
     ``kv_budget``: the bytes the slots' keys/values may take (None: :data:`KV_MEMORY_SHARE` of the device's free
     memory); fewer slots than ``slots`` decode when they would not fit, and the samples do not change.
+    ``stop``: called with a sample's new token ids after each token (:class:`~grpo_ext.evaluation.stops.StopChecker`);
+    True ends the sample there, its last token kept (the caller cuts the text), as ``generate`` with
+    ``stop_strings`` ends a row. The sample's tokens up to there are those it draws without ``stop``.
     """
     for name, value in (("max_new_tokens", max_new_tokens), ("slots", slots), ("prefill_batch", prefill_batch)):
         if value < 1:  # 0 slots would never decode, 0 prefill_batch never prefill
@@ -421,5 +445,6 @@ def continuous_sample(
         top_k=top_k,
         min_p=min_p,
         kv_budget=kv_budget,
+        stop=stop,
     )
     yield from decoder.run()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import logging
 import math
 from collections.abc import Iterator, Sequence
@@ -28,6 +29,7 @@ from tqdm.auto import tqdm
 
 from grpo_ext.evaluation.continuous import ContinuousUnsupported, continuous_sample, left_pad
 from grpo_ext.evaluation.static_step import DECODE_MODES
+from grpo_ext.evaluation.stops import StopChecker, check_stop, cut_at_stop, stop_criteria
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +56,9 @@ class SamplingParams:
     per forward batch (each expanded to ``n`` sequences, so a batch holds ``batch_size * n`` rows). ``decode`` is the
     continuous sampler's decode step (:mod:`grpo_ext.evaluation.static_step`): ``auto`` (compiled, CUDA graphs, where
     the model is on CUDA; the eager step elsewhere), ``eager``, ``static`` (fixed shapes, not compiled) or
-    ``compiled``.
+    ``compiled``. ``stop``: stop strings (:mod:`grpo_ext.evaluation.stops`): a sample ends as soon as its text holds
+    one, and its text is cut before the one completed first, as lm-eval's ``until`` cuts it (empty: EOS and
+    ``max_new_tokens`` only).
     """
 
     n: int = 1
@@ -67,6 +71,8 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
 
     def __post_init__(self):
+        # a list (from JSON or YAML) or one string is accepted and kept as a tuple: the dataclass stays hashable
+        object.__setattr__(self, "stop", check_stop(self.stop, "SamplingParams.stop"))
         for name in ("n", "max_new_tokens", "batch_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -89,11 +95,18 @@ class SamplingParams:
         the rest), and so are ``batch_size`` and ``decode`` (execution details: every decode step attends to the same
         keys/values and draws with the same per-sample uniforms, so the samples are the same, tests/
         test_static_decode.py; on a GPU, as across batch sizes, only float rounding of the kernels may differ).
+
+        ``stop`` is in the key when it is not empty (samples cut elsewhere are other samples), as the sorted set of
+        its strings (the cut does not depend on their order or repeats); without stop strings the key is the one
+        the cache and the committed reports have always used.
         """
-        return (
+        key = (
             f"temperature={float(self.temperature)!r},top_p={float(self.top_p)!r},"
             f"max_new_tokens={self.max_new_tokens},seed={self.seed}"
         )
+        if self.stop:
+            key += f",stop={json.dumps(sorted(set(self.stop)), ensure_ascii=True)}"
+        return key
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -148,17 +161,33 @@ def _seeds(params: SamplingParams, prompt) -> list[int]:
 
 def _generate_fallback(model, tokenizer, prompts: list, params: SamplingParams, gen_kwargs: dict, device):
     """Plain ``generate(num_return_sequences=n)`` a batch of ``batch_size`` prompts at a time (models the
-    continuous engine cannot decode): each batch seeded from its prompts, inside ``fork_rng``."""
+    continuous engine cannot decode): each batch seeded from its prompts, inside ``fork_rng``. Stop strings end a row
+    through a stopping criterion that reads its new tokens as the continuous sampler does (not transformers'
+    ``stop_strings``, which also reads the prompt: :mod:`grpo_ext.evaluation.stops`); the texts are cut after."""
     fork_devices = [device] if device.type == "cuda" else []
     for start in range(0, len(prompts), params.batch_size):
         batch = prompts[start : start + params.batch_size]
         enc = encode_prompts(tokenizer, batch, device)
+        width = enc["input_ids"].shape[1]
         with torch.random.fork_rng(devices=fork_devices):
             torch.manual_seed(derive_seed(params.seed, params.n, *map(str, batch)))
-            generated = model.generate(**enc, num_return_sequences=params.n, **gen_kwargs)
-        texts = tokenizer.batch_decode(generated[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+            generated = model.generate(
+                **enc,
+                num_return_sequences=params.n,
+                stopping_criteria=stop_criteria(tokenizer, params.stop, width),
+                **gen_kwargs,
+            )
+        texts = tokenizer.batch_decode(generated[:, width:], skip_special_tokens=True)
+        texts = [cut_at_stop(text, params.stop) for text in texts]
         for i in range(len(batch)):
             yield start + i, texts[i * params.n : (i + 1) * params.n]
+
+
+def _texts(tokenizer, samples: list[list[int]], stop: tuple[str, ...]) -> list[str]:
+    """The samples' texts, special tokens stripped, each cut before its stop string (the sampler ended it with the
+    token that completed it)."""
+    texts = tokenizer.batch_decode(samples, skip_special_tokens=True)
+    return [cut_at_stop(text, stop) for text in texts] if stop else texts
 
 
 @torch.no_grad()
@@ -176,7 +205,10 @@ def sample_stream(
     ``continuous``: None (default) decodes with continuous batching (:mod:`grpo_ext.evaluation.continuous`,
     ``batch_size * n`` slots, at most :data:`MAX_SLOTS`) where the model allows it and falls back to ``generate``
     otherwise; True asks for it (a warning when it cannot run); False always uses ``generate``. The model is in eval
-    mode while sampling.
+    mode while sampling. Each text is cut before ``params.stop``'s stop string completed first; both paths end a
+    sample at the token that completes it. The continuous sampler's sample with stop strings is its sample without
+    them, cut (each sample has its own random stream); the ``generate`` fallback's were too on CPU in the tests (its
+    stream is the batch's: a finished row still draws, discarded, so the other rows' draws did not move).
     """
     prompts = list(prompts)
     if not prompts:
@@ -203,6 +235,7 @@ def sample_stream(
                 eos_ids=[] if eos is None else [eos],
                 pad_id=pad,
                 decode=params.decode,
+                stop=StopChecker(tokenizer, params.stop) if params.stop else None,
             )
             try:
                 first = next(stream, None)
@@ -211,7 +244,7 @@ def sample_stream(
                 stream = None
             else:
                 stream = itertools.chain([first] if first else [], stream)
-                stream = ((j, tokenizer.batch_decode(samples, skip_special_tokens=True)) for j, samples in stream)
+                stream = ((j, _texts(tokenizer, samples, params.stop)) for j, samples in stream)
         if stream is None:
             gen_kwargs = {"max_new_tokens": params.max_new_tokens, "pad_token_id": pad, "eos_token_id": eos}
             if params.temperature > 0:
