@@ -53,6 +53,15 @@ QUICK = {
     "online": "--per_device_train_batch_size 16 --num_generations 4 --max_completion_length 32 "
     "--sample_max_new_tokens 32 --sample_budget 32 --curve_n 2",
 }
+# --quick on a real base's tokenizer (the rehearsal): a 49k-token vocabulary makes every logit row 49k wide, so the
+# batches are smaller than on the embedded model (same equal budgets: 16 samples, 2 steps)
+QUICK_REHEARSAL = {
+    "sft": "--per_device_train_batch_size 4 --sample_budget 0",
+    "rft": "--per_device_train_batch_size 4 --samples_per_prompt 2 --sample_max_new_tokens 16 --sample_budget 16",
+    "dpo": "--per_device_train_batch_size 2 --samples_per_prompt 2 --sample_max_new_tokens 16 --sample_budget 16",
+    "online": "--per_device_train_batch_size 8 --num_generations 4 --max_completion_length 16 "
+    "--sample_max_new_tokens 16 --sample_budget 16 --curve_n 2",
+}
 QUICK_EVALUATION = {"limit": 6, "n": 4, "max_new_tokens": 32, "n_by": ()}
 # --quick on a real base: the rehearsal model (a tiny random model with the base's tokenizer), kept between runs
 TINY_MODELS = ROOT / "outputs" / "tiny_models"
@@ -134,9 +143,10 @@ def main(argv: list[str]) -> dict:
         # fewer problems and samples, written into the study so its report says what was scored; a validation metric
         # these samples cannot report fails here, before any training
         study.validation, study.test = (replace(e, **QUICK_EVALUATION) for e in (study.validation, study.test))
+    rehearsal = args.quick and not args.model and study.base != "embedded"
     if args.model:
         study.base = args.model
-    elif args.quick and study.base != "embedded":  # a rehearsal of a real study: a tiny model with its tokenizer
+    elif rehearsal:  # a rehearsal of a real study: a tiny model with its tokenizer
         from grpo_ext.methods.study.rehearsal import tiny_model_like
 
         name = Path(str(study.base)).name
@@ -158,7 +168,7 @@ def main(argv: list[str]) -> dict:
         "quick": args.quick,
         "progress": not (args.no_progress or args.quick),
         "quick_flags": QUICK_COMMON,
-        "quick_method_flags": QUICK,
+        "quick_method_flags": QUICK_REHEARSAL if args.quick and rehearsal else QUICK,
     }
     from grpo_ext.methods.study.runs import check_stop_support
 
@@ -208,7 +218,9 @@ def main(argv: list[str]) -> dict:
     from grpo_ext.methods.study.report import write_study_report
 
     paths = write_study_report(study, out, picks, options)
-    paths.update(write_expectations(study, out, picks))
+    if study.baselines or any(e.slice or e.slices for e in study.expectations.values()):
+        # what report.py does not judge yet: expectations against a baseline, and on slices, in their own file
+        paths.update(write_expectations(study, out, picks))
     end = time.perf_counter()
     record = {
         "command": "python scripts/run_methods.py " + " ".join(argv),

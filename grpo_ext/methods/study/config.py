@@ -233,9 +233,9 @@ def _baselines(spec, arms: list[Arm], where: str) -> list[Baseline]:
     return out
 
 
-def _check_n_by(study: Study, where: str) -> None:
-    names = study.run_names()
-    for evaluation in (study.validation, study.test):
+def _check_n_by(evaluations, names: list[str], where: str) -> None:
+    """Every name of an evaluation's `n_by` is a run of the study (before the expectations are checked against it)."""
+    for evaluation in evaluations:
         for name, _ in evaluation.n_by:
             if name not in names:
                 raise UserError(f"{where}: {evaluation.split}.n_by.{name}: unknown run; expected one of {names}")
@@ -299,6 +299,7 @@ def load_study(path: str | Path) -> Study:
     if evaluations["validation"].split == evaluations["test"].split:
         raise UserError(f"{path}: validation.split and test.split must differ (picks are never made on test)")
     baselines = _baselines(data.get("baselines"), arms, f"{path}: baselines")
+    _check_n_by(evaluations.values(), [BASE, *(b.name for b in baselines), *(a.name for a in arms)], str(path))
     test = evaluations["test"]
     study = Study(
         arms,
@@ -321,7 +322,6 @@ def load_study(path: str | Path) -> Study:
         baselines=baselines,
         budget=dict(_mapping(data.get("budget"), f"{path}: budget")),
     )
-    _check_n_by(study, str(path))
     study.signal = _signal(data.get("signal"), arms, study.configs_dir, f"{path}: signal")
     for name, ext in study.extensions.items():
         for role in ("arm", "against"):
