@@ -43,7 +43,7 @@ def tiny_chat_model(tmp_path_factory):
 
 RUN_FLAGS = [
     "--train_size", "4", "--max_steps", "1", "--gradient_accumulation_steps", "1", "--curve_every", "0",
-    "--disable_tqdm", "true", "--max_length", "1024",
+    "--disable_tqdm", "true",
 ]  # fmt: skip
 
 
@@ -67,6 +67,7 @@ def test_every_runner_trains_a_lora_policy_on_the_chat_task(method, tiny_chat_mo
     flags += ["--task_kwargs", json.dumps({**TASK_KWARGS, "num_fewshot": 0})]  # byte tokens: keep prompts short
     if method in ("rft", "dpo"):
         flags += ["--samples_per_prompt", "2", "--sample_budget", "8", "--per_device_train_batch_size", "2"]
+        flags += ["--max_length", "1024"]
     elif method != "sft":
         flags += ["--per_device_train_batch_size", "8", "--num_generations", "4", "--max_completion_length", "8"]
         flags += ["--sample_budget", "8"]
@@ -91,7 +92,16 @@ def test_rft_without_a_correct_sample_keeps_the_base(tiny_chat_model, tmp_path):
     config = ROOT / "configs" / "real" / "methods" / "rft.yaml"
     flags = ["--model_name_or_path", str(tiny_chat_model), "--output_dir", str(tmp_path), *RUN_FLAGS]
     flags += ["--task_kwargs", json.dumps({**TASK_KWARGS, "num_fewshot": 0})]
-    flags += ["--samples_per_prompt", "2", "--sample_budget", "8", "--sample_max_new_tokens", "4"]
+    flags += [
+        "--samples_per_prompt",
+        "2",
+        "--sample_budget",
+        "8",
+        "--sample_max_new_tokens",
+        "4",
+        "--max_length",
+        "1024",
+    ]
     cost = run_method(["--config", str(config), *flags])
     assert cost["optimizer_steps"] == 0 and "no training examples" in cost["details"]["no_training_data"]
     assert cost["samples_generated"] == 8

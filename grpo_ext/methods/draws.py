@@ -11,7 +11,14 @@ import time
 
 from grpo_ext.evaluation.sampling import SamplingParams
 
-__all__ = ["as_completion", "cut_at_stop", "dpo_pairs", "draw_from_base", "rft_examples"]
+__all__ = ["as_completion", "cut_at_stop", "dpo_pairs", "distinct_prompts", "draw_from_base", "rft_examples"]
+
+
+def distinct_prompts(prompts) -> int:
+    """How many different prompts: a chat prompt (a list of messages) is compared by its JSON."""
+    import json
+
+    return len({p if isinstance(p, str) else json.dumps(p, sort_keys=True) for p in prompts})
 
 
 def cut_at_stop(text: str, stops) -> str:

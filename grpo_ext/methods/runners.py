@@ -36,7 +36,14 @@ from grpo_ext.methods.cost import (
     write_json_file,
 )
 from grpo_ext.methods.curve import add_learning_curve
-from grpo_ext.methods.draws import as_completion, cut_at_stop, dpo_pairs, draw_from_base, rft_examples
+from grpo_ext.methods.draws import (
+    as_completion,
+    cut_at_stop,
+    distinct_prompts,
+    dpo_pairs,
+    draw_from_base,
+    rft_examples,
+)
 from grpo_ext.methods.paradigm import Method, get_method
 
 logger = logging.getLogger(__name__)
@@ -142,7 +149,7 @@ def run_rft(ctx: RunContext):
     ctx.details.update(
         correct_samples=n_correct,
         unique_correct=len(kept_completions),
-        prompts_with_a_correct_sample=len(set(kept_prompts)),
+        prompts_with_a_correct_sample=distinct_prompts(kept_prompts),
         prompts=len(prompts),
     )
     return _sft_trainer(ctx, kept_prompts, kept_completions)
@@ -155,7 +162,9 @@ def run_dpo(ctx: RunContext):
 
     prompts, answers, samples = draw_from_base(ctx)
     pairs = dpo_pairs(ctx.task, prompts, answers, samples, ctx.method_args.dpo_pairs_per_prompt, ctx.training_args.seed)
-    ctx.details.update(pairs=len(pairs), prompts_with_pairs=len({p["prompt"] for p in pairs}), prompts=len(prompts))
+    ctx.details.update(
+        pairs=len(pairs), prompts_with_pairs=distinct_prompts(p["prompt"] for p in pairs), prompts=len(prompts)
+    )
     if not pairs:
         raise NoTrainingData("method 'dpo': no prompt has both a correct and an incorrect sample; no pairs to train on")
     dataset = Dataset.from_list(pairs)
