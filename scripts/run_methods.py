@@ -17,6 +17,14 @@
    the base too.
 4. The report (report.md, report.json, plots) from those test results.
 
+Baselines (the study's `baselines`: the base at another prompt, e.g. 8 worked examples) train nothing and are scored on
+validation beside the base (search.json) and on test beside the picks (baselines/<name>/).
+
+--estimate prints what the study will cost (every run and evaluation at the planning rates of its `budget` section,
+grpo_ext.methods.study.budget) and exits. --quick on a study whose base is not the embedded model rehearses it on a
+tiny random model with the base's tokenizer and chat template (outputs/tiny_models/), every path of the real study in
+minutes; its numbers mean nothing.
+
 Resumable: signal.json is reused while its recorded settings are the current ones, a run folder holding
 training_cost.json is never trained again, and evaluations resume from their sample caches, so an interrupted
 command (or one spread over several sittings) picks up where it stopped.
@@ -34,7 +42,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 # --quick: 2 optimizer steps on 8 train prompts, budgets equal (32 samples), a tiny evaluation.
-QUICK_COMMON = "--max_steps 2 --train_size 8 --warmup_steps 0 --logging_steps 1 --curve_every 1 --curve_prompts 4"
+QUICK_COMMON = (
+    "--max_steps 2 --train_size 8 --warmup_steps 0 --logging_steps 1 --curve_every 1 --curve_prompts 4 "
+    "--gradient_accumulation_steps 1"
+)
 QUICK = {
     "sft": "--per_device_train_batch_size 16 --sample_budget 0",
     "rft": "--per_device_train_batch_size 16 --samples_per_prompt 4 --sample_max_new_tokens 32 --sample_budget 32",
@@ -42,7 +53,18 @@ QUICK = {
     "online": "--per_device_train_batch_size 16 --num_generations 4 --max_completion_length 32 "
     "--sample_max_new_tokens 32 --sample_budget 32 --curve_n 2",
 }
-QUICK_EVALUATION = {"limit": 6, "n": 4, "max_new_tokens": 32}
+# --quick on a real base's tokenizer (the rehearsal): a 49k-token vocabulary makes every logit row 49k wide, so the
+# batches are smaller than on the embedded model (same equal budgets: 16 samples, 2 steps)
+QUICK_REHEARSAL = {
+    "sft": "--per_device_train_batch_size 4 --sample_budget 0",
+    "rft": "--per_device_train_batch_size 4 --samples_per_prompt 2 --sample_max_new_tokens 16 --sample_budget 16",
+    "dpo": "--per_device_train_batch_size 2 --samples_per_prompt 2 --sample_max_new_tokens 16 --sample_budget 16",
+    "online": "--per_device_train_batch_size 8 --num_generations 4 --max_completion_length 16 "
+    "--sample_max_new_tokens 16 --sample_budget 16 --curve_n 2",
+}
+QUICK_EVALUATION = {"limit": 6, "n": 4, "max_new_tokens": 32, "n_by": ()}
+# --quick on a real base: the rehearsal model (a tiny random model with the base's tokenizer), kept between runs
+TINY_MODELS = ROOT / "outputs" / "tiny_models"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time, one process each (default: 2)")
     parser.add_argument("--quick", action="store_true", help="every arm and the search on a tiny budget")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument(
+        "--estimate", action="store_true", help="print the study's cost at its budget's planning rates and exit"
+    )
     return parser
 
 
@@ -78,6 +103,26 @@ def search_stage(study, out: Path, options: dict, jobs: int, reference_picks: di
     return grids, scores, pick_settings(scores, grids)
 
 
+def write_expectations(study, out: Path, picks: dict) -> dict:
+    """expectations.json / expectations.md: every expectation judged with the baselines' test results too (an
+    expectation against a baseline, the slice expectations), the rows :func:`judge_expectations` returns."""
+    from grpo_ext.io import atomic_write_json, atomic_write_text
+    from grpo_ext.methods.study.expectations import judge_expectations, render_expectations
+    from grpo_ext.methods.study.report import collect
+
+    data = collect(study, out, picks)
+    results = {name: entry["results"] for name, entry in data["arms"].items()}
+    baselines = {
+        b.name: json.loads((out / "baselines" / b.name / f"{study.test.split}.json").read_text())
+        for b in study.baselines
+    }
+    rows = judge_expectations(study.expectations, results, data["base"], baselines=baselines)
+    return {
+        "expectations_json": atomic_write_json(out / "expectations.json", {"expectations": rows}),
+        "expectations_md": atomic_write_text(out / "expectations.md", "\n".join(render_expectations(rows))),
+    }
+
+
 def main(argv: list[str]) -> dict:
     args = build_parser().parse_args(argv)
     from grpo_ext.errors import UserError
@@ -87,13 +132,26 @@ def main(argv: list[str]) -> dict:
     from grpo_ext.models import resolve_model_path
 
     study = load_study(args.study)
+    if args.estimate:
+        from grpo_ext.methods.study.budget import estimate, render_estimate
+
+        result = estimate(study)
+        print(render_estimate(result))
+        return {"estimate": result}
     if args.quick:
         study = study.trimmed(values_per_axis=2, seeds=2)
         # fewer problems and samples, written into the study so its report says what was scored; a validation metric
         # these samples cannot report fails here, before any training
         study.validation, study.test = (replace(e, **QUICK_EVALUATION) for e in (study.validation, study.test))
+    rehearsal = args.quick and not args.model and study.base != "embedded"
     if args.model:
         study.base = args.model
+    elif rehearsal:  # a rehearsal of a real study: a tiny model with its tokenizer
+        from grpo_ext.methods.study.rehearsal import tiny_model_like
+
+        name = Path(str(study.base)).name
+        study.base = str(tiny_model_like(study.base, TINY_MODELS / name))
+        print(f"--quick: rehearsing on {study.base} (random weights, {name}'s tokenizer and chat template)", flush=True)
     if args.arms:
         signal = study.signal
         study = study.only([a.strip() for a in args.arms.split(",") if a.strip()])
@@ -110,8 +168,12 @@ def main(argv: list[str]) -> dict:
         "quick": args.quick,
         "progress": not (args.no_progress or args.quick),
         "quick_flags": QUICK_COMMON,
-        "quick_method_flags": QUICK,
+        "quick_method_flags": QUICK_REHEARSAL if args.quick and rehearsal else QUICK,
     }
+    from grpo_ext.methods.study.runs import check_stop_support
+
+    for note in check_stop_support(study, options):  # before any run: a stop the harness cannot honour fails here
+        print(note, flush=True)
     start = time.perf_counter()
     if study.signal is not None:  # stage 0: the learning signal at the base, before the search spends any budget
         from grpo_ext.methods.study.signal.stage import run_signal_stage
@@ -121,7 +183,10 @@ def main(argv: list[str]) -> dict:
 
     # The base is scored on validation too: a pick is only worth its test runs if it beats the base there.
     base_validation = Job(None, None, None, study.validation)
-    grids, scores, picks = search_stage(study, out, options, args.jobs, None, also=[base_validation])
+    baselines = {split: [Job(None, None, None, e, b) for b in study.baselines] for split, e in
+                 (("validation", study.validation), ("test", study.test))}  # fmt: skip
+    also = [base_validation, *baselines["validation"]]
+    grids, scores, picks = search_stage(study, out, options, args.jobs, None, also=also)
     shared = search_stage(study, out, options, args.jobs, picks)  # the rate_of arms, at their reference's pick
     for found, more in zip((grids, scores, picks), shared, strict=True):
         found.update(more)
@@ -133,6 +198,8 @@ def main(argv: list[str]) -> dict:
             "search_seed": study.search_seed,
             "test_seeds": study.seeds,
             "base": read_score(base_validation, out, study),
+            # the base at other prompts (the study's baselines), trained on nothing
+            "baselines": {job.baseline.name: read_score(job, out, study) for job in baselines["validation"]},
             "grid": {name: [s.as_dict() for s in grids[name]] for name in order},
             "scores": {name: scores[name] for name in order},
             "picks": {name: {"slug": picks[name].slug, **picks[name].as_dict()} for name in order},
@@ -145,12 +212,15 @@ def main(argv: list[str]) -> dict:
     search_done = time.perf_counter()
 
     final = [Job(arm, setting, seed, study.test) for arm, setting, seed in study.test_runs(picks)]
-    run_jobs([Job(None, None, None, study.test), *final], out, study, options, args.jobs)
+    run_jobs([Job(None, None, None, study.test), *baselines["test"], *final], out, study, options, args.jobs)
     trained = time.perf_counter()
 
     from grpo_ext.methods.study.report import write_study_report
 
     paths = write_study_report(study, out, picks, options)
+    if study.baselines or any(e.slice or e.slices for e in study.expectations.values()):
+        # what report.py does not judge yet: expectations against a baseline, and on slices, in their own file
+        paths.update(write_expectations(study, out, picks))
     end = time.perf_counter()
     record = {
         "command": "python scripts/run_methods.py " + " ".join(argv),

@@ -19,13 +19,10 @@ from __future__ import annotations
 import dataclasses
 import gc
 import logging
-import random
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_ext.evaluation.sampling import SamplingParams
 from grpo_ext.methods.config import check_budget, parse_method_args, trained_sequences_per_step
 from grpo_ext.methods.cost import (
     COST_FILE,
@@ -39,11 +36,36 @@ from grpo_ext.methods.cost import (
     write_json_file,
 )
 from grpo_ext.methods.curve import add_learning_curve
+from grpo_ext.methods.draws import (
+    as_completion,
+    cut_at_stop,
+    distinct_prompts,
+    dpo_pairs,
+    draw_from_base,
+    rft_examples,
+)
 from grpo_ext.methods.paradigm import Method, get_method
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RUNNERS", "dpo_pairs", "draw_from_base", "rft_examples", "run_method", "train_method"]
+__all__ = [
+    "RUNNERS",
+    "NoTrainingData",
+    "as_completion",
+    "cut_at_stop",
+    "dpo_pairs",
+    "draw_from_base",
+    "rft_examples",
+    "run_method",
+    "train_method",
+]
+
+
+class NoTrainingData(ValueError):
+    """The method's data holds no example: RFT without a correct sample, DPO without a (correct, incorrect) pair. Its
+    gradient coefficient is 0 on every sample, so the paradigm's update is none: the run's model is the base, saved as
+    it is (:func:`train_method`), and its record says why. (A weak base on a small draw can get there; so does the
+    study's ``--quick`` rehearsal on a random model.)"""
 
 
 @dataclass
@@ -75,47 +97,6 @@ class RunContext:
 
 
 # ------------------------------------------------------------------------------------------------------------
-# sampling from the base model (RFT, DPO)
-
-
-def draw_from_base(ctx: RunContext) -> tuple[list[str], list[str], list[list[str]]]:
-    """``samples_per_prompt`` completions of the base model for every train prompt: (prompts, answers, samples).
-
-    Records the draw's cost in ``ctx.cost`` (samples, tokens with the EOS of a completion that stopped, seconds).
-    """
-    from grpo_ext.evaluation.backends import load_model_and_tokenizer
-    from grpo_ext.evaluation.sampling import sample
-
-    method_args = ctx.method_args
-    prompts = list(ctx.train_dataset["prompt"])
-    answers = [str(a) for a in ctx.train_dataset["answer"]]
-    start = time.perf_counter()
-    model_id, _, _ = ctx.policy()
-    model, tokenizer = load_model_and_tokenizer(model_id, device="cpu" if ctx.training_args.use_cpu else None)
-    params = SamplingParams(
-        n=method_args.samples_per_prompt,
-        temperature=method_args.sample_temperature,
-        max_new_tokens=method_args.sample_max_new_tokens,
-        seed=ctx.training_args.seed,
-        batch_size=method_args.sample_batch_size,
-    )
-    samples = sample(model, tokenizer, prompts, params, progress=not ctx.training_args.disable_tqdm)
-    tokens = 0
-    for row in samples:
-        for text in row:
-            n = len(tokenizer(text, add_special_tokens=False)["input_ids"])
-            tokens += min(n + 1, method_args.sample_max_new_tokens)  # + the EOS, unless it stopped on the length cap
-    del model
-    gc.collect()
-    ctx.cost.update(
-        samples_generated=len(prompts) * method_args.samples_per_prompt,
-        generated_tokens=tokens,
-        sampling_seconds=time.perf_counter() - start,
-    )
-    return prompts, answers, samples
-
-
-# ------------------------------------------------------------------------------------------------------------
 # runners: each builds its TRL trainer and returns it (train() is called by train_method)
 
 
@@ -129,13 +110,14 @@ def _tokenizer(ctx: RunContext):
     return tokenizer
 
 
-def _sft_trainer(ctx: RunContext, prompts: list[str], completions: list[str]):
+def _sft_trainer(ctx: RunContext, prompts: list, completions: list[str]):
     from datasets import Dataset
     from trl import SFTTrainer
 
     if not prompts:
-        raise ValueError(f"method {ctx.method.name!r}: no training examples (nothing to fine-tune on)")
-    dataset = Dataset.from_dict({"prompt": prompts, "completion": completions})
+        raise NoTrainingData(f"method {ctx.method.name!r}: no training examples (nothing to fine-tune on)")
+    completions = [as_completion(p, c) for p, c in zip(prompts, completions, strict=True)]
+    dataset = Dataset.from_list([{"prompt": p, "completion": c} for p, c in zip(prompts, completions, strict=True)])
     model_id, quantization_config, peft_config = ctx.policy()
     return SFTTrainer(
         model=model_id,
@@ -160,22 +142,6 @@ def run_sft(ctx: RunContext):
     return _sft_trainer(ctx, list(ctx.train_dataset["prompt"]), list(ctx.train_dataset["solution"]))
 
 
-def rft_examples(task, prompts, answers, samples) -> tuple[list[str], list[str], int]:
-    """RFT's gradient coefficient as data: a sample is trained on (GC 1) when it is correct, dropped (GC 0) when
-    not; a prompt's repeated correct samples are kept once. Returns (prompts, completions, correct samples)."""
-    kept_prompts, kept_completions, n_correct = [], [], 0
-    for prompt, answer, row in zip(prompts, answers, samples, strict=True):
-        seen: set[str] = set()
-        for completion in row:
-            if task.is_correct(completion, answer):
-                n_correct += 1
-                if completion not in seen:
-                    seen.add(completion)
-                    kept_prompts.append(prompt)
-                    kept_completions.append(completion)
-    return kept_prompts, kept_completions, n_correct
-
-
 def run_rft(ctx: RunContext):
     """Rejection-sampling fine-tuning: correct samples of the base model, deduplicated, then SFT."""
     prompts, answers, samples = draw_from_base(ctx)
@@ -183,31 +149,10 @@ def run_rft(ctx: RunContext):
     ctx.details.update(
         correct_samples=n_correct,
         unique_correct=len(kept_completions),
-        prompts_with_a_correct_sample=len(set(kept_prompts)),
+        prompts_with_a_correct_sample=distinct_prompts(kept_prompts),
         prompts=len(prompts),
     )
     return _sft_trainer(ctx, kept_prompts, kept_completions)
-
-
-def dpo_pairs(task, prompts, answers, samples, max_pairs: int, seed: int) -> list[dict]:
-    """Up to ``max_pairs`` (chosen = correct, rejected = incorrect) pairs per prompt, from its distinct samples.
-
-    Each pair uses a different correct and a different incorrect sample while there are some left (cycling when
-    one side runs out); which ones is a seeded shuffle. Prompts without both kinds give no pair.
-    """
-    rng = random.Random(seed)
-    pairs = []
-    for prompt, answer, row in zip(prompts, answers, samples, strict=True):
-        distinct = list(dict.fromkeys(row))
-        correct = [c for c in distinct if task.is_correct(c, answer)]
-        wrong = [c for c in distinct if not task.is_correct(c, answer)]
-        if not correct or not wrong:
-            continue
-        rng.shuffle(correct)
-        rng.shuffle(wrong)
-        for i in range(min(max_pairs, max(len(correct), len(wrong)))):
-            pairs.append({"prompt": prompt, "chosen": correct[i % len(correct)], "rejected": wrong[i % len(wrong)]})
-    return pairs
 
 
 def run_dpo(ctx: RunContext):
@@ -217,9 +162,11 @@ def run_dpo(ctx: RunContext):
 
     prompts, answers, samples = draw_from_base(ctx)
     pairs = dpo_pairs(ctx.task, prompts, answers, samples, ctx.method_args.dpo_pairs_per_prompt, ctx.training_args.seed)
-    ctx.details.update(pairs=len(pairs), prompts_with_pairs=len({p["prompt"] for p in pairs}), prompts=len(prompts))
+    ctx.details.update(
+        pairs=len(pairs), prompts_with_pairs=distinct_prompts(p["prompt"] for p in pairs), prompts=len(prompts)
+    )
     if not pairs:
-        raise ValueError("method 'dpo': no prompt has both a correct and an incorrect sample; no pairs to train on")
+        raise NoTrainingData("method 'dpo': no prompt has both a correct and an incorrect sample; no pairs to train on")
     dataset = Dataset.from_list(pairs)
     model_id, quantization_config, peft_config = ctx.policy()
     return DPOTrainer(
@@ -285,7 +232,10 @@ def train_method(method_args, task_args, training_args, model_args) -> dict:
     ctx = RunContext(method, method_args, task_args, training_args, model_args, task, train_dataset)
     logger.info("method %s: %s", method.name, method.title)
 
-    trainer = RUNNERS[method.runner](ctx)
+    try:
+        trainer = RUNNERS[method.runner](ctx)
+    except NoTrainingData as err:
+        return _save_untrained(ctx, str(err), budget)
     timer = TrainTimer()
     trainer.add_callback(timer)
     counters = ctx.details.pop("counters", None)
@@ -355,6 +305,45 @@ def train_method(method_args, task_args, training_args, model_args) -> dict:
                 ),
             )
     del trainer
+    gc.collect()
+    return cost
+
+
+def _save_untrained(ctx: RunContext, why: str, budget: int) -> dict:
+    """The run of a method whose data is empty (:class:`NoTrainingData`): its model is the base, unchanged (a fresh
+    LoRA adapter, whose B is zero, when the config trains one), with the cost record of what was drawn."""
+    from transformers import AutoModelForCausalLM
+
+    logger.warning("%s: GC 0 on every sample, no update; the run's model is the base", why)
+    out = Path(ctx.training_args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model_id, quantization_config, peft_config = ctx.policy()
+    model = AutoModelForCausalLM.from_pretrained(model_id, dtype=ctx.model_args.dtype, use_safetensors=True)
+    if peft_config is not None:
+        from peft import get_peft_model
+
+        model = get_peft_model(model, peft_config)
+    model.save_pretrained(str(out))
+    _tokenizer(ctx).save_pretrained(str(out))
+    sampling = ctx.cost.get("sampling_seconds", 0.0)
+    cost = {
+        "method": ctx.method.name,
+        "seed": ctx.training_args.seed,
+        "sample_budget": budget,
+        "samples_generated": int(ctx.cost.get("samples_generated", 0)),
+        "generated_tokens": int(ctx.cost.get("generated_tokens", 0)),
+        "optimizer_steps": 0,
+        "trained_sequences": 0,
+        "trained_tokens": 0,
+        "sampling_seconds": round(sampling, 2),
+        "train_seconds": 0.0,
+        "curve_seconds": 0.0,
+        "wall_seconds": round(sampling, 2),
+        "details": {**ctx.details, "no_training_data": why},
+    }
+    write_json_file(out, COST_FILE, cost)
+    write_json_file(out, LOG_FILE, [])
+    del model
     gc.collect()
     return cost
 

@@ -56,6 +56,11 @@ def group_anatomy(groups: Sequence[tuple[Sequence[bool], Sequence[Sequence[float
     return {**shares, "groups": len(groups), "wrong_samples": wrong_samples}
 
 
+def prompt_key(prompt) -> str:
+    """A prompt as a dict key: its text, or, for a chat prompt (a list of messages), its JSON."""
+    return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)
+
+
 def anatomy_of_samples(
     path: Path,
     answers: dict[str, str],
@@ -64,7 +69,10 @@ def anatomy_of_samples(
     group_size: int,
 ) -> dict:
     """:func:`group_anatomy` of a harness samples file (``*_samples.jsonl``): each problem's first ``group_size``
-    samples form its group, as a GRPO step would draw them. ``answers`` maps the prompt to its reference answer."""
+    samples form its group, as a GRPO step would draw them. ``answers`` maps the prompt (:func:`prompt_key`) to its
+    reference answer; a chat prompt's steps are verified against its last message (the question)."""
+    from grpo_ext.tasks.base import completion_text
+
     by_problem: dict[str, dict[int, dict]] = {}
     with open(path) as fh:
         for line in fh:
@@ -78,8 +86,8 @@ def anatomy_of_samples(
             raise ValueError(f"{path}: a problem has {len(chosen)} samples, fewer than the group size {group_size}")
         prompt = chosen[0]["prompt"]
         completions = [r["completion"] for r in chosen]
-        correct = [is_correct(c, answers[prompt]) for c in completions]
-        groups.append((correct, [verify_steps(prompt, c) for c in completions]))
+        correct = [is_correct(c, answers[prompt_key(prompt)]) for c in completions]
+        groups.append((correct, [verify_steps(completion_text(prompt), c) for c in completions]))
     return group_anatomy(groups)
 
 
@@ -101,7 +109,7 @@ def study_anatomy(study, out: Path, picks: dict, configs: str) -> dict:
     task_name, task_kwargs = task_of(config)
     task = get_task(task_name, **task_kwargs)
     problems = task.load(study.test.split, study.test.limit)
-    answers = dict(zip(problems["prompt"], problems["answer"], strict=True))
+    answers = {prompt_key(p): a for p, a in zip(problems["prompt"], problems["answer"], strict=True)}
 
     def of(folder: Path) -> dict:
         return anatomy_of_samples(

@@ -18,18 +18,28 @@ Run folders: ``<out>/runs/<arm>/<setting>/seed<k>``, ``<setting>`` a readable sl
 from __future__ import annotations
 
 import dataclasses
-import itertools
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpo_ext.errors import UserError, read_yaml
-from grpo_ext.io import REPO_ROOT
 from grpo_ext.methods.paradigm import get_method
-from grpo_ext.methods.study.expectations import BASE, Expectation, parse_expectations
+from grpo_ext.methods.study.expectations import BASE, parse_expectations
+from grpo_ext.methods.study.spec import (
+    AXIS_FIELDS,
+    Arm,
+    Baseline,
+    Evaluation,
+    Setting,
+    Signal,
+    Study,
+    evaluation_ks,
+    pick_best,
+    pick_settings,
+)
 from grpo_ext.validation import check_number
 
 __all__ = [
     "Arm",
+    "Baseline",
     "Evaluation",
     "Setting",
     "Signal",
@@ -40,165 +50,12 @@ __all__ = [
     "pick_settings",
 ]
 
-#: The config field each search axis sets (``learning_rates`` is the shared axis).
-AXIS_FIELDS = {"lr": "learning_rate", "beta": "beta"}
 #: The fields of an arm in the study YAML.
 ARM_FIELDS = ("method", "overrides", "grid", "rate_of")
+#: The fields of a baseline in the study YAML.
+BASELINE_FIELDS = ("task_kwargs", "text")
 #: The fields of the study's `signal` section.
 SIGNAL_FIELDS = ("arm", "samples", "minibatches", "objectives")
-
-
-def evaluation_ks(n: int) -> list[int]:
-    """The ks a study's evaluation reports for `n` samples a problem: the powers of two up to n."""
-    return [2**i for i in range(11) if 2**i <= n]
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """How runs are scored on one split (validation: the picks; test: the report)."""
-
-    split: str
-    limit: int
-    n: int
-    temperature: float = 0.7
-    metric: str = "pass@1"
-    max_new_tokens: int = 48
-
-    def __post_init__(self):
-        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (self.limit, self.n))
-        if not numbers or self.limit < 1 or self.n < 1:
-            raise UserError(f"{self.split}: limit and n must be numbers >= 1, got {self.limit}, {self.n}")
-        check_number(f"{self.split}.temperature", self.temperature, low=0)
-        if self.temperature == 0 and self.n != 1:
-            raise UserError(f"{self.split}.temperature: 0 (greedy) gives one sample a problem; got n = {self.n}")
-        check_number(f"{self.split}.max_new_tokens", self.max_new_tokens, low=1, integer=True)
-        self.check_metric(self.n)
-
-    def check_metric(self, n: int) -> None:
-        """`metric` is one the evaluation reports with `n` samples a problem (checked before any run trains)."""
-        name, _, k = str(self.metric).partition("@")
-        ks = evaluation_ks(n)
-        if name not in ("pass", "maj") or not k.isdigit() or int(k) not in ks:
-            raise UserError(
-                f"{self.split}.metric: expected pass@k or maj@k with k one of {ks} (n = {n}), got {self.metric!r}"
-            )
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One point of an arm's search grid: axis name -> value (``lr`` always)."""
-
-    values: tuple[tuple[str, float], ...]
-
-    @property
-    def slug(self) -> str:
-        return "_".join(f"{name}{value:g}" for name, value in self.values)
-
-    def as_dict(self) -> dict[str, float]:
-        return dict(self.values)
-
-    def flags(self) -> list[str]:
-        """Command-line overrides of the method's config."""
-        return [arg for name, value in self.values for arg in (f"--{AXIS_FIELDS[name]}", repr(value))]
-
-
-@dataclass(frozen=True)
-class Arm:
-    name: str
-    method: str
-    overrides: dict = field(default_factory=dict)
-    grid: dict[str, list[float]] = field(default_factory=dict)  # arm-specific axes (lr is the study's)
-    rate_of: str | None = None  # the arm whose picked learning rate this one trains at (no lr search of its own)
-
-    def settings(self, learning_rates: list[float]) -> list[Setting]:
-        axes = {"lr": learning_rates, **self.grid}
-        names = list(axes)
-        return [Setting(tuple(zip(names, combo, strict=True))) for combo in itertools.product(*axes.values())]
-
-    def flags(self) -> list[str]:
-        out = []
-        for key, value in self.overrides.items():
-            out += [f"--{key}", str(value).lower() if isinstance(value, bool) else str(value)]
-        return out
-
-
-@dataclass(frozen=True)
-class Signal:
-    """Stage 0 (issue 28): the learning signal at the base, before any budget is spent: the mean gradient cosine
-    between `minibatches` independent minibatches at each samples a step of `samples`, for each objective, with the
-    method config of `arm` (its task, group size, completion length, loss type, temperature); its own samples a
-    step is one of `samples`. See :mod:`grpo_ext.methods.study.signal.stage`."""
-
-    samples: tuple[int, ...]
-    minibatches: int
-    arm: str = "grpo_outcome"
-    objectives: tuple[str, ...] = ("grpo", "sft")
-
-
-@dataclass
-class Study:
-    arms: list[Arm]
-    learning_rates: list[float]
-    seeds: list[int]
-    search_seed: int
-    validation: Evaluation
-    test: Evaluation
-    base: str = "embedded"
-    configs: str = "configs/methods"
-    extensions: dict[str, dict] = field(default_factory=dict)
-    expectations: dict[str, Expectation] = field(default_factory=dict)
-    signal: Signal | None = None
-
-    @property
-    def configs_dir(self) -> Path:
-        """The folder of the method configs (`configs`, relative to the repository)."""
-        return Path(self.configs) if Path(self.configs).is_absolute() else REPO_ROOT / self.configs
-
-    def arm(self, name: str) -> Arm:
-        for arm in self.arms:
-            if arm.name == name:
-                return arm
-        raise UserError(f"unknown arm {name!r}; the study has {', '.join(a.name for a in self.arms)}")
-
-    def run_dir(self, out: str | Path, arm: Arm, setting: Setting, seed: int) -> Path:
-        return Path(out) / "runs" / arm.name / setting.slug / f"seed{seed}"
-
-    def grid(self, arm: Arm, picks: dict[str, Setting] | None = None) -> list[Setting]:
-        """The settings `arm` is scored at on validation: every learning rate of the study, or, for a `rate_of` arm,
-        its reference's picked rate (from `picks`) with the arm's own axes."""
-        if arm.rate_of is None:
-            return arm.settings(self.learning_rates)
-        return arm.settings([picks[arm.rate_of].as_dict()["lr"]])
-
-    def search(self, picks: dict[str, Setting] | None = None) -> list[tuple[Arm, Setting, int]]:
-        """The (arm, setting, search seed) runs scored on validation. Stage 1 (no `picks`): the arms that search
-        their own rate. Stage 2 (`picks` of stage 1): the `rate_of` arms, at their reference's picked rate."""
-        arms = [arm for arm in self.arms if (arm.rate_of is None) == (picks is None)]
-        return [(arm, setting, self.search_seed) for arm in arms for setting in self.grid(arm, picks)]
-
-    def test_runs(self, picks: dict[str, Setting]) -> list[tuple[Arm, Setting, int]]:
-        """Every (arm, picked setting, seed) scored on test: every seed of `seeds` (none is the search seed)."""
-        return [(arm, picks[arm.name], seed) for arm in self.arms for seed in self.seeds]
-
-    def only(self, names: list[str]) -> Study:
-        """The study with the arms `names` only (``--arms``); a `rate_of` arm needs its reference among them. The
-        `signal` section goes with its arm: without it, a run trains at no batch size the signal was measured for."""
-        arms = [self.arm(name) for name in names]
-        kept = {arm.name for arm in arms}
-        for arm in arms:
-            if arm.rate_of is not None and arm.rate_of not in kept:
-                raise UserError(
-                    f"--arms: {arm.name} trains at {arm.rate_of}'s picked learning rate (rate_of); add {arm.rate_of}"
-                )
-        signal = self.signal if self.signal is not None and self.signal.arm in kept else None
-        return dataclasses.replace(self, arms=arms, signal=signal)
-
-    def trimmed(self, values_per_axis: int, seeds: int) -> Study:
-        """The same arms with shorter grids and fewer test seeds (``--quick``; the search seed stays apart)."""
-        arms = [dataclasses.replace(a, grid={k: v[:values_per_axis] for k, v in a.grid.items()}) for a in self.arms]
-        return dataclasses.replace(
-            self, arms=arms, learning_rates=self.learning_rates[:values_per_axis], seeds=self.seeds[:seeds]
-        )
 
 
 def _require(mapping: dict, key: str, where: str):
@@ -241,6 +98,11 @@ def _evaluation(data: dict, split_name: str, where: str) -> Evaluation:
         raise UserError(f"{where}: {split_name}: unknown field(s) {unknown}; expected {', '.join(known)}")
     for key in ("limit", "n"):
         _require(spec, key, f"{where}: {split_name}")
+    if spec.get("stop") is not None:  # YAML gives a list; the frozen Evaluation keeps a tuple
+        if not isinstance(spec["stop"], list):
+            raise UserError(f"{where}: {split_name}.stop: expected a list of strings (or null: the task's)")
+        spec["stop"] = tuple(spec["stop"])
+    spec["n_by"] = tuple(_mapping(spec.get("n_by"), f"{where}: {split_name}.n_by").items())
     try:
         return Evaluation(**spec)
     except UserError as err:
@@ -353,6 +215,32 @@ def _signal(spec, arms: list[Arm], configs: Path, where: str) -> Signal | None:
     return Signal(samples, minibatches, arm, tuple(objectives))
 
 
+def _baselines(spec, arms: list[Arm], where: str) -> list[Baseline]:
+    """The `baselines` section: name -> {task_kwargs, text}; a name is none of base's or an arm's."""
+    out = []
+    for name, entry in _mapping(spec, where).items():
+        at = f"{where}.{name}"
+        entry = _mapping(entry, at)
+        unknown = sorted(set(entry) - set(BASELINE_FIELDS))
+        if unknown:
+            raise UserError(f"{at}: unknown field(s) {unknown}; expected {', '.join(BASELINE_FIELDS)}")
+        if name == BASE or name in {a.name for a in arms}:
+            raise UserError(f"{at}: the name {name!r} is taken (the base or an arm); rename the baseline")
+        task_kwargs = _mapping(entry.get("task_kwargs"), f"{at}.task_kwargs")
+        if not task_kwargs:  # the base at the study's own prompt is `base` already
+            raise UserError(f"{at}.task_kwargs: required; a baseline is the base at another prompt (e.g. num_fewshot)")
+        out.append(Baseline(str(name), dict(task_kwargs), str(entry.get("text", ""))))
+    return out
+
+
+def _check_n_by(evaluations, names: list[str], where: str) -> None:
+    """Every name of an evaluation's `n_by` is a run of the study (before the expectations are checked against it)."""
+    for evaluation in evaluations:
+        for name, _ in evaluation.n_by:
+            if name not in names:
+                raise UserError(f"{where}: {evaluation.split}.n_by.{name}: unknown run; expected one of {names}")
+
+
 def load_study(path: str | Path) -> Study:
     """Parse and check a study YAML; a `UserError` names the file and the field."""
     path = Path(path)
@@ -410,6 +298,9 @@ def load_study(path: str | Path) -> Study:
     evaluations = {split_name: _evaluation(data, split_name, str(path)) for split_name in ("validation", "test")}
     if evaluations["validation"].split == evaluations["test"].split:
         raise UserError(f"{path}: validation.split and test.split must differ (picks are never made on test)")
+    baselines = _baselines(data.get("baselines"), arms, f"{path}: baselines")
+    _check_n_by(evaluations.values(), [BASE, *(b.name for b in baselines), *(a.name for a in arms)], str(path))
+    test = evaluations["test"]
     study = Study(
         arms,
         learning_rates,
@@ -423,9 +314,13 @@ def load_study(path: str | Path) -> Study:
         parse_expectations(
             data.get("expectations"),
             [a.name for a in arms],
-            evaluation_ks(evaluations["test"].n),
+            evaluation_ks(max(test.ns())),
             f"{path}: expectations",
+            baselines=[b.name for b in baselines],
+            n_for=test.n_for,
         ),
+        baselines=baselines,
+        budget=dict(_mapping(data.get("budget"), f"{path}: budget")),
     )
     study.signal = _signal(data.get("signal"), arms, study.configs_dir, f"{path}: signal")
     for name, ext in study.extensions.items():
@@ -436,24 +331,3 @@ def load_study(path: str | Path) -> Study:
             except UserError as err:
                 raise UserError(f"{path}: extensions.{name}.{role}: {err}") from None
     return study
-
-
-def pick_best(slugs: list[str], scores: dict[str, float]) -> int:
-    """The position in ``slugs`` (a grid, in order) of the highest validation score; ties go to the earlier setting.
-    The one picker of the project: the study's arms and scripts/search.py's grid both pick with it."""
-    return max(range(len(slugs)), key=lambda i: (scores[slugs[i]], -i))
-
-
-def pick_settings(scores: dict[str, dict[str, float]], settings: dict[str, list[Setting]]) -> dict[str, Setting]:
-    """Each arm's setting with the highest validation score; ties go to the earlier setting of the grid.
-
-    ``scores[arm][slug]`` is the validation metric of that search run. Only validation scores enter: the function
-    is never given test numbers.
-    """
-    picks = {}
-    for arm, grid in settings.items():
-        missing = [s.slug for s in grid if s.slug not in scores.get(arm, {})]
-        if missing:
-            raise ValueError(f"arm {arm}: no validation score for {', '.join(missing)}")
-        picks[arm] = grid[pick_best([s.slug for s in grid], scores[arm])]
-    return picks

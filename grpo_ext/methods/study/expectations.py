@@ -12,19 +12,38 @@ expectation holds on the same evidence a finding agrees on, never on a point est
 ``minus`` (optional) measures the arm's gain in ``metric`` minus its gain in ``minus`` (DeepSeekMath's "Maj@K rises
 more than Pass@K"). *Held*: the difference is at least ``min_difference`` (default 0) and the study's rule says the
 arm beats ``against`` (95% interval above 0 and every seed's difference positive).
+
+A slice of the test problems (the attributes the harness writes into each per-problem record, ``attributes``:
+``operation``, ``operands``, ``carry_borrow`` for the arithmetic tasks): ``slice: {operation: "-"}`` judges the
+expectation on the problems with that value only, paired by problem as before; ``slices: operation`` judges it on
+every value of the attribute, and it holds when it holds on each (a gain made of one operation alone, the "add the two
+numbers" shortcut, does not)::
+
+      every_operation: {arm: grpo_outcome, against: base, metric: pass@1, min_difference: 0.10, slices: operation,
+                        text: "..."}
+
+``against`` may also name a baseline of the study (the base at another prompt, one run like the base).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from grpo_ext.errors import UserError
 from grpo_ext.methods.study.stats import format_difference, paired_difference, verdict, why_not_comparable
 from grpo_ext.validation import check_number
 
-__all__ = ["BASE", "Expectation", "judge_expectations", "parse_expectations", "render_expectations"]
+__all__ = [
+    "BASE",
+    "Expectation",
+    "judge_expectations",
+    "parse_expectations",
+    "render_expectations",
+    "slice_results",
+    "slice_values",
+]
 
 #: The name ``against`` gives the base model (an arm may not be called so).
 BASE = "base"
@@ -39,13 +58,21 @@ class Expectation:
     text: str
     min_difference: float = 0.0
     minus: str | None = None  # the difference is then (gain in metric) - (gain in minus)
+    slice: dict | None = None  # {attribute: value}: judged on those test problems only
+    slices: str | None = None  # an attribute: judged on each of its values, held when held on every one
 
     @property
     def measured(self) -> str:
         """What the difference is, in words for the report's table."""
         if self.minus is None:
-            return f"{self.metric}: {self.arm} - {self.against}"
-        return f"({self.metric} gain) - ({self.minus} gain) of {self.arm} over {self.against}"
+            text = f"{self.metric}: {self.arm} - {self.against}"
+        else:
+            text = f"({self.metric} gain) - ({self.minus} gain) of {self.arm} over {self.against}"
+        if self.slice:
+            text += " on the problems with " + ", ".join(f"{k} = {v}" for k, v in self.slice.items())
+        if self.slices:
+            text += f" on each {self.slices}"
+        return text
 
 
 def _k_of(metric) -> int | None:
@@ -54,10 +81,30 @@ def _k_of(metric) -> int | None:
     return int(k) if name in ("pass", "maj") and k.isdigit() else None
 
 
-def parse_expectations(value, arms: Sequence[str], ks: Sequence[int], where: str) -> dict[str, Expectation]:
+def _check_slices(spec: dict, at: str) -> None:
+    """`slice`: a one-entry mapping attribute -> value; `slices`: an attribute name; not both."""
+    if "slice" in spec and "slices" in spec:
+        raise UserError(f"{at}: `slice` (one value) or `slices` (every value of an attribute), not both")
+    if "slice" in spec:
+        value = spec["slice"]
+        if not isinstance(value, dict) or len(value) != 1:
+            raise UserError(f"{at}.slice: expected one attribute and its value, e.g. {{operation: '-'}}; got {value!r}")
+        spec["slice"] = {str(k): str(v) for k, v in value.items()}  # attributes are strings in the records
+    if "slices" in spec and (not isinstance(spec["slices"], str) or not spec["slices"]):
+        raise UserError(f"{at}.slices: expected the name of an attribute (e.g. operation), got {spec['slices']!r}")
+
+
+def parse_expectations(
+    value,
+    arms: Sequence[str],
+    ks: Sequence[int],
+    where: str,
+    baselines: Sequence[str] = (),
+    n_for: Callable[[str], int] | None = None,
+) -> dict[str, Expectation]:
     """The ``expectations`` mapping of a study YAML, checked before any run trains: each names arms of the study (or
-    ``base`` as ``against``) and metrics the test evaluation reports (K one of ``ks``); a `UserError` names the
-    field."""
+    ``base`` or a baseline as ``against``) and metrics the test evaluation reports (K one of ``ks``, and, with
+    ``n_for`` (name -> samples a problem), at most the samples both runs draw); a `UserError` names the field."""
     if not value:
         return {}
     if not isinstance(value, dict):
@@ -74,17 +121,26 @@ def parse_expectations(value, arms: Sequence[str], ks: Sequence[int], where: str
         for key in ("arm", "against", "metric", "text"):
             if not spec.get(key) or not isinstance(spec[key], str):
                 raise UserError(f"{at}.{key}: required, a non-empty string; got {spec.get(key)!r}")
-        if spec["arm"] not in arms:
-            raise UserError(f"{at}.arm: unknown arm {spec['arm']!r}; the study has {', '.join(arms)}")
-        if spec["against"] not in (*arms, BASE):
+        if spec["arm"] not in (*arms, *baselines):  # a baseline may be measured too (8 worked examples - base)
+            raise UserError(f"{at}.arm: unknown arm {spec['arm']!r}; the study has {', '.join([*baselines, *arms])}")
+        if spec["against"] not in (*arms, BASE, *baselines):
             raise UserError(
-                f"{at}.against: unknown arm {spec['against']!r}; expected {BASE} or one of {', '.join(arms)}"
+                f"{at}.against: unknown arm {spec['against']!r}; expected {BASE} or one of "
+                f"{', '.join([*baselines, *arms])}"
             )
         if spec["against"] == spec["arm"]:
             raise UserError(f"{at}.against: an arm against itself ({spec['arm']}) measures nothing")
+        spec = dict(spec)
+        _check_slices(spec, at)
         for key in ("metric", "minus"):
             if key in spec and _k_of(spec[key]) not in ks:
                 raise UserError(f"{at}.{key}: expected pass@K or maj@K with K one of {list(ks)}, got {spec[key]!r}")
+            drawn = min(n_for(spec["arm"]), n_for(spec["against"])) if n_for else None
+            if key in spec and drawn is not None and _k_of(spec[key]) > drawn:
+                raise UserError(
+                    f"{at}.{key}: {spec[key]} needs K = {_k_of(spec[key])} samples a problem; the test draws {drawn} "
+                    f"for {spec['arm'] if n_for(spec['arm']) == drawn else spec['against']} (test.n / test.n_by)"
+                )
         check_number(f"{at}.min_difference", spec.get("min_difference", 0.0))
         out[name] = Expectation(name=str(name), **{**spec, "min_difference": float(spec.get("min_difference", 0.0))})
     return out
@@ -98,44 +154,99 @@ def _why_not_measured(exp: Expectation, a: Sequence[dict] | None, b: Sequence[di
     needed, drawn = max(_k_of(m) for m in (exp.metric, exp.minus or exp.metric)), min(r["n"] for r in [*a, *b])
     if why is None and drawn < needed:  # e.g. --quick draws 4 samples a problem
         why = f"the test drew {drawn} samples a problem, fewer than K = {needed}"
+    attribute = exp.slices or next(iter(exp.slice or {}), None)
+    if why is None and attribute is not None and not _have_attribute([*a, *b], attribute):
+        why = f"the per-problem records have no attribute {attribute!r} (the harness writes `attributes`)"
     return why
 
 
+def _have_attribute(results: Sequence[dict], attribute: str) -> bool:
+    return all(attribute in (p.get("attributes") or {}) for r in results for p in r["per_problem"])
+
+
+def slice_values(results: Sequence[dict], attribute: str) -> list[str]:
+    """The values `attribute` takes over the problems of `results` (sorted; as strings)."""
+    return sorted({str(p["attributes"][attribute]) for r in results for p in r["per_problem"]})
+
+
+def slice_results(results: Sequence[dict], attribute: str, value: str) -> list[dict]:
+    """Each result restricted to the problems whose `attribute` is `value` (shallow copies: the summary numbers of a
+    copy still describe the whole split; only its per-problem records, which every paired number is computed from,
+    are cut)."""
+    return [
+        {**r, "per_problem": [p for p in r["per_problem"] if str(p["attributes"][attribute]) == str(value)]}
+        for r in results
+    ]
+
+
+def _judge(exp: Expectation, a: Sequence[dict], b: Sequence[dict]) -> dict:
+    diff = paired_difference(a, b, exp.metric, minus=exp.minus)
+    rule = verdict(diff)
+    return {"difference": diff, "verdict": rule, "held": diff["difference"] >= exp.min_difference and rule == "agrees"}
+
+
+def _judge_slices(exp: Expectation, a: Sequence[dict], b: Sequence[dict]) -> dict:
+    """Every value of ``exp.slices`` judged apart (``by_slice``); held when held on each. The row's own difference
+    and verdict are those of the slice that binds: the first that does not hold, else the smallest difference."""
+    by_slice = []
+    for value in slice_values([*a, *b], exp.slices):
+        sa, sb = slice_results(a, exp.slices, value), slice_results(b, exp.slices, value)
+        by_slice.append({"value": value, "n_problems": len(sa[0]["per_problem"]), **_judge(exp, sa, sb)})
+    failing = [s for s in by_slice if not s["held"]]
+    binding = failing[0] if failing else min(by_slice, key=lambda s: s["difference"]["difference"])
+    return {
+        "difference": binding["difference"],
+        "verdict": binding["verdict"] if failing else "agrees",
+        "held": not failing,
+        "binding_slice": binding["value"],
+        "by_slice": by_slice,
+    }
+
+
 def judge_expectations(
-    expectations: dict[str, Expectation], arms: dict[str, Sequence[dict]], base: dict | None
+    expectations: dict[str, Expectation],
+    arms: dict[str, Sequence[dict]],
+    base: dict | None,
+    baselines: dict[str, dict] | None = None,
 ) -> list[dict]:
-    """Each expectation on the test results (``arms``: name -> its seeds' results; ``base``: the base's result), as a
-    row: the expectation's fields, the paired ``difference`` (:func:`paired_difference`), its ``verdict`` and
-    ``held`` (True / False), or ``held`` None with ``why`` it was not measured (an arm left out, too few samples)."""
+    """Each expectation on the test results (``arms``: name -> its seeds' results; ``base``: the base's result;
+    ``baselines``: name -> a baseline's result, one run like the base), as a row: the expectation's fields, the
+    paired ``difference`` (:func:`paired_difference`), its ``verdict`` and ``held`` (True / False), or ``held`` None
+    with ``why`` it was not measured (an arm left out, too few samples, no attribute to slice by). A ``slices``
+    expectation adds ``by_slice`` (each value's problems, difference, verdict, held) and ``binding_slice``."""
+    single = {BASE: base, **(baselines or {})}
     rows = []
     for exp in expectations.values():
         row = {**dataclasses.asdict(exp), "measured": exp.measured}
-        a = arms.get(exp.arm)
-        b = ([base] if base else None) if exp.against == BASE else arms.get(exp.against)
+        a = ([single[exp.arm]] if single.get(exp.arm) else None) if exp.arm in single else arms.get(exp.arm)
+        b = (
+            ([single[exp.against]] if single.get(exp.against) else None)
+            if exp.against in single
+            else arms.get(exp.against)
+        )
         why = _why_not_measured(exp, a, b)
         if why:
             rows.append({**row, "held": None, "why": why})
             continue
-        diff = paired_difference(a, b, exp.metric, minus=exp.minus)
-        rule = verdict(diff)
-        rows.append(
-            {
-                **row,
-                "difference": diff,
-                "verdict": rule,
-                "held": diff["difference"] >= exp.min_difference and rule == "agrees",
-            }
-        )
+        if exp.slice:
+            ((attribute, value),) = exp.slice.items()
+            a, b = slice_results(a, attribute, value), slice_results(b, attribute, value)
+            if not a[0]["per_problem"]:
+                rows.append({**row, "held": None, "why": f"no test problem has {attribute} = {value}"})
+                continue
+        rows.append({**row, **(_judge_slices(exp, a, b) if exp.slices else _judge(exp, a, b))})
     return rows
 
 
 def render_expectations(rows: list[dict]) -> list[str]:
-    """The report's first section: each expectation's words, its measured difference with interval, whether held."""
+    """The report's first section: each expectation's words, its measured difference with interval, whether held;
+    a ``slices`` expectation shows every slice's difference under its own row."""
     lines = [
         "## Expectations (written in the study config before the run)",
         "",
         "*Held* when the measured difference is at least the expected minimum **and** the study's rule says the arm "
-        "beats what it is measured against (95% paired interval above 0 and every seed's difference positive).",
+        "beats what it is measured against (95% paired interval above 0 and every seed's difference positive); one "
+        "judged on each value of an attribute (`slices`) holds when it holds on every value.",
         "",
     ]
     if not rows:
@@ -150,5 +261,11 @@ def render_expectations(rows: list[dict]) -> list[str]:
         else:
             numbers = format_difference(row["difference"])
             held = f"**{'held' if row['held'] else 'did not hold'}** ({row['verdict']})"
+            if "by_slice" in row:
+                numbers = "; ".join(
+                    f"{row['slices']} {s['value']} ({s['n_problems']} problems): {format_difference(s['difference'])}"
+                    f" {'held' if s['held'] else 'not held'}"
+                    for s in row["by_slice"]
+                )
         lines.append(f"| {row['text']} | {row['measured']} | {row['min_difference']:+.3f} | {numbers} | {held} |")
     return [*lines, ""]

@@ -1,8 +1,10 @@
 """Running a study's jobs: train a run (if its folder is not complete) and score it on a split, a few at a time.
 
-A job is (arm, setting, seed, evaluation); the base model is the job with no arm. Each job runs in its own worker
-process (``jobs`` at a time), so two runs share the 2 cores of a small machine and a crash or a memory peak stays
-in one run. Every output is written atomically and checked for before any work: a job whose files exist is a no-op.
+A job is (arm, setting, seed, evaluation); the base model is the job with no arm, a baseline (the base at another
+prompt, :class:`~grpo_ext.methods.study.spec.Baseline`) the job with no arm and a baseline. Each job runs in its own
+worker process (``jobs`` at a time), so two runs share the 2 cores of a small machine and a crash or a memory peak
+stays in one run. Every output is written atomically and checked for before any work: a job whose files exist is a
+no-op.
 """
 
 from __future__ import annotations
@@ -13,30 +15,94 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpo_ext.methods.study.config import Arm, Evaluation, Setting, Study, evaluation_ks
+from grpo_ext.errors import UserError
+from grpo_ext.methods.study.config import Arm, Baseline, Evaluation, Setting, Study, evaluation_ks
+from grpo_ext.methods.study.expectations import BASE
 from grpo_ext.methods.study.method_configs import method_config_path, task_of
 
-__all__ = ["Job", "evaluation_file", "method_config_path", "quick_flags", "read_score", "run_jobs", "task_of"]
+__all__ = [
+    "Job",
+    "check_stop_support",
+    "evaluation_file",
+    "evaluation_stops",
+    "method_config_path",
+    "quick_flags",
+    "read_score",
+    "run_jobs",
+    "stop_kwargs",
+    "task_of",
+]
 
 
 @dataclass(frozen=True)
 class Job:
-    arm: Arm | None  # None: the base model
+    arm: Arm | None  # None: the base model (or a baseline)
     setting: Setting | None
     seed: int | None
     evaluation: Evaluation
+    baseline: Baseline | None = None  # with no arm: the base at the baseline's prompt
+
+    @property
+    def run(self) -> str:
+        """The run's name in the study (``Evaluation.n_for``, the report): the arm, the baseline or ``base``."""
+        return self.arm.name if self.arm else (self.baseline.name if self.baseline else BASE)
 
     @property
     def name(self) -> str:
         if self.arm is None:
-            return f"base ({self.evaluation.split})"
+            return f"{self.run} ({self.evaluation.split})"
         return f"{self.arm.name}/{self.setting.slug}/seed{self.seed} ({self.evaluation.split})"
 
 
 def job_dir(job: Job, out: Path, study: Study) -> Path:
+    if job.baseline is not None:
+        return Path(out) / "baselines" / job.baseline.name
     if job.arm is None:
         return Path(out) / "base"
     return study.run_dir(out, job.arm, job.setting, job.seed)
+
+
+def evaluation_stops(evaluation: Evaluation, task) -> tuple[str, ...]:
+    """The strings the evaluation cuts samples at: its own `stop`, or the task's (`Task.stop_strings`)."""
+    return tuple(evaluation.stop) if evaluation.stop is not None else tuple(getattr(task, "stop_strings", ()))
+
+
+def stop_kwargs(stops: tuple[str, ...]) -> dict:
+    """``SamplingParams`` keyword arguments that cut samples at `stops`: ``{"stop": stops}`` when this harness's
+    sampler takes stop strings (``SamplingParams.stop``, the harness issue's), ``{}`` when there are none to cut at.
+    A `UserError` when there are stops and the sampler cannot honour them (:func:`check_stop_support` says it first)."""
+    import dataclasses
+
+    from grpo_ext.evaluation.sampling import SamplingParams
+
+    if not stops:
+        return {}
+    if "stop" not in {f.name for f in dataclasses.fields(SamplingParams)}:
+        raise UserError(
+            f"the study cuts samples at {list(stops)} (its evaluation's `stop`, default the task's stop strings), "
+            "and this harness's SamplingParams has no `stop`; set `stop: []` in the study's validation and test to "
+            "evaluate without"
+        )
+    return {"stop": tuple(stops)}
+
+
+def check_stop_support(study: Study, options: dict) -> list[str]:
+    """Before any run: every evaluation's stop strings can be honoured (else a `UserError` naming the fix). With
+    ``--quick`` (a rehearsal of the plumbing) an unsupported stop is dropped with a note instead; the notes are
+    returned."""
+    from grpo_ext.tasks import get_task
+
+    notes = []
+    task_name, task_kwargs = task_of(method_config_path(study.arms[0].method, options["configs"]))
+    task = get_task(task_name, **task_kwargs)
+    for evaluation in (study.validation, study.test):
+        try:
+            stop_kwargs(evaluation_stops(evaluation, task))
+        except UserError as err:
+            if not options.get("quick"):
+                raise
+            notes.append(f"--quick: {evaluation.split} evaluated without stop strings ({err})")
+    return notes
 
 
 def evaluation_file(folder: Path, evaluation: Evaluation) -> Path:
@@ -90,18 +156,36 @@ def _evaluate(job: Job, folder: Path, study: Study, options: dict) -> None:
     if target.is_file():
         return
     evaluation = job.evaluation
-    limit, n, max_new_tokens = evaluation.limit, evaluation.n, evaluation.max_new_tokens
+    limit, n, max_new_tokens = evaluation.limit, evaluation.n_for(job.run), evaluation.max_new_tokens
     method = job.arm.method if job.arm else study.arms[0].method
     task_name, task_kwargs = task_of(method_config_path(method, options["configs"]))
+    if job.baseline is not None:  # the base at the baseline's prompt (e.g. 8 worked examples)
+        task_kwargs = {**task_kwargs, **job.baseline.task_kwargs}
     task = get_task(task_name, **task_kwargs)
+    stops = evaluation_stops(evaluation, task)
+    if options.get("quick"):  # a rehearsal drops what this harness cannot honour (check_stop_support noted it)
+        try:
+            stop_kwargs(stops)
+        except UserError:
+            stops = ()
     params = SamplingParams(
-        n=n, temperature=evaluation.temperature, max_new_tokens=max_new_tokens, seed=0, batch_size=16
+        n=n,
+        temperature=evaluation.temperature,
+        max_new_tokens=max_new_tokens,
+        seed=0,
+        batch_size=16,
+        **stop_kwargs(stops),
     )
     model = str(folder) if job.arm else options["base"]
     ks = evaluation_ks(n)
+    load = {}
+    if evaluation.dtype == "bfloat16":  # as trained: bf16 base, the LoRA adapter beside it (a merge would round it)
+        import torch
+
+        load = {"dtype": torch.bfloat16, "merge_adapter": False}
     print(f"=== evaluating {job.name}", flush=True)
     result = evaluate_model(
-        load_backend(model, "transformers"),
+        load_backend(model, "transformers", **load),
         task,
         params,
         ks,
@@ -111,10 +195,25 @@ def _evaluate(job: Job, folder: Path, study: Study, options: dict) -> None:
         task_id=task_id_for(task_name, evaluation.split, task_kwargs),
         progress=options["progress"],
     )
+    add_attributes(result, task, evaluation.split, limit)
+    result["study_evaluation"] = {"run": job.run, "stop": list(stops), "dtype": evaluation.dtype, "n": n}
     cost = read_json_file(folder, COST_FILE) if job.arm else None
     if cost is not None:
         result["training_cost"] = cost
     atomic_write_json(target, result)
+
+
+def add_attributes(result: dict, task, split: str, limit: int) -> None:
+    """Each per-problem record's slice attributes (``attributes``: operation, operands, carry_borrow...) from the
+    task, where the harness did not write them: the study's slice expectations read them. Problem ids are positions
+    in the split, as the harness numbers them."""
+    records = result.get("per_problem") or []
+    if all("attributes" in r for r in records):
+        return
+    rows = task.load(split, limit)
+    for record in records:
+        if "attributes" not in record and str(record["problem_id"]).isdigit():
+            record["attributes"] = task.problem_attributes(rows[int(record["problem_id"])])
 
 
 def _run_job(job: Job, out: Path, study: Study, options: dict) -> str:
