@@ -127,9 +127,7 @@ class Task(ABC):
     def strict_outcome_reward(self, prompts: list, completions: list, answer: list[str], **kwargs) -> list[float]:
         """TRL reward function (``reward_funcs: [outcome_strict]``): 1.0 for a right answer in the strict form, 0.0
         otherwise (a right number without ``####`` earns nothing)."""
-        return [
-            float(self.is_correct_strict(completion_text(c), a)) for c, a in zip(completions, answer, strict=True)
-        ]
+        return [float(self.is_correct_strict(completion_text(c), a)) for c, a in zip(completions, answer, strict=True)]
 
     # ---- slices --------------------------------------------------------------------------------------------------
     def problem_attributes(self, row: Mapping) -> dict[str, str]:
