@@ -82,6 +82,54 @@ def cpu_bf16_support() -> dict:
     return {"supported": bool(flags), "flags": flags, "mkldnn_bf16": mkldnn}
 
 
+def _say(message: str, level: int = logging.INFO) -> None:
+    """Log ``message``, or print it when the level is not enabled (scripts run at Python's default WARNING level)."""
+    if _LOG.isEnabledFor(level):
+        _LOG.log(level, message)
+    else:
+        print(message, flush=True)
+
+
+def resolve_cpu_bf16(model_args, training_args) -> str | None:
+    """Apply `cpu_bf16` (a `GRPOExtConfig` field): the base weights' dtype on a CPU, set in ``model_args.dtype`` (so
+    the run's record says what ran) and returned; says in the log what was chosen and why.
+
+    `off` (or a config without the field, or a GPU run) leaves `dtype` as given. `auto`: bfloat16 where
+    :func:`cpu_bf16_support` finds native bf16, else float32. `on`: bfloat16 (a warning where it is emulated). Only
+    for a LoRA policy on a full-precision base: a `UserError` naming the field otherwise.
+    """
+    mode = getattr(training_args, "cpu_bf16", "off")
+    if mode == "off":
+        return model_args.dtype
+    if on_gpu(training_args):
+        _say(f"cpu_bf16: `{mode}` is for CPU training and is ignored on a GPU; dtype {model_args.dtype} as given")
+        return model_args.dtype
+    if model_args.load_in_4bit or model_args.load_in_8bit:
+        flag = "load_in_4bit" if model_args.load_in_4bit else "load_in_8bit"
+        raise UserError(
+            f"cpu_bf16: `{mode}` sets the dtype of full-precision base weights; with {flag} the base is quantised "
+            "(its compute dtype follows dtype): set cpu_bf16: off"
+        )
+    if not model_args.use_peft:
+        raise UserError(
+            f"cpu_bf16: `{mode}` needs use_peft: true (LoRA): a full fine-tune would train bf16 weights with bf16 "
+            "optimizer state"
+        )
+    support = cpu_bf16_support()
+    found = ", ".join(support["flags"]) or f"none of {', '.join(BF16_CPU_FLAGS)} in /proc/cpuinfo"
+    chosen = "bfloat16" if mode == "on" or support["supported"] else "float32"
+    where = "this CPU has native bf16" if support["supported"] else "no native bf16 on this CPU"
+    _say(
+        f"cpu_bf16: {mode}: {where} ({found}): base weights in {chosen}, LoRA weights and optimizer state in float32"
+        + (f" (dtype {model_args.dtype} replaced)" if model_args.dtype != chosen else ""),
+        logging.WARNING if mode == "on" and not support["supported"] else logging.INFO,
+    )
+    if mode == "on" and not support["supported"]:
+        _LOG.warning("cpu_bf16: on: bf16 is emulated on this CPU and usually slower than float32 (cpu_bf16: auto)")
+    model_args.dtype = chosen
+    return chosen
+
+
 def quant_compute_dtype(model_args, training_args=None) -> torch.dtype:
     """The dtype 4-bit layers compute in: `dtype` if half, else bf16 on GPU (fp16 if no bf16 support), fp32 on CPU."""
     requested = _DTYPES.get(model_args.dtype) if isinstance(model_args.dtype, str) else model_args.dtype
@@ -154,6 +202,7 @@ def policy_init(model_args, training_args):
     from trl import get_peft_config
 
     check_model_args(model_args)
+    resolve_cpu_bf16(model_args, training_args)
     model_id = resolve_model_path(model_args.model_name_or_path)
     model_args.model_name_or_path = model_id
     lora_target_modules_default(model_args)
