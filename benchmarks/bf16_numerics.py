@@ -88,7 +88,9 @@ def main(argv: list[str] | None = None) -> dict:
     fp32 = _policy(bases["float32"])
     fp32.eval()
     # completions sampled from the float32 policy, left-padded prompts as TRL pads them
-    prompts = [tok.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=True)["input_ids"] for r in rows]
+    prompts = [
+        tok.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=True)["input_ids"] for r in rows
+    ]
     width = max(map(len, prompts))
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])

@@ -24,7 +24,9 @@ back-propagates it), then the optimizer and scheduler steps and ``zero_grad``. P
 methods on each trainer (TRL is not edited): ``generation`` = ``_generate`` (tokenising, sampling, decoding),
 ``scoring`` = the rest of ``_generate_and_score_completions`` (rewards, advantages), ``loss forward`` =
 ``compute_loss`` (summed over the micro-batches), ``loss backward`` = ``training_step`` minus those, ``optimizer`` =
-the rest of the step. On CUDA every timer synchronises first.
+the rest of the step. On CUDA every timer synchronises first. Each phase has its wall-clock seconds and this process's
+CPU seconds (``<phase>_cpu``): on one thread the CPU time is what the step costs, whatever other jobs on a shared
+machine do meanwhile, so the table leads with it (on CUDA the wall time is the measure).
 
 Every trainer is built first (the same seed) and warmed up with ``--warmup`` steps (timed apart); then ``--reps``
 repetitions run one step of every variant, in an order rotated by the repetition (``benchmarks._common.alternate``),
@@ -66,6 +68,7 @@ BACKEND_FIELDS = {
     "sampler": {"generation_backend": "sampler", "use_transformers_continuous_batching": False},
 }
 PHASES = ("generation", "scoring", "loss_forward", "loss_backward", "optimizer", "step")
+CPU_PHASES = tuple(p + "_cpu" for p in PHASES)
 
 
 def parse_variants(text: str) -> list[tuple[str, str]]:
@@ -139,12 +142,13 @@ class PhaseClock:
         @functools.wraps(original)
         def timed(*args, **kwargs):
             _synchronize(self.device)
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             try:
                 return original(*args, **kwargs)
             finally:
                 _synchronize(self.device)
                 self.totals[phase] += time.perf_counter() - start
+                self.totals[phase + "_cpu"] += time.process_time() - cpu
 
         setattr(obj, method, timed)  # an instance attribute: TRL calls it as self.<method>(...)
 
@@ -207,24 +211,30 @@ def one_step(trainer, clock: PhaseClock, batch: list[dict]) -> dict:
     """One optimizer step (all micro-batches) on ``batch``; its phase times, mean completion length and reward."""
     device = clock.device
     _synchronize(device)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for _ in range(trainer.args.gradient_accumulation_steps):
         trainer.training_step(trainer.model, batch, None)  # generates at the first micro-batch (TRL's _prepare_inputs)
     trainer.optimizer.step()
     trainer.lr_scheduler.step()
     trainer.model.zero_grad(set_to_none=True)
     _synchronize(device)
-    step = time.perf_counter() - start
     t = clock.take()
+    t["step"], t["step_cpu"] = time.perf_counter() - start, time.process_time() - cpu
     metrics = trainer._metrics["train"]
-    gen_and_score = t.get("generate_and_score", 0.0)
+    out = {}
+    for suffix in ("", "_cpu"):  # wall-clock seconds, and this process's CPU seconds (one thread: what other jobs
+        # on a shared machine do not add to)
+        got = {k: t.get(k + suffix, 0.0) for k in ("generation", "generate_and_score", "loss_forward", "training_step")}
+        out |= {
+            "generation" + suffix: got["generation"],
+            "scoring" + suffix: got["generate_and_score"] - got["generation"],
+            "loss_forward" + suffix: got["loss_forward"],
+            "loss_backward" + suffix: got["training_step"] - got["generate_and_score"] - got["loss_forward"],
+            "optimizer" + suffix: t["step" + suffix] - got["training_step"],
+            "step" + suffix: t["step" + suffix],
+        }
     return {
-        "generation": t.get("generation", 0.0),
-        "scoring": gen_and_score - t.get("generation", 0.0),
-        "loss_forward": t.get("loss_forward", 0.0),
-        "loss_backward": t.get("training_step", 0.0) - gen_and_score - t.get("loss_forward", 0.0),
-        "optimizer": step - t.get("training_step", 0.0),
-        "step": step,
+        **out,
         "mean_completion_length": metrics["completions/mean_length"][-1],
         "clipped_ratio": metrics["completions/clipped_ratio"][-1],
         "reward": metrics["reward"][-1],
@@ -244,7 +254,16 @@ def precision_facts(trainer) -> dict:
     return {"frozen_weights": frozen, "trainable_weights": trainable, "optimizer_state": state}
 
 
-def run(config: str, overrides: list[str], variants: list[tuple[str, str]], device: str, reps: int, warmup: int):
+def run(
+    config: str,
+    overrides: list[str],
+    variants: list[tuple[str, str]],
+    device: str,
+    reps: int,
+    warmup: int,
+    on_rep=None,
+):
+    """Build, warm up and time the variants; ``on_rep(raw, reps_done)`` after each repetition (partial results)."""
     from transformers import set_seed
 
     names = [f"{b}:{d}" for b, d in variants]
@@ -273,10 +292,10 @@ def run(config: str, overrides: list[str], variants: list[tuple[str, str]], devi
 
         steps: dict[str, list[dict]] = {n: [] for n in trainers}
 
-        def runner(name: str):
+        def runner(name: str, r: int):
             trainer, clock = trainers[name]
 
-            def fn(r: int) -> None:
+            def fn(_: int) -> None:
                 if name in errors:
                     return
                 set_seed(1000 + r)
@@ -288,8 +307,18 @@ def run(config: str, overrides: list[str], variants: list[tuple[str, str]], devi
 
             return fn
 
-        if trainers:
-            C.alternate({n: runner(n) for n in trainers}, reps=reps, warmup=0)
+        order = list(trainers)
+        for r in range(reps):  # C.alternate's rotation, one repetition at a time so each can be written out
+            shift = r % len(order) if order else 0
+            rotated = order[shift:] + order[:shift]
+            C.alternate({n: runner(n, r) for n in rotated}, reps=1, warmup=0, progress=False)
+            print(
+                f"  rep {r + 1}/{reps}: " + ", ".join(f"{n} {steps[n][-1]['step']:.4g}s" for n in rotated if steps[n]),
+                file=sys.stderr,
+                flush=True,
+            )
+            if on_rep is not None:
+                on_rep({"steps": steps, "warmups": warmups, "built": built, "errors": errors}, r + 1)
     return {"steps": steps, "warmups": warmups, "built": built, "errors": errors}
 
 
@@ -299,17 +328,21 @@ def summarise(raw: dict, names: list[str]) -> dict:
     out = {}
     for n in ok:
         rows = raw["steps"][n]
-        entry = {p: C.summary([r[p] for r in rows]) for p in PHASES}
-        entry["loss_forward_backward"] = C.summary([r["loss_forward"] + r["loss_backward"] for r in rows])
+        entry = {p: C.summary([r[p] for r in rows]) for p in PHASES + CPU_PHASES}
+        for suffix in ("", "_cpu"):
+            entry["loss_forward_backward" + suffix] = C.summary(
+                [r["loss_forward" + suffix] + r["loss_backward" + suffix] for r in rows]
+            )
         for key in ("mean_completion_length", "clipped_ratio", "reward"):
             entry[key] = C.median([r[key] for r in rows])
         entry["steps"] = rows
         entry["warmup_steps"] = raw["warmups"].get(n, [])
         entry |= raw["built"].get(n, {})
         if base is not None:
-            entry["speedup_over_" + base] = C.paired_ratio(
-                [r["step"] for r in raw["steps"][base]], [r["step"] for r in rows]
-            )
+            for suffix in ("", "_cpu"):
+                entry[f"speedup{suffix}_over_{base}"] = C.paired_ratio(
+                    [r["step" + suffix] for r in raw["steps"][base]], [r["step" + suffix] for r in rows]
+                )
         out[n] = entry
     return {"baseline": base, "variants": out}
 
@@ -319,19 +352,22 @@ def table(summary: dict, errors: dict, names: list[str]) -> str:
     rows = []
     for n in names:
         if n in errors:
-            rows.append([n, f"failed: {errors[n][:160]}", "", "", "", "", "", ""])
+            rows.append([n, f"failed: {errors[n][:160]}", "", "", "", "", "", "", "", ""])
             continue
         v = summary["variants"].get(n)
         if v is None:
             continue
-        speed = v.get("speedup_over_" + base, {}) if base else {}
+        speed = v.get("speedup_cpu_over_" + base, {}) if base else {}
+        wall = v.get("speedup_over_" + base, {}) if base else {}
         rows.append(
             [
                 n,
-                f"{v['generation']['median']:.3g}",
-                f"{v['loss_forward_backward']['median']:.3g}",
-                f"{v['step']['median']:.3g} ({v['step']['min']:.3g}-{v['step']['max']:.3g})",
+                f"{v['generation_cpu']['median']:.3g}",
+                f"{v['loss_forward_backward_cpu']['median']:.3g}",
+                f"{v['step_cpu']['median']:.3g}",
                 f"{speed['median_of_ratios']:.2f}x" if speed else "",
+                f"{v['step']['median']:.3g} ({v['step']['min']:.3g}-{v['step']['max']:.3g})",
+                f"{wall['median_of_ratios']:.2f}x" if wall else "",
                 f"{v['mean_completion_length']:.1f}",
                 f"{v['clipped_ratio']:.2f}",
                 f"{v['reward']:.3f}",
@@ -339,10 +375,12 @@ def table(summary: dict, errors: dict, names: list[str]) -> str:
         )
     headers = [
         "generation:dtype",
-        "generation s",
-        "loss fwd+bwd s",
-        "step s (min-max)",
-        f"speed-up vs {base}",
+        "generation CPU s",
+        "loss fwd+bwd CPU s",
+        "step CPU s",
+        f"speed-up (CPU) vs {base}",
+        "step wall s (min-max)",
+        "speed-up (wall)",
         "mean length",
         "clipped",
         "mean reward",
@@ -375,13 +413,26 @@ def main(argv: list[str] | None = None) -> dict:
     facts = device_facts(device)
     print(f"{NAME}: {', '.join(names)} on {facts.get('name') or device}", file=sys.stderr, flush=True)
 
-    raw = run(config, overrides, variants, device, args.reps, args.warmup)
+    written: list[dict] = []
+
+    def report(raw: dict, reps_done: int) -> None:
+        written.append(write(raw, reps_done, args, names, overrides, config, device, facts))
+
+    raw = run(config, overrides, variants, device, args.reps, args.warmup, on_rep=report)
+    if not written or written[-1]["reps_done"] < args.reps:  # every variant failed before its timed steps
+        report(raw, 0)
+    return written[-1]
+
+
+def write(raw, reps_done, args, names, overrides, config, device, facts) -> dict:
+    """The table and JSON of the repetitions done so far (``complete`` once all are)."""
     summary = summarise(raw, names)
     text = table(summary, raw["errors"], names)
     text += (
         f"\n\n{Path(config).name}{' + ' + ' '.join(overrides) if overrides else ''}; device {device} "
-        f"({facts.get('name', '')}); medians of {args.reps} alternated steps after {args.warmup} warm-up; "
-        "generation = TRL's `_generate`, loss fwd+bwd = the micro-batches' `training_step` less generation and scoring"
+        f"({facts.get('name', '')}); medians of {reps_done} alternated steps after {args.warmup} warm-up; "
+        "generation = TRL's `_generate`, loss fwd+bwd = the micro-batches' `training_step` less generation and "
+        "scoring; CPU s = this process's CPU time (one thread), wall s = elapsed (other jobs on the machine add to it)"
     )
     payload = {
         "device": facts,
@@ -392,6 +443,8 @@ def main(argv: list[str] | None = None) -> dict:
             "reps": args.reps,
             "warmup": args.warmup,
         },
+        "reps_done": reps_done,
+        "complete": reps_done == args.reps,
         **summary,
         "errors": raw["errors"],
     }

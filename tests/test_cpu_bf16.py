@@ -78,7 +78,11 @@ def test_ignored_on_a_gpu(native_bf16, monkeypatch, caplog):
 
 @pytest.mark.parametrize(
     ("overrides", "named"),
-    [({"use_peft": False}, "use_peft"), ({"load_in_4bit": True}, "load_in_4bit"), ({"load_in_8bit": True}, "load_in_8bit")],
+    [
+        ({"use_peft": False}, "use_peft"),
+        ({"load_in_4bit": True}, "load_in_4bit"),
+        ({"load_in_8bit": True}, "load_in_8bit"),
+    ],
 )
 def test_refused_without_lora_or_with_a_quantised_base(native_bf16, overrides, named):
     with pytest.raises(UserError, match=rf"^cpu_bf16: .*{named}"):
