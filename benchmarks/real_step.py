@@ -288,7 +288,6 @@ def run(
                 print(f"  {name} failed: {errors[name]}", file=sys.stderr, flush=True)
                 continue
             trainers[name] = (trainer, clock)
-            built[name]["precision"] = precision_facts(trainer)  # AdamW's state exists after a step
 
         steps: dict[str, list[dict]] = {n: [] for n in trainers}
 
@@ -317,6 +316,8 @@ def run(
                 file=sys.stderr,
                 flush=True,
             )
+            for n in rotated:  # AdamW's state exists once a variant has stepped
+                built[n]["precision"] = precision_facts(trainers[n][0])
             if on_rep is not None:
                 on_rep({"steps": steps, "warmups": warmups, "built": built, "errors": errors}, r + 1)
     return {"steps": steps, "warmups": warmups, "built": built, "errors": errors}
