@@ -15,8 +15,13 @@ from that recipe with only these changed:
 | continuous   | TRL's ``use_transformers_continuous_batching: true`` (paged attention)       |
 | sampler      | grpo-ext's ``generation_backend: sampler`` (continuous-batching sampler)     |
 
-and the model's ``dtype`` (``float32``: the recipe's precision today; ``bfloat16``: the base weights in bf16, LoRA
-weights and AdamW state in float32 as PEFT keeps them). On CUDA, ``bf16`` (autocast) is on with ``bfloat16``.
+and the model's ``dtype`` (``float32``: the recipe's precision before issue 37; ``bfloat16``: the base weights in bf16,
+LoRA weights and AdamW state in float32 as PEFT keeps them, what ``cpu_bf16: auto`` picks on a CPU with native bf16).
+On CUDA, ``bf16`` (autocast) is on with ``bfloat16``. Every variant scores the loss's log-probs as the shipped code
+does (on a CPU only the completion positions: ``grpo_ext.modeling.compact_log_probs_on_cpu``) unless its name ends
+in ``:all_positions`` (TRL's own CPU path, every position through the LM head): ``generate:float32:all_positions``,
+the recipe before issue 37, is the default's first variant and the baseline of the speed-ups. TRL's continuous
+batching gets a bounded KV cache on a CPU (``CPU_CONTINUOUS_BATCHING``; by default it takes most of the free RAM).
 
 A step is what ``Trainer.train`` does per optimizer step: ``gradient_accumulation_steps`` calls of ``training_step``
 (the first generates and scores the whole generation batch; each computes the loss of its micro-batch and
@@ -32,13 +37,14 @@ Every trainer is built first (the same seed) and warmed up with ``--warmup`` ste
 repetitions run one step of every variant, in an order rotated by the repetition (``benchmarks._common.alternate``),
 all variants on the same prompts (repetition ``r``'s generation batch) with torch seeded alike. Medians over the
 repetitions; the speed-up of each variant is the median of its per-repetition ratios to the first variant's step
-(``generate:float32``, today's recipe, by default). The mean completion length and mean reward of each variant's
-timed steps stand beside its times: a faster step must not come from shorter answers. One thread
+(``generate:float32:all_positions``, the recipe before issue 37, by default). The mean completion length and mean
+reward of each variant's timed steps stand beside its times: a faster step must not come from shorter answers. One thread
 (``benchmarks/__init__.py``); the device (CPU model and its bf16 support, or the GPU) is recorded in the JSON
 (``benchmarks/results/<--name>.json``, or ``--out``).
 
 Costs on 2 shared cores (one thread): a float32 step of the default recipe is 1-3 minutes, a bfloat16 one about half;
-the default (6 variants, 1 warm-up + 2 repetitions) is ~40-60 minutes. A quick rehearsal of the code paths:
+the default (7 variants, 1 warm-up + 2 repetitions) is ~45-60 minutes of one core (wall time grows with what else
+runs on the machine; the JSON is rewritten after every repetition). A quick rehearsal of the code paths:
 ``--reps 1 --warmup 0 -- --max_completion_length 8``.
 """
 
@@ -60,7 +66,15 @@ NAME = "real_step"
 DEFAULT_CONFIG = "configs/real/cpu.yaml"
 BACKENDS = ("generate", "continuous", "sampler")
 DTYPES = ("float32", "bfloat16")
-DEFAULT_VARIANTS = tuple(f"{b}:{d}" for d in DTYPES for b in BACKENDS)
+#: A third part ``:all_positions`` times TRL's own CPU scoring (its fused LM head over every position, prompts
+#: included) instead of grpo-ext's compact one (``grpo_ext.modeling.compact_log_probs_on_cpu``).
+ALL_POSITIONS = "all_positions"
+#: Today's recipe before issue 37 first (the baseline of the speed-ups), then the shipped code's six variants.
+DEFAULT_VARIANTS = (f"generate:float32:{ALL_POSITIONS}", *(f"{b}:{d}" for d in DTYPES for b in BACKENDS))
+#: TRL's continuous batching sizes its KV cache from 60-90% of the free memory, which on a CPU is the machine's RAM
+#: (a run here was killed by the kernel at 14 GB): on a CPU its cache gets this many 256-token pages, ample for a
+#: step of 32 x (~160 + 64) tokens.
+CPU_CONTINUOUS_BATCHING = {"num_blocks": 64}
 #: What each backend changes in the recipe (GRPOExtConfig fields).
 BACKEND_FIELDS = {
     "generate": {"generation_backend": "trl", "use_transformers_continuous_batching": False},
@@ -71,21 +85,26 @@ PHASES = ("generation", "scoring", "loss_forward", "loss_backward", "optimizer",
 CPU_PHASES = tuple(p + "_cpu" for p in PHASES)
 
 
-def parse_variants(text: str) -> list[tuple[str, str]]:
+def parse_variants(text: str) -> list[tuple[str, str, bool]]:
+    """``backend:dtype[:all_positions]`` items -> ``(backend, dtype, compact scoring)``."""
     out = []
     for item in (s.strip() for s in text.split(",")):
         if not item:
             continue
-        backend, _, dtype = item.partition(":")
-        if backend not in BACKENDS or dtype not in DTYPES:
+        backend, dtype, *rest = item.split(":") + [""]
+        if backend not in BACKENDS or dtype not in DTYPES or rest not in ([""], [ALL_POSITIONS, ""]):
             raise SystemExit(
-                f"--variants: {item!r} is not <backend>:<dtype> with backend in {', '.join(BACKENDS)} and dtype in "
-                f"{', '.join(DTYPES)}"
+                f"--variants: {item!r} is not <backend>:<dtype>[:{ALL_POSITIONS}] with backend in "
+                f"{', '.join(BACKENDS)} and dtype in {', '.join(DTYPES)}"
             )
-        out.append((backend, dtype))
+        out.append((backend, dtype, rest[0] != ALL_POSITIONS))
     if not out:
         raise SystemExit("--variants: name at least one <backend>:<dtype>")
     return out
+
+
+def variant_name(backend: str, dtype: str, compact: bool) -> str:
+    return f"{backend}:{dtype}" + ("" if compact else f":{ALL_POSITIONS}")
 
 
 def resolve_device(name: str) -> str:
@@ -181,6 +200,8 @@ def build_trainer(config: str, overrides: list[str], backend: str, dtype: str, d
     extra += [f"--dtype={dtype}", f"--use_cpu={not cuda}", f"--bf16={cuda and dtype == 'bfloat16'}"]
     extra += ["--report_to=none", "--save_strategy=no", "--disable_tqdm=true", "--max_steps=10000"]
     task_args, args, model_args = parse_recipe(config, [*overrides, *extra], out_dir)
+    if backend == "continuous" and not cuda and not args.transformers_continuous_batching_config:
+        args.transformers_continuous_batching_config = dict(CPU_CONTINUOUS_BATCHING)
     set_seed(args.seed)
     task = get_task(task_args.task, **task_args.task_kwargs)
     trainer = build_grpo_trainer(
@@ -207,8 +228,12 @@ def generation_batches(trainer, count: int) -> list[list[dict]]:
     return [[row for row in rows[b * prompts : (b + 1) * prompts] for _ in range(group)] for b in range(count)]
 
 
-def one_step(trainer, clock: PhaseClock, batch: list[dict]) -> dict:
-    """One optimizer step (all micro-batches) on ``batch``; its phase times, mean completion length and reward."""
+def one_step(trainer, clock: PhaseClock, batch: list[dict], compact: bool = True) -> dict:
+    """One optimizer step (all micro-batches) on ``batch``; its phase times, mean completion length and reward.
+    ``compact``: grpo-ext's compact CPU scoring (False: TRL's own, every position)."""
+    from grpo_ext import modeling
+
+    modeling.CPU_COMPACT_LOG_PROBS = compact
     device = clock.device
     _synchronize(device)
     start, cpu = time.perf_counter(), time.process_time()
@@ -257,7 +282,7 @@ def precision_facts(trainer) -> dict:
 def run(
     config: str,
     overrides: list[str],
-    variants: list[tuple[str, str]],
+    variants: list[tuple[str, str, bool]],
     device: str,
     reps: int,
     warmup: int,
@@ -266,11 +291,12 @@ def run(
     """Build, warm up and time the variants; ``on_rep(raw, reps_done)`` after each repetition (partial results)."""
     from transformers import set_seed
 
-    names = [f"{b}:{d}" for b, d in variants]
+    names = [variant_name(*v) for v in variants]
+    compact = {name: v[2] for name, v in zip(names, variants, strict=True)}
     trainers, warmups, built, errors = {}, {}, {}, {}
     with tempfile.TemporaryDirectory(prefix="grpo_ext_real_step_") as tmp:
         batches = None
-        for (backend, dtype), name in zip(variants, names, strict=True):
+        for (backend, dtype, _), name in zip(variants, names, strict=True):
             print(f"building {name}", file=sys.stderr, flush=True)
             start = time.perf_counter()
             try:
@@ -281,7 +307,7 @@ def run(
                 warmups[name] = []
                 for w in range(warmup):
                     set_seed(w)
-                    warmups[name].append(one_step(trainer, clock, batches[w]))
+                    warmups[name].append(one_step(trainer, clock, batches[w], compact[name]))
                     print(f"  {name} warm-up {w + 1}: {warmups[name][-1]['step']:.3g}s", file=sys.stderr, flush=True)
             except Exception as err:  # one variant failing keeps the others (the table says why)
                 errors[name] = f"{type(err).__name__}: {err}"
@@ -299,7 +325,7 @@ def run(
                     return
                 set_seed(1000 + r)
                 try:
-                    steps[name].append(one_step(trainer, clock, batches[warmup + r]))
+                    steps[name].append(one_step(trainer, clock, batches[warmup + r], compact[name]))
                 except Exception as err:
                     errors[name] = f"{type(err).__name__}: {err}"
                     print(f"  {name} failed: {errors[name]}", file=sys.stderr, flush=True)
@@ -407,7 +433,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.reps < 1 or args.warmup < 0:
         raise SystemExit("--reps must be >= 1 and --warmup >= 0")
     variants = parse_variants(args.variants)
-    names = [f"{b}:{d}" for b, d in variants]
+    names = [variant_name(*v) for v in variants]
     device = resolve_device(args.device)
     config = str(Path(args.config) if Path(args.config).is_absolute() else C.ROOT / args.config)
     C.set_threads(1)
@@ -441,6 +467,7 @@ def write(raw, reps_done, args, names, overrides, config, device, facts) -> dict
             "config": os.path.relpath(config, C.ROOT) if config.startswith(str(C.ROOT)) else config,
             "overrides": overrides,
             "variants": names,
+            "cpu_continuous_batching_config": CPU_CONTINUOUS_BATCHING if device == "cpu" else None,
             "reps": args.reps,
             "warmup": args.warmup,
         },

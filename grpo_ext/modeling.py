@@ -130,6 +130,45 @@ def resolve_cpu_bf16(model_args, training_args) -> str | None:
     return chosen
 
 
+#: Whether TRL's fused LM head scores only the completion positions on a CPU once :func:`compact_log_probs_on_cpu`
+#: has run (read at every forward: benchmarks/real_step.py turns it off to time TRL's own CPU path beside it).
+CPU_COMPACT_LOG_PROBS = True
+
+
+def compact_log_probs_on_cpu() -> bool:
+    """Make TRL's fused LM head score only the positions that have a label on a CPU, as it does on Triton devices.
+
+    TRL 1.16 computes the per-token log-probs of the loss with `add_fused_lm_head`: the LM head projects, in tiles,
+    the positions whose label is not -100 (the completion tokens) when `_use_triton(device)` is true (CUDA/XPU), and
+    every position of the batch elsewhere (so that compiled devices like Neuron keep fixed shapes), masking the prompt's
+    afterwards. On a CPU that is the whole prompt through the 49k-token head, forward and backward: measured on
+    SmolLM2-135M (one thread, 8 rows of ~225 tokens, 64 of them completion), 11.5 s of fp32 head per micro-batch
+    against ~2 s for the completion positions alone, about a third of the real-model step. The log-probs and their
+    gradients are the same either way (the masked positions are zeros in both): only which rows are multiplied
+    changes. TRL's private `trl.trainer.utils._use_triton` is wrapped to say "compact" for CPU tensors (the kernel
+    itself still picks its torch path on a CPU: it reads its own module's `_use_triton`). Returns whether the wrapper
+    is in place; False, with a warning, for a TRL without that function (then nothing changes).
+    """
+    try:
+        import trl.trainer.utils as trl_utils
+    except ImportError:
+        return False
+    original = getattr(trl_utils, "_use_triton", None)
+    if original is None:
+        _LOG.warning("TRL's fused LM head has changed (no trl.trainer.utils._use_triton): CPU log-probs not compacted")
+        return False
+    if getattr(original, "grpo_ext_cpu_compact", False):
+        return True
+
+    def use_compact(device) -> bool:
+        return (CPU_COMPACT_LOG_PROBS and torch.device(device).type == "cpu") or original(device)
+
+    use_compact.grpo_ext_cpu_compact = True
+    use_compact.__wrapped__ = original
+    trl_utils._use_triton = use_compact
+    return True
+
+
 def quant_compute_dtype(model_args, training_args=None) -> torch.dtype:
     """The dtype 4-bit layers compute in: `dtype` if half, else bf16 on GPU (fp16 if no bf16 support), fp32 on CPU."""
     requested = _DTYPES.get(model_args.dtype) if isinstance(model_args.dtype, str) else model_args.dtype

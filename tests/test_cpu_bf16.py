@@ -120,3 +120,39 @@ def test_a_step_on_a_bf16_base_keeps_lora_and_adamw_state_in_float32(native_bf16
     assert all(after[n].dtype == torch.float32 for n in lora)
     assert trainer.state.log_history[0]["grad_norm"] > 0
     assert any(not torch.equal(after[n].detach(), lora[n]) for n in lora if "lora_B" in n)  # it learned something
+
+
+def test_compact_cpu_log_probs_are_trls_log_probs(tiny_char_llama, monkeypatch):
+    """TRL's fused head on a CPU scores every position unless compacted; compacted, only the labelled (completion)
+    positions are projected: the same log-probs, entropies and LoRA-free input gradients, to float rounding."""
+    import trl.trainer.utils as trl_utils
+    from trl.trainer.utils import add_fused_lm_head
+
+    assert modeling.compact_log_probs_on_cpu() and modeling.compact_log_probs_on_cpu()  # idempotent
+    assert trl_utils._use_triton.grpo_ext_cpu_compact and not trl_utils._use_triton.__wrapped__(torch.device("cpu"))
+    model, _ = tiny_char_llama()
+    add_fused_lm_head(model, temperature=0.7, outputs=("log_probs", "entropy"))
+    ids = torch.randint(3, model.config.vocab_size, (3, 12))
+    labels = ids.clone()
+    labels[:, :7] = -100  # a 7-token prompt, 5 completion tokens
+    labels[2, 10:] = -100  # a shorter completion
+
+    rows = []
+    apply = trl_utils._ChunkedLogProbFunction.apply
+    monkeypatch.setattr(
+        trl_utils._ChunkedLogProbFunction, "apply", lambda hidden, *a: rows.append(len(hidden)) or apply(hidden, *a)
+    )
+
+    def run(compact: bool):
+        monkeypatch.setattr(modeling, "CPU_COMPACT_LOG_PROBS", compact)
+        model.zero_grad(set_to_none=True)
+        out = model(input_ids=ids, labels=labels, fused_lm_head=True)
+        (out.log_probs.sum() + out.entropy.sum()).backward()
+        grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        return out.log_probs.detach(), out.entropy.detach(), grads
+
+    full, compact = run(False), run(True)
+    assert rows == [3 * 11, int((labels[:, 1:] != -100).sum())]  # every shifted position, then the labelled ones
+    for a, b in zip(full, compact, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert (full[0][:, :6] == 0).all() and (full[0][:, 6:9] != 0).all()  # prompt positions are zeros in both

@@ -37,15 +37,17 @@ TINY = {
 def test_real_step_json_on_a_tiny_recipe(tmp_path):
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump(TINY | {"output_dir": str(tmp_path / "unused")}))
-    variants = "generate:float32,sampler:bfloat16"
+    variants = "generate:float32:all_positions,sampler:bfloat16"
     argv = ["--config", str(config), "--variants", variants, "--reps", "1", "--warmup", "0", "--out", str(tmp_path)]
     payload = real_step.main([*argv, "--", "--max_completion_length", "4"])  # a flag after -- overrides the config
 
     saved = json.loads((tmp_path / "real_step.json").read_text())
-    assert saved["variants"].keys() == payload["variants"].keys() == {"generate:float32", "sampler:bfloat16"}
+    assert (
+        saved["variants"].keys() == payload["variants"].keys() == {"generate:float32:all_positions", "sampler:bfloat16"}
+    )
     assert saved["device"]["type"] == "cpu" and set(saved["device"]["bf16"]) == {"supported", "flags", "mkldnn_bf16"}
     assert saved["params"]["overrides"] == ["--max_completion_length", "4"] and saved["complete"]
-    assert saved["baseline"] == "generate:float32"
+    assert saved["baseline"] == "generate:float32:all_positions"
     for name, v in saved["variants"].items():
         for phase in (*real_step.PHASES, *real_step.CPU_PHASES, "loss_forward_backward", "loss_forward_backward_cpu"):
             assert v[phase]["n"] == 1, (name, phase)
@@ -54,17 +56,22 @@ def test_real_step_json_on_a_tiny_recipe(tmp_path):
         parts = sum(step[p] for p in ("generation", "scoring", "loss_forward", "loss_backward", "optimizer"))
         assert parts == pytest.approx(step["step"])  # the phases add up to the step
         assert 1 <= v["mean_completion_length"] <= 4 and 0 <= v["clipped_ratio"] <= 1 and 0 <= v["reward"] <= 1
-        assert len(v["speedup_over_generate:float32"]["values"]) == 1
+        assert len(v["speedup_over_generate:float32:all_positions"]["values"]) == 1
         assert v["precision"]["trainable_weights"] == v["precision"]["optimizer_state"] == ["torch.float32"]
     precision = {n: v["precision"]["frozen_weights"] for n, v in saved["variants"].items()}
-    assert precision == {"generate:float32": ["torch.float32"], "sampler:bfloat16": ["torch.bfloat16"]}
+    assert precision == {"generate:float32:all_positions": ["torch.float32"], "sampler:bfloat16": ["torch.bfloat16"]}
     assert "| sampler:bfloat16 |" in saved["table"]
 
 
 def test_real_step_refuses_an_unknown_variant():
     with pytest.raises(SystemExit, match="--variants: 'vllm:float32'"):
         real_step.parse_variants("generate:float32,vllm:float32")
-    assert real_step.parse_variants("continuous:bfloat16") == [("continuous", "bfloat16")]
+    assert real_step.parse_variants("continuous:bfloat16,generate:float32:all_positions") == [
+        ("continuous", "bfloat16", True),
+        ("generate", "float32", False),
+    ]
+    with pytest.raises(SystemExit, match="all_positions"):
+        real_step.parse_variants("generate:float32:some_positions")
 
 
 def test_learning_check_resumes_what_is_unfinished(tmp_path, capsys):
