@@ -1,7 +1,7 @@
 """Is a bf16 base numerically sane for GRPO with LoRA? The real model's log-probs, LoRA gradients and next-token
 distributions with the base in bfloat16 against float32 (issue 37; `cpu_bf16`).
 
-    python -m benchmarks.bf16_numerics [--model smollm2-135m-instruct] [--sequences 16] [--completion 64]
+    python -m benchmarks.bf16_numerics [--model smollm2-135m-instruct] [--sequences 8] [--completion 64]
 
 One LoRA r16 policy (every linear layer, the LoRA B weights set to small random values so every adapter weight gets
 a gradient) is built on the float32 base and copied onto a bfloat16 base (the LoRA weights float32 on both, as PEFT
@@ -52,13 +52,22 @@ def _score(policy, input_ids, attention_mask, completion_len: int):
     return out.log_probs[:, -completion_len:]
 
 
-def _grads(policy, logps, mask, advantages):
-    loss = -((logps * mask).sum(1) / mask.sum(1).clamp(min=1) * advantages).mean()
-    policy.zero_grad(set_to_none=True)
-    loss.backward()
+def _logps_and_grads(policy, input_ids, attention_mask, completion_len, mask, advantages, chunk: int = 4):
+    """Per-token log-probs and the LoRA gradient of -mean_i(A_i mean_t log p_it), ``chunk`` rows a backward pass (as
+    TRL's micro-batches: the activations of all rows at once would take many GB)."""
     import torch
 
-    return torch.cat([p.grad.float().flatten() for n, p in policy.named_parameters() if p.requires_grad])
+    policy.zero_grad(set_to_none=True)
+    rows = input_ids.shape[0]
+    logps = []
+    for s in range(0, rows, chunk):
+        part = _score(policy, input_ids[s : s + chunk], attention_mask[s : s + chunk], completion_len)
+        m = mask[s : s + chunk]
+        loss = -((part * m).sum(1) / m.sum(1).clamp(min=1) * advantages[s : s + chunk]).sum() / rows
+        loss.backward()
+        logps.append(part.detach().float())
+    grad = torch.cat([p.grad.float().flatten() for p in policy.parameters() if p.requires_grad])
+    return torch.cat(logps), grad
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -73,7 +82,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m-instruct")
-    parser.add_argument("--sequences", type=int, default=16)
+    parser.add_argument("--sequences", type=int, default=8)
     parser.add_argument("--completion", type=int, default=64)
     parser.add_argument("--name", default=NAME)
     args = parser.parse_args(argv)
@@ -130,13 +139,11 @@ def main(argv: list[str] | None = None) -> dict:
     inner.model.embed_tokens.register_forward_hook(lambda module, args, output: output.to(torch.bfloat16))
 
     results = {}
-    ref_logps = _score(fp32, full_ids, full_attn, T)
-    ref_grad = _grads(fp32, ref_logps, cmask, advantages)
+    ref_logps, ref_grad = _logps_and_grads(fp32, full_ids, full_attn, T, cmask, advantages)
     for label, policy in (("bf16", bf16), ("bf16_lm_head_fp32", bf16_head32)):
-        logps = _score(policy, full_ids, full_attn, T)
-        grad = _grads(policy, logps, cmask, advantages)
-        diff = (logps.detach().float() - ref_logps.detach()).abs() * cmask
-        seq = ((logps.detach().float() - ref_logps.detach()) * cmask).sum(1).abs()
+        logps, grad = _logps_and_grads(policy, full_ids, full_attn, T, cmask, advantages)
+        diff = (logps - ref_logps).abs() * cmask
+        seq = ((logps - ref_logps) * cmask).sum(1).abs()
         results[label] = {
             "logp_abs_err_mean": float(diff.sum() / cmask.sum()),
             "logp_abs_err_max": float(diff.max()),
@@ -149,8 +156,9 @@ def main(argv: list[str] | None = None) -> dict:
     with torch.no_grad():
         fp32.eval()
         bf16.eval()
-        l32 = fp32(input_ids=full_ids, attention_mask=full_attn).logits[:, width - 1 : -1]
-        l16 = bf16(input_ids=full_ids, attention_mask=full_attn).logits[:, width - 1 : -1]
+        keep = {"logits_to_keep": T + 1}  # the positions that predict the completion tokens (and one past them)
+        l32 = fp32(input_ids=full_ids, attention_mask=full_attn, **keep).logits[:, :-1]
+        l16 = bf16(input_ids=full_ids, attention_mask=full_attn, **keep).logits[:, :-1]
     keep = cmask.bool()
     l32, l16 = l32[keep].float(), l16[keep].float()
     p32, p16 = torch.softmax(l32 / TEMPERATURE, -1), torch.softmax(l16 / TEMPERATURE, -1)

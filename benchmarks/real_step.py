@@ -38,8 +38,8 @@ repetitions run one step of every variant, in an order rotated by the repetition
 all variants on the same prompts (repetition ``r``'s generation batch) with torch seeded alike. Medians over the
 repetitions; the speed-up of each variant is the median of its per-repetition ratios to the first variant's step
 (``generate:float32:all_positions``, the recipe before issue 37, by default). The mean completion length and mean
-reward of each variant's timed steps stand beside its times: a faster step must not come from shorter answers. One thread
-(``benchmarks/__init__.py``); the device (CPU model and its bf16 support, or the GPU) is recorded in the JSON
+reward of each variant's timed steps stand beside its times: a faster step must not come from shorter answers. One
+thread (``benchmarks/__init__.py``); the device (CPU model and its bf16 support, or the GPU) is recorded in the JSON
 (``benchmarks/results/<--name>.json``, or ``--out``).
 
 Costs on 2 shared cores (one thread): a float32 step of the default recipe is 1-3 minutes, a bfloat16 one about half;

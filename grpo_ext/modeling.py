@@ -12,6 +12,14 @@ PEFT and, at `beta > 0`, uses the adapter-disabled base as the reference (no sec
   no reason to round activations.
 - LoRA target modules: PEFT's `all-linear` unless `lora_target_modules` names modules: every attention and MLP
   projection (q/k/v/o, gate/up/down for Llama, Qwen2, Mistral, ...) and never the output layer (`lm_head`).
+- bf16 on a CPU (`cpu_bf16`, a `GRPOExtConfig` field; `resolve_cpu_bf16`, called by `policy_init`): the frozen base
+  in bfloat16 where the CPU multiplies bf16 natively (`cpu_bf16_support`: `avx512_bf16` / `amx_bf16` / Arm `bf16`),
+  float32 elsewhere; PEFT keeps the LoRA weights float32 on a bf16 base (`autocast_adapter_dtype=True`), so AdamW's
+  state is float32 too. Measured on SmolLM2-135M (`python -m benchmarks.bf16_numerics`): per-token log-probs within
+  ~0.02 nats of float32, the LoRA gradient's cosine to float32's 0.998, the sampler's next-token distributions within
+  total variation ~0.01. TRL's `cast_lm_head_to_fp32` gains little there (the error is the body's, not the head's).
+- `compact_log_probs_on_cpu()`: TRL's fused LM head projects only the completion positions on a CPU too (it does on
+  CUDA): the same log-probs, a third less real-model step time (`grpo_ext.assembly.build_grpo_trainer` applies it).
 - `prepare_quantized_policy(model)` must run on the trained model after TRL built it (GRPOExtTrainer does it):
   on CPU it stops bitsandbytes from repacking 4-bit weights for inference, which silently breaks the backward pass
   of later training steps, and keeps the LoRA weights in float32 (TRL casts them to bfloat16 for QLoRA).
