@@ -15,9 +15,11 @@ PEFT and, at `beta > 0`, uses the adapter-disabled base as the reference (no sec
 - bf16 on a CPU (`cpu_bf16`, a `GRPOExtConfig` field; `resolve_cpu_bf16`, called by `policy_init`): the frozen base
   in bfloat16 where the CPU multiplies bf16 natively (`cpu_bf16_support`: `avx512_bf16` / `amx_bf16` / Arm `bf16`),
   float32 elsewhere; PEFT keeps the LoRA weights float32 on a bf16 base (`autocast_adapter_dtype=True`), so AdamW's
-  state is float32 too. Measured on SmolLM2-135M (`python -m benchmarks.bf16_numerics`): per-token log-probs within
-  ~0.02 nats of float32, the LoRA gradient's cosine to float32's 0.998, the sampler's next-token distributions within
-  total variation ~0.01. TRL's `cast_lm_head_to_fp32` gains little there (the error is the body's, not the head's).
+  state is float32 too. Measured on SmolLM2-135M (`python -m benchmarks.bf16_numerics`, 8 completions): per-token
+  log-probs 0.03 nats from float32's on average, the LoRA gradient's cosine to float32's 0.994 (11% relative error;
+  two GRPO minibatches' gradients have a cosine of ~0.01), the sampler's next-token distributions 0.014 apart in
+  total variation (the same draw at 95% of positions). TRL's `cast_lm_head_to_fp32` gains little (0.022 nats, cosine
+  0.995): the error is the body's, not the head's.
 - `compact_log_probs_on_cpu()`: TRL's fused LM head projects only the completion positions on a CPU too (it does on
   CUDA): the same log-probs, a third less real-model step time (`grpo_ext.assembly.build_grpo_trainer` applies it).
 - `prepare_quantized_policy(model)` must run on the trained model after TRL built it (GRPOExtTrainer does it):
