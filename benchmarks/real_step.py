@@ -197,7 +197,8 @@ def build_trainer(config: str, overrides: list[str], backend: str, dtype: str, d
 
     cuda = device == "cuda"
     extra = [f"--{k}={v}" for k, v in BACKEND_FIELDS[backend].items()]
-    extra += [f"--dtype={dtype}", f"--use_cpu={not cuda}", f"--bf16={cuda and dtype == 'bfloat16'}"]
+    # the variant names the dtype: cpu_bf16 (which would choose one on a CPU) is off
+    extra += [f"--dtype={dtype}", "--cpu_bf16=off", f"--use_cpu={not cuda}", f"--bf16={cuda and dtype == 'bfloat16'}"]
     extra += ["--report_to=none", "--save_strategy=no", "--disable_tqdm=true", "--max_steps=10000"]
     task_args, args, model_args = parse_recipe(config, [*overrides, *extra], out_dir)
     if backend == "continuous" and not cuda and not args.transformers_continuous_batching_config:

@@ -34,9 +34,12 @@ TINY = {
 }
 
 
-def test_real_step_json_on_a_tiny_recipe(tmp_path):
+def test_real_step_json_on_a_tiny_recipe(tmp_path, monkeypatch):
+    from grpo_ext import modeling
+
+    monkeypatch.setattr(modeling, "_cpu_flags", lambda: {"avx512_bf16"})  # cpu_bf16: auto would pick bf16 here
     config = tmp_path / "tiny.yaml"
-    config.write_text(yaml.safe_dump(TINY | {"output_dir": str(tmp_path / "unused")}))
+    config.write_text(yaml.safe_dump(TINY | {"output_dir": str(tmp_path / "unused"), "cpu_bf16": "auto"}))
     variants = "generate:float32:all_positions,sampler:bfloat16"
     argv = ["--config", str(config), "--variants", variants, "--reps", "1", "--warmup", "0", "--out", str(tmp_path)]
     payload = real_step.main([*argv, "--", "--max_completion_length", "4"])  # a flag after -- overrides the config
@@ -58,7 +61,7 @@ def test_real_step_json_on_a_tiny_recipe(tmp_path):
         assert 1 <= v["mean_completion_length"] <= 4 and 0 <= v["clipped_ratio"] <= 1 and 0 <= v["reward"] <= 1
         assert len(v["speedup_over_generate:float32:all_positions"]["values"]) == 1
         assert v["precision"]["trainable_weights"] == v["precision"]["optimizer_state"] == ["torch.float32"]
-    precision = {n: v["precision"]["frozen_weights"] for n, v in saved["variants"].items()}
+    precision = {n: v["precision"]["frozen_weights"] for n, v in saved["variants"].items()}  # as the names say
     assert precision == {"generate:float32:all_positions": ["torch.float32"], "sampler:bfloat16": ["torch.bfloat16"]}
     assert "| sampler:bfloat16 |" in saved["table"]
 
