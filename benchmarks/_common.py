@@ -172,10 +172,11 @@ def portable_params(params: dict) -> dict:
     return {k: portable_path(v) if k in PATH_PARAMS and isinstance(v, str) else v for k, v in params.items()}
 
 
-def write_results(name: str, payload: dict, table: str) -> Path:
-    """Print the table and write ``benchmarks/results/<name>.json`` (payload + table + machine facts; the paths in
-    ``payload["params"]`` portable, see :func:`portable_params`)."""
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+def write_results(name: str, payload: dict, table: str, results_dir: Path | None = None) -> Path:
+    """Print the table and write ``<results_dir>/<name>.json`` (default ``benchmarks/results/``; payload + table +
+    machine facts; the paths in ``payload["params"]`` portable, see :func:`portable_params`)."""
+    results_dir = RESULTS_DIR if results_dir is None else Path(results_dir)
+    results_dir.mkdir(parents=True, exist_ok=True)
     if isinstance(payload.get("params"), dict):
         payload = {**payload, "params": portable_params(payload["params"])}
     record = {
@@ -188,12 +189,12 @@ def write_results(name: str, payload: dict, table: str) -> Path:
         "versions": versions(),
         "table": table,
     }
-    path = RESULTS_DIR / f"{name}.json"
+    path = results_dir / f"{name}.json"
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(record, indent=2) + "\n")
     tmp.replace(path)
     print(table)
-    print(f"\nwrote {path.relative_to(ROOT)}")
+    print(f"\nwrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     return path
 
 

@@ -6,8 +6,10 @@ rules that join a task to the trainer are written once:
 - the step separator defaults to the task's (`;` for the embedded task), else the trainer's newline;
 - reward sources may be names (`outcome`: the task's verifier, `step`: its step verifier, else a dotted import
   path) or callables;
-- the policy comes from `ModelConfig` the TRL way (`policy_init`: a path, 4-bit quantisation, LoRA), unless a
-  model (a path or a module) is given.
+- the policy comes from `ModelConfig` the TRL way (`policy_init`: a path, 4-bit quantisation, LoRA; `cpu_bf16`), unless
+  a model (a path or a module) is given;
+- on a CPU, TRL's fused LM head scores only the completion positions, as it does on a GPU
+  (`grpo_ext.modeling.compact_log_probs_on_cpu`: the same log-probs, a third less step time on the real model).
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ def build_grpo_trainer(
             drawn,
             len(train_dataset),
         )
+    from grpo_ext.modeling import compact_log_probs_on_cpu
+
+    compact_log_probs_on_cpu()  # only CPU tensors are affected; a GPU run scores compactly already
     quantization_config = peft_config = None
     if model is None:
         from grpo_ext.modeling import policy_init

@@ -22,6 +22,7 @@ STOP_STRINGS_NEED_SAMPLER = (
     "`generate` call passes no tokenizer, which transformers needs to read stop strings; with use_vllm, vLLM's own "
     "`stop` goes in generation_kwargs): set generation_backend: sampler or remove stop_strings"
 )
+CPU_BF16 = ("off", "auto", "on")
 
 
 def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -136,6 +137,18 @@ class GRPOExtConfig(GRPOConfig):
             no tokenizer to `generate`), so they are an error with `generation_backend: trl`, in `generation_kwargs`,
             and with `mask_truncated_completions` (a completion ended by a stop string has no EOS and would be
             masked as truncated).
+
+        > Parameters that control the precision on a CPU
+
+        cpu_bf16 (`str`, *optional*, defaults to `"off"`):
+            The dtype of the frozen base weights when training on a CPU with LoRA (`use_peft`), in place of the model's
+            `dtype`: `"off"` (TRL: `dtype` as given), `"auto"` (bfloat16 where the CPU multiplies bf16 natively,
+            i.e. `/proc/cpuinfo` lists `avx512_bf16`, `amx_bf16` or Arm's `bf16`, float32 elsewhere, where bf16 is
+            emulated and slower) or `"on"` (bfloat16 always). The LoRA weights and the optimizer state stay float32
+            (PEFT upcasts adapters of a bf16 base: `autocast_adapter_dtype`). What was chosen, and why, is logged
+            when the policy is loaded (`grpo_ext.modeling.policy_init`) and recorded as the run's `dtype`. Ignored on
+            a GPU (set `dtype` and `bf16` there); not with a 4-bit/8-bit base or without `use_peft` (a full fine-tune
+            would keep bf16 weights and bf16 AdamW state).
     """
 
     # --- advantages (DeepSeekMath 4.1.2-4.1.3, 5.2.1) ---
@@ -246,6 +259,17 @@ class GRPOExtConfig(GRPOConfig):
         },
     )
 
+    # --- precision on a CPU ---
+    cpu_bf16: str = field(
+        default="off",
+        metadata={
+            "help": "LoRA on a CPU: the base weights' dtype. `off` (dtype as given), `auto` (bfloat16 where the CPU "
+            "has native bf16, avx512_bf16 / amx_bf16 / Arm bf16, else float32) or `on` (bfloat16); LoRA weights and "
+            "optimizer state stay float32. Ignored on a GPU.",
+            "choices": list(CPU_BF16),
+        },
+    )
+
     def __post_init__(self):
         super().__post_init__()
         try:  # the registry is the list of modes; its error names the field
@@ -258,6 +282,7 @@ class GRPOExtConfig(GRPOConfig):
         except ValueError as err:
             raise UserError(str(err)) from None
         _choice("generation_backend", self.generation_backend, GENERATION_BACKENDS)
+        _choice("cpu_bf16", self.cpu_bf16, CPU_BF16)
         if self.generation_backend == "sampler" and self.use_vllm:
             raise UserError("generation_backend: `sampler` and use_vllm both generate the completions; pick one")
         self._check_stop_strings()

@@ -12,6 +12,16 @@ PEFT and, at `beta > 0`, uses the adapter-disabled base as the reference (no sec
   no reason to round activations.
 - LoRA target modules: PEFT's `all-linear` unless `lora_target_modules` names modules: every attention and MLP
   projection (q/k/v/o, gate/up/down for Llama, Qwen2, Mistral, ...) and never the output layer (`lm_head`).
+- bf16 on a CPU (`cpu_bf16`, a `GRPOExtConfig` field; `resolve_cpu_bf16`, called by `policy_init`): the frozen base
+  in bfloat16 where the CPU multiplies bf16 natively (`cpu_bf16_support`: `avx512_bf16` / `amx_bf16` / Arm `bf16`),
+  float32 elsewhere; PEFT keeps the LoRA weights float32 on a bf16 base (`autocast_adapter_dtype=True`), so AdamW's
+  state is float32 too. Measured on SmolLM2-135M (`python -m benchmarks.bf16_numerics`, 8 completions): per-token
+  log-probs 0.03 nats from float32's on average, the LoRA gradient's cosine to float32's 0.994 (11% relative error;
+  two GRPO minibatches' gradients have a cosine of ~0.01), the sampler's next-token distributions 0.014 apart in
+  total variation (the same draw at 95% of positions). TRL's `cast_lm_head_to_fp32` gains little (0.022 nats, cosine
+  0.995): the error is the body's, not the head's.
+- `compact_log_probs_on_cpu()`: TRL's fused LM head projects only the completion positions on a CPU too (it does on
+  CUDA): the same log-probs, a third less real-model step time (`grpo_ext.assembly.build_grpo_trainer` applies it).
 - `prepare_quantized_policy(model)` must run on the trained model after TRL built it (GRPOExtTrainer does it):
   on CPU it stops bitsandbytes from repacking 4-bit weights for inference, which silently breaks the backward pass
   of later training steps, and keeps the LoRA weights in float32 (TRL casts them to bfloat16 for QLoRA).
@@ -47,6 +57,126 @@ def on_gpu(training_args=None) -> bool:
     if training_args is not None and getattr(training_args, "use_cpu", False):
         return False
     return torch.cuda.is_available()
+
+
+#: /proc/cpuinfo flags that mean the CPU multiplies bf16 natively (x86: AVX512-BF16, AMX; Arm: FEAT_BF16).
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
+
+
+def _cpu_flags() -> set[str]:
+    """The CPU's feature flags as Linux lists them (``flags`` on x86, ``Features`` on Arm); empty elsewhere."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    return set(value.split())
+    except OSError:
+        pass
+    return set()
+
+
+def cpu_bf16_support() -> dict:
+    """Whether this CPU computes in bf16 natively: ``{"supported", "flags", "mkldnn_bf16"}``.
+
+    ``supported`` needs one of :data:`BF16_CPU_FLAGS` in ``/proc/cpuinfo``: there oneDNN multiplies bf16 matrices with
+    bf16 instructions (measured on AMD EPYC with ``avx512_bf16``: 4.7x float32 for a 4096x576 @ 576x1536 matmul, one
+    thread). ``torch.ops.mkldnn._is_mkldnn_bf16_supported()`` is recorded beside it but does not decide: it is also
+    true on AVX512 CPUs without bf16 instructions, where bf16 is emulated (converted to float32 and back) and slower.
+    """
+    flags = sorted(_cpu_flags() & set(BF16_CPU_FLAGS))
+    try:
+        mkldnn = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a torch build without oneDNN
+        mkldnn = False
+    return {"supported": bool(flags), "flags": flags, "mkldnn_bf16": mkldnn}
+
+
+def _say(message: str, level: int = logging.INFO) -> None:
+    """Log ``message``, or print it when the level is not enabled (scripts run at Python's default WARNING level)."""
+    if _LOG.isEnabledFor(level):
+        _LOG.log(level, message)
+    else:
+        print(message, flush=True)
+
+
+def resolve_cpu_bf16(model_args, training_args) -> str | None:
+    """Apply `cpu_bf16` (a `GRPOExtConfig` field): the base weights' dtype on a CPU, set in ``model_args.dtype`` (so
+    the run's record says what ran) and returned; says in the log what was chosen and why.
+
+    `off` (or a config without the field, or a GPU run) leaves `dtype` as given. `auto`: bfloat16 where
+    :func:`cpu_bf16_support` finds native bf16, else float32. `on`: bfloat16 (a warning where it is emulated). Only
+    for a LoRA policy on a full-precision base: a `UserError` naming the field otherwise.
+    """
+    mode = getattr(training_args, "cpu_bf16", "off")
+    if mode == "off":
+        return model_args.dtype
+    if on_gpu(training_args):
+        _say(f"cpu_bf16: `{mode}` is for CPU training and is ignored on a GPU; dtype {model_args.dtype} as given")
+        return model_args.dtype
+    if model_args.load_in_4bit or model_args.load_in_8bit:
+        flag = "load_in_4bit" if model_args.load_in_4bit else "load_in_8bit"
+        raise UserError(
+            f"cpu_bf16: `{mode}` sets the dtype of full-precision base weights; with {flag} the base is quantised "
+            "(its compute dtype follows dtype): set cpu_bf16: off"
+        )
+    if not model_args.use_peft:
+        raise UserError(
+            f"cpu_bf16: `{mode}` needs use_peft: true (LoRA): a full fine-tune would train bf16 weights with bf16 "
+            "optimizer state"
+        )
+    support = cpu_bf16_support()
+    found = ", ".join(support["flags"]) or f"none of {', '.join(BF16_CPU_FLAGS)} in /proc/cpuinfo"
+    chosen = "bfloat16" if mode == "on" or support["supported"] else "float32"
+    where = "this CPU has native bf16" if support["supported"] else "no native bf16 on this CPU"
+    _say(
+        f"cpu_bf16: {mode}: {where} ({found}): base weights in {chosen}, LoRA weights and optimizer state in float32"
+        + (f" (dtype {model_args.dtype} replaced)" if model_args.dtype != chosen else ""),
+        logging.WARNING if mode == "on" and not support["supported"] else logging.INFO,
+    )
+    if mode == "on" and not support["supported"]:
+        _LOG.warning("cpu_bf16: on: bf16 is emulated on this CPU and usually slower than float32 (cpu_bf16: auto)")
+    model_args.dtype = chosen
+    return chosen
+
+
+#: Whether TRL's fused LM head scores only the completion positions on a CPU once :func:`compact_log_probs_on_cpu`
+#: has run (read at every forward: benchmarks/real_step.py turns it off to time TRL's own CPU path beside it).
+CPU_COMPACT_LOG_PROBS = True
+
+
+def compact_log_probs_on_cpu() -> bool:
+    """Make TRL's fused LM head score only the positions that have a label on a CPU, as it does on Triton devices.
+
+    TRL 1.16 computes the per-token log-probs of the loss with `add_fused_lm_head`: the LM head projects, in tiles,
+    the positions whose label is not -100 (the completion tokens) when `_use_triton(device)` is true (CUDA/XPU), and
+    every position of the batch elsewhere (so that compiled devices like Neuron keep fixed shapes), masking the prompt's
+    afterwards. On a CPU that is the whole prompt through the 49k-token head, forward and backward: measured on
+    SmolLM2-135M (one thread, 8 rows of ~225 tokens, 64 of them completion), 11.5 s of fp32 head per micro-batch
+    against ~2 s for the completion positions alone, about a third of the real-model step. The log-probs and their
+    gradients are the same either way (the masked positions are zeros in both): only which rows are multiplied
+    changes. TRL's private `trl.trainer.utils._use_triton` is wrapped to say "compact" for CPU tensors (the kernel
+    itself still picks its torch path on a CPU: it reads its own module's `_use_triton`). Returns whether the wrapper
+    is in place; False, with a warning, for a TRL without that function (then nothing changes).
+    """
+    try:
+        import trl.trainer.utils as trl_utils
+    except ImportError:
+        return False
+    original = getattr(trl_utils, "_use_triton", None)
+    if original is None:
+        _LOG.warning("TRL's fused LM head has changed (no trl.trainer.utils._use_triton): CPU log-probs not compacted")
+        return False
+    if getattr(original, "grpo_ext_cpu_compact", False):
+        return True
+
+    def use_compact(device) -> bool:
+        return (CPU_COMPACT_LOG_PROBS and torch.device(device).type == "cpu") or original(device)
+
+    use_compact.grpo_ext_cpu_compact = True
+    use_compact.__wrapped__ = original
+    trl_utils._use_triton = use_compact
+    return True
 
 
 def quant_compute_dtype(model_args, training_args=None) -> torch.dtype:
@@ -121,6 +251,7 @@ def policy_init(model_args, training_args):
     from trl import get_peft_config
 
     check_model_args(model_args)
+    resolve_cpu_bf16(model_args, training_args)
     model_id = resolve_model_path(model_args.model_name_or_path)
     model_args.model_name_or_path = model_id
     lora_target_modules_default(model_args)
