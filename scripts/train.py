@@ -25,9 +25,10 @@ def parse_args(argv: list[str]):
 
 def main(argv: list[str]) -> None:
     from grpo_ext.checkpoints import check_resumable
-    from grpo_ext.run_folder import OutputFolderLock, prepare_output_dir
+    from grpo_ext.run_folder import OutputFolderLock, check_loads_outside, prepare_output_dir
 
     task_args, training_args, model_args = parse_args(argv)
+    check_loads_outside(training_args.output_dir, _loaded_paths(model_args, training_args))
     resume = training_args.resume_from_checkpoint
     if resume:  # a checkpoint folder or nothing; checked whole before any model is loaded
         check_resumable(resume)
@@ -36,6 +37,23 @@ def main(argv: list[str]) -> None:
     with OutputFolderLock(training_args.output_dir):
         prepare_output_dir(training_args.output_dir, resume=resume, overwrite=task_args.overwrite_output_dir)
         _train(task_args, training_args, model_args)
+
+
+def _loaded_paths(model_args, training_args) -> dict[str, str | None]:
+    """The folders the run loads (field -> path): the policy (TRL rebuilds the reference model from the same path),
+    an adapter's base, the process reward model."""
+    import contextlib
+    import json
+    from pathlib import Path
+
+    model = model_args.model_name_or_path
+    loads = {"model_name_or_path": model, "process_reward_model": training_args.process_reward_model}
+    adapter_config = Path(model or "").expanduser() / "adapter_config.json"
+    # a broken adapter config is named where the model is loaded
+    with contextlib.suppress(ValueError, AttributeError, OSError):
+        base = json.loads(adapter_config.read_text()).get("base_model_name_or_path")
+        loads["model_name_or_path (the adapter's base)"] = base
+    return loads
 
 
 def _train(task_args, training_args, model_args) -> None:
