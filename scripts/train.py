@@ -48,10 +48,9 @@ def _loaded_paths(model_args, training_args) -> dict[str, str | None]:
 
     model = model_args.model_name_or_path
     loads = {"model_name_or_path": model, "process_reward_model": training_args.process_reward_model}
-    adapter_config = Path(model or "").expanduser() / "adapter_config.json"
-    # a broken adapter config is named where the model is loaded
-    with contextlib.suppress(ValueError, AttributeError, OSError):
-        base = json.loads(adapter_config.read_text()).get("base_model_name_or_path")
+    # a missing or broken adapter config is no adapter here; it is named where the model is loaded
+    with contextlib.suppress(ValueError, KeyError, OSError, TypeError):
+        base = json.loads((Path(model).expanduser() / "adapter_config.json").read_text())["base_model_name_or_path"]
         loads["model_name_or_path (the adapter's base)"] = base
     return loads
 
