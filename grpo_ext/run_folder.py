@@ -31,10 +31,11 @@ LOCK_FILE = ".grpo_ext.lock"
 
 class OutputFolderLock:
     """`with OutputFolderLock(folder):` the one run writing into `folder` (created if needed), else a `UserError`
-    naming the run that holds it."""
+    naming the run that holds it (and `field_name`, the flag that named the folder)."""
 
-    def __init__(self, folder: str | os.PathLike):
+    def __init__(self, folder: str | os.PathLike, field_name: str = "output_dir"):
         self.folder = Path(folder)
+        self.field_name = field_name
         self.path = self.folder / LOCK_FILE
         self._fd: int | None = None
 
@@ -47,8 +48,8 @@ class OutputFolderLock:
             except BlockingIOError:
                 os.close(fd)
                 raise UserError(
-                    f"output_dir: {self.folder} is in use by another run ({self._holder()}); wait for it to end or "
-                    "choose another output_dir"
+                    f"{self.field_name}: {self.folder} is in use by another run ({self._holder()}); wait for it to "
+                    f"end or choose another {self.field_name}"
                 ) from None
             # A holder that was just releasing unlinks the file it locked: make sure ours is the one at the path.
             with contextlib.suppress(FileNotFoundError):

@@ -189,6 +189,7 @@ def test_search_seed_trains_the_grid_at_it_and_tests_the_pick_trained_again_at_t
         return {"models": models}
 
     monkeypatch.setattr(search, "_evaluate", evaluate)
+    monkeypatch.setattr(search, "_fingerprints", lambda models: list(models))  # nothing is trained here
     # validation and test scores from the model's path: 3e-4 is the best setting
     monkeypatch.setattr(
         search, "_score", lambda report, metric, model=0: 0.5 if "3e-4" in report["models"][model] else 0
@@ -207,8 +208,15 @@ def test_search_seed_trains_the_grid_at_it_and_tests_the_pick_trained_again_at_t
     assert record["search_seed"] == 100 and record["test"]["model"] == str(out / "test_run" / "model")
 
     trained.clear()
-    search.main(argv)  # without it, the pick's own search run is the tested one (nothing trained again)
-    assert len(trained) == 2 and evaluated[-1][1][1] == str(out / "runs" / "learning_rate=3e-4" / "model")
+    with pytest.raises(UserError, match="would look at test twice: pass --test-again"):
+        search.main(argv)  # without it, the pick's own search run is the tested one: a second look at test
+    record = search.main([*argv, "--test-again"])  # on purpose: recorded
+    assert len(trained) == 4 and evaluated[-1][1][1] == str(out / "runs" / "learning_rate=3e-4" / "model")
+    assert [look["model"] for look in record["test_looks"]] == [
+        str(out / "test_run" / "model"),
+        str(out / "runs" / "learning_rate=3e-4" / "model"),
+    ]
+    assert "Test was looked at 2 times" in (out / "search.md").read_text()
 
     for extra, message in [
         (["--search-seed", "0"], "--search-seed 0: it is the config's seed"),  # configs/default.yaml: seed 0
