@@ -66,3 +66,97 @@ def test_a_cached_folder_of_another_model_is_not_taken_for_the_real_model(tmp_pa
             resolve_model_path(NAME)
     (folder / SOURCE_RECORD).write_text(json.dumps({**record, "parameters": 134_515_008}))  # made before the pin
     assert is_complete(folder)
+
+
+# ---- publish --eval-report: the card's numbers are the checkpoint's, possible, and escaped (issue 40) ------------
+
+
+def _publish_with_report(tmp_path, result, checkpoint=None):
+    import json
+    import shutil
+
+    from grpo_ext.models import EMBEDDED_MODEL_DIR
+    from scripts import publish
+
+    if checkpoint is None:
+        checkpoint = tmp_path / "run"
+        shutil.copytree(EMBEDDED_MODEL_DIR, checkpoint)
+    (tmp_path / "eval").mkdir()  # written as its author pleases: report.json is only data
+    (tmp_path / "eval" / "report.json").write_text(json.dumps({"complete": True, "models": [result]}))
+    argv = [str(checkpoint), "--repo-id", "me/x", "--dry-run", "--output-dir", str(tmp_path / "up")]
+    return publish.main([*argv, "--eval-report", str(tmp_path / "eval")])
+
+
+def _embedded_result(**changes):
+    from grpo_ext.evaluation.backends import load_fingerprint
+    from tests.test_publish import harness_result
+
+    return {**harness_result("run", load_fingerprint("embedded")), **changes}
+
+
+def test_publish_refuses_a_report_of_another_model_or_without_a_fingerprint(tmp_path):
+    """The embedded base's report went into an adapter's card: the report's fingerprint must be the checkpoint's."""
+    import json
+    import shutil
+
+    import pytest
+    from safetensors.torch import load_file, save_file
+
+    from grpo_ext.errors import UserError
+    from grpo_ext.models import EMBEDDED_MODEL_DIR
+
+    trained = tmp_path / "trained"
+    shutil.copytree(EMBEDDED_MODEL_DIR, trained)
+    weights = load_file(trained / "model.safetensors")
+    save_file({k: v + 0.01 for k, v in weights.items()}, trained / "model.safetensors")  # "trained" from the base
+    (tmp_path / "a").mkdir()
+    with pytest.raises(UserError, match=r"--eval-report: .*the result is of another model \('run', fingerprint "):
+        _publish_with_report(tmp_path / "a", _embedded_result(), checkpoint=trained)  # the base's report
+    (tmp_path / "b").mkdir()
+    with pytest.raises(UserError, match=r"--eval-report: .*records no model fingerprint"):
+        _publish_with_report(tmp_path / "b", _embedded_result(model_fingerprint=None))
+    (tmp_path / "c").mkdir()
+    assert _publish_with_report(tmp_path / "c", _embedded_result()) == tmp_path / "c" / "up"  # its own: accepted
+    assert "arithmetic:test" in (tmp_path / "c" / "up" / "README.md").read_text()
+    assert json.loads((tmp_path / "c" / "eval" / "report.json").read_text())  # untouched
+
+
+def test_publish_refuses_impossible_numbers(tmp_path):
+    import pytest
+
+    from grpo_ext.errors import UserError
+
+    cases = [
+        (
+            {"pass@k": {"1": 0.99, "2": 0.25}, "maj@k": {"1": 0.9, "2": 0.2}, "ks": [1, 2]},
+            r"pass@1 = 0\.99 > pass@2 = 0\.25; pass@k cannot fall",
+        ),
+        ({"pass@k": {"1": 0.5, "4": 1.5}}, r"pass@4 is 1\.5, outside \[0, 1\]"),
+        ({"maj@k": {"1": -0.1}}, r"maj@1 is -0\.1, outside \[0, 1\]"),
+        ({"n": 2}, r"n = 2 is not a number of samples >= every k"),
+    ]
+    for i, (changes, message) in enumerate(cases):
+        (tmp_path / str(i)).mkdir()
+        with pytest.raises(UserError, match=message):
+            _publish_with_report(tmp_path / str(i), _embedded_result(**changes))
+    # maj@k above pass@k at another k, or falling in k, is possible: accepted
+    possible = {"pass@k": {"1": 0.3, "4": 0.5, "16": 0.9}, "maj@k": {"1": 0.3, "4": 0.6, "16": 0.55}}
+    (tmp_path / "ok").mkdir()
+    _publish_with_report(tmp_path / "ok", _embedded_result(**possible))
+
+
+def test_report_strings_are_escaped_in_the_card(tmp_path):
+    """A report's `task_id` was copied into the card's body as is: markdown (and HTML) of the report's author."""
+    from huggingface_hub import ModelCard
+
+    hostile = "x`\n\n## Pwned\n<img src=x onerror=alert(1)>[click](http://evil)"
+    result = _embedded_result(task_id=hostile, n_problems="<b>200</b>")
+    result["params"] = {**result["params"], "temperature": "1 ## [link](http://evil)"}
+    out = _publish_with_report(tmp_path, result)
+    card = ModelCard.load(out / "README.md")
+    body = card.text
+    assert "## Pwned" not in body.replace("`x' ## Pwned", "")  # inside one code span, on one line
+    assert "`x' ## Pwned <img src=x onerror=alert(1)>[click](http://evil)`" in body
+    assert "<b>" not in body and "\\<b\\>200\\</b\\>" in body
+    assert "[link](http://evil)" not in body
+    assert card.data.eval_results[0].dataset_name == hostile  # the metadata keeps it, YAML-quoted
