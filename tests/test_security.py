@@ -160,3 +160,42 @@ def test_report_strings_are_escaped_in_the_card(tmp_path):
     assert "<b>" not in body and "\\<b\\>200\\</b\\>" in body
     assert "[link](http://evil)" not in body
     assert card.data.eval_results[0].dataset_name == hostile  # the metadata keeps it, YAML-quoted
+
+
+# ---- a dotted reward path names a reward function, not any callable (issue 40) ------------------------------------
+
+
+def test_dotted_reward_paths_to_python_itself_or_without_trls_signature_are_refused_at_start(tmp_path, monkeypatch):
+    """`reward_funcs: [os.system]` (or builtins.eval, subprocess.call, shutil.rmtree) was imported and called at step
+    0 with the completions. Refused by scripts/train.py before a model is loaded; nothing is called."""
+    import pytest
+
+    from grpo_ext.errors import UserError
+    from scripts import train
+
+    monkeypatch.chdir(tmp_path)  # the working directory comes first on the import path: a user module there
+    (tmp_path / "my_rewards.py").write_text(
+        "import os\nfrom os import system\n"
+        "def positional(completions):\n    return [1.0] * len(completions)\n"
+        "def good(prompts, completions, **kwargs):\n    return [1.0] * len(completions)\n"
+    )
+    argv = ["--config", f"{train.__file__.rsplit('/', 2)[0]}/configs/default.yaml", "--output_dir", str(tmp_path / "o")]
+    for path in (
+        "os.system",
+        "builtins.eval",
+        "builtins.exec",
+        "subprocess.call",
+        "shutil.rmtree",
+        "my_rewards.system",
+    ):
+        with pytest.raises(UserError, match=rf"reward_funcs: '{path}' is part of Python itself"):
+            train.main([*argv, "--reward_funcs", path])
+    with pytest.raises(UserError, match=r"process_reward_funcs: 'os\.remove' is part of Python itself"):
+        train.main([*argv, "--process_reward_funcs", "os.remove", "--advantage_mode", "process"])
+    with pytest.raises(UserError, match=r"'my_rewards\.positional' does not take TRL's reward keywords"):
+        train.main([*argv, "--reward_funcs", "my_rewards.positional"])
+    assert not (tmp_path / "o").exists() or not any(p.name != ".grpo_ext.lock" for p in (tmp_path / "o").iterdir())
+
+    from grpo_ext.rewards import load_callable
+
+    assert load_callable("my_rewards.good", "reward_funcs")(prompts=["p"], completions=["c"]) == [1.0]
