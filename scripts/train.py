@@ -92,6 +92,7 @@ def _train(task_args, training_args, model_args) -> None:
     # the run's record (status, resolved config), as every runner writes it: grpo_ext.hub.training.training_run
     with training_run(trainer, task_args, model_args) as run:
         trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+        trainer.check_rewards_were_scored()  # a run that scored no reward fails here, before a model is saved
         trainer.save_state()  # trainer_state.json: the real step count for the model card
         trainer.save_model(training_args.output_dir)
         if main_process:
