@@ -16,6 +16,8 @@ import dataclasses
 import json
 import os
 import platform
+import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -329,6 +331,33 @@ class TrainingRun:
 
 
 @contextlib.contextmanager
+def _sigterm_as_exit() -> Iterator[None]:
+    """SIGTERM (a scheduler's or `kill`'s stop) raises `SystemExit(143)` in the main thread, as Ctrl-C raises
+    `KeyboardInterrupt`: the run's record then says `failed` instead of `running` forever, and the exit code stays
+    a signal's (128 + 15). Elsewhere (not the main thread) the handler cannot be set and nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stopped_by(err: BaseException) -> str:
+    if isinstance(err, SystemExit):
+        return f"stopped (exit {err.code}{', SIGTERM' if err.code == 128 + signal.SIGTERM else ''})"
+    if isinstance(err, KeyboardInterrupt):
+        return "stopped (KeyboardInterrupt)"
+    return one_line(err)
+
+
+@contextlib.contextmanager
 def training_run(trainer, task_args, model_args) -> Iterator[TrainingRun]:
     """The lifecycle of one training run in ``trainer.args.output_dir``, the same whichever runner trains:
 
@@ -340,17 +369,18 @@ def training_run(trainer, task_args, model_args) -> Iterator[TrainingRun]:
     """
     main_process = trainer.accelerator.is_main_process
     output_dir = trainer.args.output_dir
-    if main_process:
-        write_run_status(output_dir, "running", max_steps=trainer.args.max_steps)
     run = TrainingRun(trainer, task_args, model_args, main_process)
-    try:
-        yield run
-        if not run.config_saved:
-            run.save_config()
-    except Exception as err:
-        if main_process:  # best effort: with a full disk even this can fail, and the status stays `running`
-            with contextlib.suppress(OSError):
-                write_run_status(output_dir, "failed", error=one_line(err), step=trainer.state.global_step)
-        raise
+    with _sigterm_as_exit():  # set before `running` is written: no kill leaves the record saying `running`
+        if main_process:
+            write_run_status(output_dir, "running", max_steps=trainer.args.max_steps)
+        try:
+            yield run
+            if not run.config_saved:
+                run.save_config()
+        except (Exception, KeyboardInterrupt, SystemExit) as err:  # a kill (SIGTERM) or Ctrl-C ends the run too
+            if main_process:  # best effort: with a full disk even this can fail, and the status stays `running`
+                with contextlib.suppress(OSError):
+                    write_run_status(output_dir, "failed", error=_stopped_by(err), step=trainer.state.global_step)
+            raise
     if main_process:
         write_run_status(output_dir, "complete", global_step=trainer.state.global_step)
