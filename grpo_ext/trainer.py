@@ -42,7 +42,7 @@ from grpo_ext.rewards import load_callable
 from grpo_ext.rewards.checked import checked_reward_func
 from grpo_ext.rewards.process import build_step_rewards, score_steps
 from grpo_ext.rollouts import rollout_seed, sample_completions, sampler_settings_of
-from grpo_ext.validation import check_combinations, check_training_ranges
+from grpo_ext.validation import check_combinations, check_training_ranges, context_overflow
 
 __all__ = ["CHECKPOINT_STATE_FILE", "KEPT_NORMALISER", "GRPOExtTrainer"]
 
@@ -113,6 +113,9 @@ class GRPOExtTrainer(StagedCheckpointsMixin, GRPOTrainer):
         self.step_separator = config.step_separator or "\n"
         self.process_reward_funcs = self._resolve_process_rewards(process_reward_funcs)
         check_combinations(self)
+        overflow = context_overflow(self)
+        if overflow:  # TRL takes it; scripts/train.py refuses it
+            logger.warning("%s", overflow)
         self.kl_control = new_kl_controller(config)
         self._kl_window: list[tuple[float, float]] = []  # (KL x tokens, tokens) per micro-batch
         refill_pool = self.train_dataset if refill_dataset is None else refill_dataset

@@ -14,7 +14,7 @@ import math
 from grpo_ext.batching import KEPT_NORMALISER
 from grpo_ext.errors import UserError
 
-__all__ = ["check_number", "check_training_ranges"]
+__all__ = ["check_number", "check_training_ranges", "context_overflow"]
 
 SCALE_REWARDS = ("group", "batch", "none")
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
@@ -214,3 +214,18 @@ def check_combinations(trainer) -> None:
         )
     if config.zero_std_groups == "refill" and trainer._is_vlm:
         raise UserError("zero_std_groups: `refill` does not support vision-language models")
+
+
+def context_overflow(trainer) -> str | None:
+    """What a built trainer's completions cannot fit in, as a message naming the field (None when they fit): a
+    `max_completion_length` beyond the model's positions (`max_position_embeddings`: 128 for the embedded model)
+    runs past what the model was trained on. TRL takes it; `GRPOExtTrainer` warns, scripts/train.py refuses it."""
+    config = getattr(trainer.model, "config", None)
+    positions = getattr(config, "max_position_embeddings", None)
+    length = trainer.args.max_completion_length
+    if isinstance(positions, int) and isinstance(length, int) and length > positions:
+        return (
+            f"max_completion_length: {length} is more than the model's {positions} positions "
+            "(max_position_embeddings): the completions would run past its context"
+        )
+    return None

@@ -57,9 +57,10 @@ def _loaded_paths(model_args, training_args) -> dict[str, str | None]:
 
 def _train(task_args, training_args, model_args) -> None:
     from grpo_ext.assembly import build_grpo_trainer
-    from grpo_ext.errors import user_input
+    from grpo_ext.errors import UserError, user_input
     from grpo_ext.hub.training import training_run
     from grpo_ext.tasks import get_task
+    from grpo_ext.validation import context_overflow
 
     with user_input("task"):
         task = get_task(task_args.task, **task_args.task_kwargs)
@@ -70,6 +71,9 @@ def _train(task_args, training_args, model_args) -> None:
         reward_funcs=task_args.reward_funcs,
         train_size=task_args.train_size,
     )
+    overflow = context_overflow(trainer)
+    if overflow:  # the Python API only warns, as TRL takes it; a command line refuses it before any step
+        raise UserError(overflow)
     main_process = trainer.accelerator.is_main_process
     model_id = model_args.model_name_or_path  # resolved by policy_init
     if main_process:
