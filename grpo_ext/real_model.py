@@ -209,6 +209,9 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, source: dict | None
         tokenizer.save_pretrained(tmp)
         record = {"gguf_file": name, "parameters": sum(p.numel() for p in model.parameters()), **(source or {})}
         (tmp / SOURCE_RECORD).write_text(json.dumps(record, indent=2) + "\n")
+        if is_complete(out_dir):  # another fetch finished first (and may be read now): keep it, drop ours
+            shutil.rmtree(tmp)
+            return out_dir
         if out_dir.exists():
             check_ours(out_dir)
             shutil.rmtree(out_dir)  # our own earlier conversion, of another file (or before the pin)

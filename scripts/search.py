@@ -31,7 +31,6 @@ command is trained again from step 0.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import json
 import shlex
@@ -45,7 +44,6 @@ ROOT = Path(__file__).resolve().parents[1]
 # known to be of this command. Searches before runs could resume wrote it into model/ once the run had finished.
 RUN_RECORD = "search_run.json"
 KEEP_CHECKPOINTS = 2  # the last one, and the one before in case the last cannot be read
-SEARCH_MARKER = ".grpo_ext_search.json"  # written into --out: the folder is a search's (its files may be replaced)
 
 
 def __getattr__(name: str):
@@ -186,27 +184,6 @@ def _score(report: dict, metric: str, model: int = 0) -> float:
     return EvalResult.of(report["models"][model]).value(metric)
 
 
-def check_out(out: Path) -> None:
-    """`--out` is new, empty, or an earlier search's (its marker, or a search.json of one): search.json / search.md
-    would replace a user's files in any other folder."""
-    from grpo_ext.errors import UserError
-    from grpo_ext.run_folder import LOCK_FILE
-
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise UserError(f"--out: {out} is not a folder")
-    names = sorted(p.name for p in out.iterdir() if p.name != LOCK_FILE)
-    if not names or SEARCH_MARKER in names:
-        return
-    with contextlib.suppress(UserError):  # a search from before the marker: its record says so
-        record = _read_json(out / "search.json")
-        if record is not None and {"grid", "pick"} <= record.keys():
-            return
-    shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
-    raise UserError(f"--out: {out} is not empty ({shown}) and holds no search; choose an empty or new folder")
-
-
 def test_looks(out: Path, previous: dict | None) -> list[dict]:
     """Every earlier look at test from this `--out` (command, fingerprints of the models, scores): search.json's ledger,
     or for a search from before the ledger, its test report."""
@@ -215,7 +192,8 @@ def test_looks(out: Path, previous: dict | None) -> list[dict]:
     report = _read_json(out / "test" / "report.json")
     if report is None:
         return []
-    return [{"command": report.get("command"), "fingerprints": [m.get("model_fingerprint") for m in report["models"]]}]
+    models = report.get("models") if isinstance(report.get("models"), list) else []  # a killed test: maybe none yet
+    return [{"command": report.get("command"), "fingerprints": [m.get("model_fingerprint") for m in models]}]
 
 
 def _test(models: list[str], args, out: Path, looks: list[dict]) -> tuple[dict, list[dict]]:
@@ -259,7 +237,7 @@ def _test(models: list[str], args, out: Path, looks: list[dict]) -> tuple[dict, 
 def main(argv: list[str]) -> dict:
     from grpo_ext.errors import UserError, read_yaml
     from grpo_ext.io import atomic_write_json
-    from grpo_ext.methods.search_grid import check_train_args, parse_grid
+    from grpo_ext.methods.search_grid import SEARCH_MARKER, check_out, check_settings, check_train_args, parse_grid
     from grpo_ext.run_folder import OutputFolderLock
 
     args = _parse_args(argv)
@@ -281,6 +259,7 @@ def main(argv: list[str]) -> dict:
         seeding = ["--seed", str(args.search_seed)]
     for split in ("validation", "test") if args.test else ("validation",):  # before any training
         _check_harness_argv(_harness_argv([base], split, args, out / split))
+    check_settings(args.config, grid, train_args, seeding)
     check_out(out)
     with OutputFolderLock(out, field_name="--out"):
         check_out(out)  # again, now that no other search can write there

@@ -121,3 +121,15 @@ def test_an_unfinished_folder_is_not_taken_for_the_model(tmp_path, monkeypatch):
     (folder / "config.json").write_text("{}")  # a conversion killed before its source record
     with pytest.raises(FileNotFoundError, match=f"{NAME} is not fetched yet.*`make real-model`"):
         resolve_model_path(NAME)
+
+
+def test_a_conversion_finished_meanwhile_by_another_fetch_is_kept(tiny_gguf, tmp_path):
+    """Two fetches at once: the second does not delete the first's folder (which may be read already)."""
+    path, _ = tiny_gguf
+    done = tmp_path / NAME
+    done.mkdir()
+    (done / "config.json").write_text("{}")
+    (done / SOURCE_RECORD).write_text(json.dumps({"gguf_sha256": REAL_MODELS[NAME].gguf_sha256}))
+    assert convert_gguf(path, done) == done
+    assert sorted(p.name for p in done.iterdir()) == ["config.json", SOURCE_RECORD]
+    assert [p.name for p in tmp_path.iterdir()] == [NAME]  # no temporary folder left

@@ -123,3 +123,11 @@ def test_a_reordered_grid_does_not_look_at_test_again(tmp_path, fake):
     assert "Test was looked at 2 times" in (out / "search.md").read_text()
     # without --test the ledger stays in search.json: a later look still needs the flag
     assert len(searching(out, "--grid", "learning_rate=1e-4,2e-4")["test_looks"]) == 2
+
+
+def test_every_setting_is_parsed_before_the_first_run_trains(tmp_path, fake):
+    """A value train.py refuses (a NaN learning rate) failed only when its run came, after the earlier ones trained."""
+    trained, _, _ = fake
+    with pytest.raises(UserError, match=r"--grid learning_rate=nan: learning_rate: must be a finite number"):
+        searching(tmp_path / "s", "--grid", "learning_rate=1e-4,nan")
+    assert not trained

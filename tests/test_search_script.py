@@ -55,11 +55,17 @@ def test_train_args_may_not_move_the_runs():
         search.check_train_args("--max_steps 2 --output_dir=/tmp/x")
 
 
-def test_a_failing_run_is_reported_with_its_reason(python, root, tmp_path):
-    cmd = [python, "scripts/search.py", "--config", "configs/default.yaml", "--grid", "learnin_rate=1e-4"]
+def test_a_grid_field_train_py_does_not_take_is_refused_before_training(python, root, tmp_path):
+    cmd = [python, "scripts/search.py", "--config", "configs/default.yaml", "--grid", "learnin_rate=1e-4,nan"]
     proc = subprocess.run([*cmd, "--out", str(tmp_path)], cwd=root, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2 and "scripts/train.py failed" in proc.stderr and "learnin_rate" in proc.stderr
-    assert not (tmp_path / "search.json").exists()  # no pick is written from an incomplete search
+    assert proc.returncode == 2 and "--grid learnin_rate=1e-4: " in proc.stderr and "learnin_rate" in proc.stderr
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "search.json").exists()  # nothing trained
+
+
+def test_a_failing_run_is_reported_with_its_reason(tmp_path):
+    script = "import sys; print('error: boom (rerun with --debug for the traceback)'); sys.exit(2)"
+    with pytest.raises(UserError, match=r"-c failed \(exit 2\): boom \(whole output: .*train\.log\)"):
+        search._run(["-c", script], tmp_path / "train.log")
 
 
 def test_a_metric_the_harness_does_not_report_is_refused_before_training(root, tmp_path, monkeypatch):

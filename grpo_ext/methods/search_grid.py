@@ -8,13 +8,29 @@ folder name (no path separator), and one value is trained once however it is spe
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import json
 import re
 import shlex
+from pathlib import Path
 
 from grpo_ext.errors import UserError
 
-__all__ = ["CONFIG_OWNED", "SEARCH_OWNED", "check_train_args", "parse_grid", "pick", "settings_of", "slug_of"]
+__all__ = [
+    "CONFIG_OWNED",
+    "SEARCH_MARKER",
+    "SEARCH_OWNED",
+    "check_out",
+    "check_settings",
+    "check_train_args",
+    "parse_grid",
+    "pick",
+    "settings_of",
+    "slug_of",
+]
+
+SEARCH_MARKER = ".grpo_ext_search.json"  # written into --out: the folder is a search's (its files may be replaced)
 
 # Where a run writes, what it continues and how it checkpoints: the search decides these (under --out), so neither
 # a grid nor --train-args may name them (a grid of output_dir values would train outside --out, into folders it
@@ -103,3 +119,40 @@ def pick(settings: list[dict[str, str]], scores: dict[str, float]) -> dict[str, 
     from grpo_ext.methods.study.config import pick_best
 
     return settings[pick_best([slug_of(s) for s in settings], scores)]
+
+
+def check_settings(config: str, grid: dict[str, list[str]], train_args: list[str], seeding: list[str]) -> None:
+    """Every setting's training command parsed as scripts/train.py parses it (a field typo, a value out of range),
+    before the first run trains: not a failure after the earlier settings' runs."""
+    from trl import ModelConfig
+
+    from grpo_ext.cli import parse_trl_config
+    from grpo_ext.config import GRPOExtConfig
+    from grpo_ext.script_args import TrainArguments
+
+    for setting in settings_of(grid):
+        flags = [a for name, value in setting.items() for a in (f"--{name}", value)]
+        argv = ["--config", config, "--output_dir", "unused", *train_args, *seeding, *flags]
+        try:
+            parse_trl_config((TrainArguments, GRPOExtConfig, ModelConfig), argv)
+        except UserError as err:
+            raise UserError(f"--grid {slug_of(setting)}: {err}") from None
+
+
+def check_out(out: Path) -> None:
+    """`--out` is new, empty, or an earlier search's (its marker, or a search.json of one): search.json / search.md
+    would replace a user's files in any other folder."""
+    from grpo_ext.run_folder import LOCK_FILE
+
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise UserError(f"--out: {out} is not a folder")
+    names = sorted(p.name for p in out.iterdir() if p.name != LOCK_FILE)
+    if not names or SEARCH_MARKER in names:
+        return
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # a search from before the marker: its record
+        if {"grid", "pick"} <= json.loads((out / "search.json").read_text()).keys():
+            return
+    shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+    raise UserError(f"--out: {out} is not empty ({shown}) and holds no search; choose an empty or new folder")
