@@ -79,6 +79,11 @@ def parse_trl_config(dataclass_types: Sequence[type], argv: list[str]) -> tuple:
                         f"{action.dest}: {config} gives the single value {value!r} where a list is expected "
                         f"(write {action.dest}: [{value}])"
                     )
+                # argparse converts a string default ("no" -> False) but keeps any other as it is: 3 or [] would be
+                # taken as true
+                boolean = getattr(action.type, "__name__", None) == "string_to_bool"  # HfArgumentParser's (TRL's copy)
+                if boolean and value is not None and not isinstance(value, (bool, str)):
+                    raise UserError(f"{action.dest}: {config} gives {value!r} where true or false is expected")
             return super().set_defaults_with_config(**values)
 
     parser = Parser(list(dataclass_types), allow_abbrev=False)

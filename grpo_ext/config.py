@@ -3,7 +3,7 @@ TRL's behaviour."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 
 from trl import GRPOConfig
 
@@ -23,6 +23,9 @@ STOP_STRINGS_NEED_SAMPLER = (
     "`stop` goes in generation_kwargs): set generation_backend: sampler or remove stop_strings"
 )
 CPU_BF16 = ("off", "auto", "on")
+# The sampler's decode steps: grpo_ext.evaluation.static_step.DECODE_MODES, a floor above this one (a test keeps the
+# two equal). Checked whatever the backend: a typo is refused even where the value is not read yet.
+SAMPLER_DECODES = ("auto", "eager", "static", "compiled")
 
 
 def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -249,7 +252,10 @@ class GRPOExtConfig(GRPOConfig):
     )
     sampler_decode: str = field(
         default="auto",
-        metadata={"help": "generation_backend `sampler`: auto (compiled on CUDA), eager, static or compiled."},
+        metadata={
+            "help": "generation_backend `sampler`: auto (compiled on CUDA), eager, static or compiled.",
+            "choices": list(SAMPLER_DECODES),
+        },
     )
     stop_strings: list[str] | None = field(
         default=None,
@@ -272,6 +278,22 @@ class GRPOExtConfig(GRPOConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        self._check_extensions()
+
+    @classmethod
+    def from_grpo_config(cls, config: GRPOConfig) -> GRPOExtConfig:
+        """A plain `trl.GRPOConfig` as a `GRPOExtConfig` with every grpo-ext field at its default (TRL's behaviour).
+        Its values are taken as TRL resolved them (`__post_init__` is not run again: it is not idempotent, e.g. it
+        refuses both generation_batch_size and steps_per_generation, which its first run set)."""
+        ext = cls.__new__(cls)
+        ext.__dict__.update(config.__dict__)
+        for f in fields(cls):
+            if f.name not in ext.__dict__:
+                setattr(ext, f.name, f.default_factory() if f.default_factory is not MISSING else f.default)
+        ext._check_extensions()
+        return ext
+
+    def _check_extensions(self) -> None:
         try:  # the registry is the list of modes; its error names the field
             get_gradient_coefficient(self.advantage_mode)
         except ValueError as err:
@@ -283,6 +305,7 @@ class GRPOExtConfig(GRPOConfig):
             raise UserError(str(err)) from None
         _choice("generation_backend", self.generation_backend, GENERATION_BACKENDS)
         _choice("cpu_bf16", self.cpu_bf16, CPU_BF16)
+        _choice("sampler_decode", self.sampler_decode, SAMPLER_DECODES)
         if self.generation_backend == "sampler" and self.use_vllm:
             raise UserError("generation_backend: `sampler` and use_vllm both generate the completions; pick one")
         self._check_stop_strings()

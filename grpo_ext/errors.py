@@ -136,4 +136,29 @@ def read_yaml(path: str | os.PathLike, what: str):
 
     StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
     with user_file(path, what):
-        return yaml.load(Path(path).read_text(), Loader=StrictLoader)  # noqa: S506 (a SafeLoader)
+        loader = StrictLoader(Path(path).read_text())
+        try:
+            node = loader.get_single_node()
+            if node is not None and _expanded_size(node, {}) > MAX_YAML_NODES:
+                raise UserError(
+                    f"{what}: {path} expands to more than {MAX_YAML_NODES:,} values through its aliases (&anchor / "
+                    "*alias): not a config"
+                )
+            return None if node is None else loader.construct_document(node)
+        finally:
+            loader.dispose()
+
+
+# A config has hundreds of values; nested aliases can make a few lines stand for billions ("billion laughs"), which
+# every reader of the parsed value (and an error message quoting it) would then expand.
+MAX_YAML_NODES = 100_000
+
+
+def _expanded_size(node, sizes: dict) -> int:
+    """Values `node` stands for once every alias is expanded (an alias is the same node object as its anchor)."""
+    if id(node) not in sizes:
+        sizes[id(node)] = 1  # a recursive alias counts once (SafeLoader then refuses or builds it, as it does)
+        children = node.value if isinstance(node.value, list) else []
+        items = [item for child in children for item in (child if isinstance(child, tuple) else (child,))]
+        sizes[id(node)] = 1 + sum(_expanded_size(item, sizes) for item in items)
+    return sizes[id(node)]

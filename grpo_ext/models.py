@@ -30,7 +30,7 @@ def resolve_model_path(name_or_path: str) -> str:
         return str(EMBEDDED_MODEL_DIR)
     if name_or_path in REAL_MODELS:
         folder = real_model_dir(name_or_path)
-        if not is_complete(folder):
+        if not is_complete(folder, name_or_path):
             raise FileNotFoundError(
                 f"model_name_or_path: {name_or_path} is not fetched yet (expected at {folder}); make it with "
                 f"`{MAKE_COMMAND}`"

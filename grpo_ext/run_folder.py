@@ -24,17 +24,18 @@ from pathlib import Path
 from grpo_ext.checkpoints import RUN_STATUS_FILE, last_checkpoint, read_run_status
 from grpo_ext.errors import UserError
 
-__all__ = ["LOCK_FILE", "OutputFolderLock", "prepare_output_dir"]
+__all__ = ["LOCK_FILE", "OutputFolderLock", "check_loads_outside", "prepare_output_dir"]
 
 LOCK_FILE = ".grpo_ext.lock"
 
 
 class OutputFolderLock:
     """`with OutputFolderLock(folder):` the one run writing into `folder` (created if needed), else a `UserError`
-    naming the run that holds it."""
+    naming the run that holds it (and `field_name`, the flag that named the folder)."""
 
-    def __init__(self, folder: str | os.PathLike):
+    def __init__(self, folder: str | os.PathLike, field_name: str = "output_dir"):
         self.folder = Path(folder)
+        self.field_name = field_name
         self.path = self.folder / LOCK_FILE
         self._fd: int | None = None
 
@@ -47,8 +48,8 @@ class OutputFolderLock:
             except BlockingIOError:
                 os.close(fd)
                 raise UserError(
-                    f"output_dir: {self.folder} is in use by another run ({self._holder()}); wait for it to end or "
-                    "choose another output_dir"
+                    f"{self.field_name}: {self.folder} is in use by another run ({self._holder()}); wait for it to "
+                    f"end or choose another {self.field_name}"
                 ) from None
             # A holder that was just releasing unlinks the file it locked: make sure ours is the one at the path.
             with contextlib.suppress(FileNotFoundError):
@@ -85,6 +86,22 @@ class OutputFolderLock:
 
 def _is_inside(path: Path, folder: Path) -> bool:
     return folder.resolve() in path.resolve().parents
+
+
+def check_loads_outside(folder: str | os.PathLike, loads: dict[str, str | None]) -> None:
+    """Refuse a run whose inputs (`field -> path`: the model, its adapter's base, the PRM) lie in the output folder it
+    writes into: `overwrite_output_dir` would delete them before they are loaded, and the final save would replace
+    the model the run started from. Names that are not local folders (hub ids, `embedded`) are never inside."""
+    folder = Path(folder).expanduser().resolve()
+    for field_name, path in loads.items():
+        if not isinstance(path, str) or not path or not Path(path).expanduser().exists():
+            continue
+        where = Path(path).expanduser().resolve()
+        if where == folder or folder in where.parents:
+            raise UserError(
+                f"{field_name}: {path} lies inside output_dir {folder}, which the run writes into (and "
+                "--overwrite_output_dir clears): train into another output_dir"
+            )
 
 
 def _results(folder: Path) -> list[str]:

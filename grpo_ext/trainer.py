@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from trl import GRPOTrainer
+from trl import GRPOConfig, GRPOTrainer
 from trl.models.utils import unwrap_model_for_generation
 from trl.trainer.utils import is_async_callable
 
@@ -42,7 +42,7 @@ from grpo_ext.rewards import load_callable
 from grpo_ext.rewards.checked import checked_reward_func
 from grpo_ext.rewards.process import build_step_rewards, score_steps
 from grpo_ext.rollouts import rollout_seed, sample_completions, sampler_settings_of
-from grpo_ext.validation import check_combinations, check_training_ranges
+from grpo_ext.validation import check_combinations, check_training_ranges, context_overflow
 
 __all__ = ["CHECKPOINT_STATE_FILE", "KEPT_NORMALISER", "GRPOExtTrainer"]
 
@@ -64,6 +64,21 @@ def _own_process_state(config) -> None:
     config._setup_devices  # noqa: B018 - the property's side effect (the process state) is the point
 
 
+def _as_ext_config(config, model) -> GRPOExtConfig:
+    """The trainer's config as a `GRPOExtConfig`: TRL's default when there is none (`GRPOConfig("<model>-GRPO")`), a
+    plain `trl.GRPOConfig` with every extension at its default (TRL's behaviour), checked before the model loads."""
+    if isinstance(config, GRPOExtConfig):
+        return config
+    if config is None:
+        from trl.trainer.utils import get_config_model_id
+
+        name = model if isinstance(model, str) else get_config_model_id(model.config)
+        return GRPOExtConfig(f"{name.split('/')[-1]}-GRPO")
+    if isinstance(config, GRPOConfig):
+        return GRPOExtConfig.from_grpo_config(config)
+    raise TypeError(f"GRPOExtTrainer: args must be a GRPOConfig or GRPOExtConfig, got {type(config).__name__}")
+
+
 class GRPOExtTrainer(StagedCheckpointsMixin, GRPOTrainer):
     """GRPOTrainer plus `GRPOExtConfig`'s extensions; with them off it trains exactly as GRPOTrainer.
 
@@ -74,12 +89,15 @@ class GRPOExtTrainer(StagedCheckpointsMixin, GRPOTrainer):
     """
 
     def __init__(self, *args, process_reward_funcs: list[Callable | str] | None = None, refill_dataset=None, **kwargs):
-        config = kwargs.get("args", args[2] if len(args) > 2 else None)
-        if config is not None:  # bad numbers fail here, before any model is loaded
-            check_training_ranges(config)
-        if config is not None:
-            _own_process_state(config)
         model = kwargs.get("model", args[0] if args else None)
+        # A drop-in for GRPOTrainer: no config, or a plain trl.GRPOConfig, trains as TRL does (extensions off).
+        config = _as_ext_config(kwargs.get("args", args[2] if len(args) > 2 else None), model)
+        if len(args) > 2:
+            args = (*args[:2], config, *args[3:])
+        else:
+            kwargs["args"] = config
+        check_training_ranges(config)  # bad numbers fail here, before any model is loaded
+        _own_process_state(config)
         if isinstance(model, str) and os.path.isdir(model):
             check_weights(model, "model_name_or_path")  # a torn or missing weights file, named
         if kwargs.get("reward_funcs") is not None:  # plain sync callables get their output checked by name
@@ -90,13 +108,14 @@ class GRPOExtTrainer(StagedCheckpointsMixin, GRPOTrainer):
                 for f in funcs
             ]
         super().__init__(*args, **kwargs)
-        if not isinstance(self.args, GRPOExtConfig):
-            raise TypeError(f"GRPOExtTrainer needs a GRPOExtConfig, got {type(self.args).__name__}")
         config = self.args
         self.gradient_coefficient = get_gradient_coefficient(config.advantage_mode)
         self.step_separator = config.step_separator or "\n"
         self.process_reward_funcs = self._resolve_process_rewards(process_reward_funcs)
         check_combinations(self)
+        overflow = context_overflow(self)
+        if overflow:  # TRL takes it; scripts/train.py refuses it
+            logger.warning("%s", overflow)
         self.kl_control = new_kl_controller(config)
         self._kl_window: list[tuple[float, float]] = []  # (KL x tokens, tokens) per micro-batch
         refill_pool = self.train_dataset if refill_dataset is None else refill_dataset
@@ -378,26 +397,37 @@ class GRPOExtTrainer(StagedCheckpointsMixin, GRPOTrainer):
             self.kl_control.update(sum(k for k, _ in self._kl_window) / total_tokens, n_samples)
             self.beta = self.kl_control.beta
         self._kl_window = []
-        self._metrics["train"]["beta"].append(self.beta)
+        if adaptive:  # a constant beta is not logged, as TRL does not: with the extensions off the logs are TRL's
+            self._metrics["train"]["beta"].append(self.beta)
 
     # ---- the run as a whole ---------------------------------------------------------------------------------
     def train(self, *args, **kwargs):
         output = super().train(*args, **kwargs)
-        self._check_rewards_were_scored()
+        if not self.rewards_were_scored():  # as TRL: a warning (TRL's own per batch), the run ends normally
+            logger.warning("%s", self._unscored_message())
         return output
 
-    def _check_rewards_were_scored(self) -> None:
-        """A run in which no completion got a usable reward learned nothing from its rewards: an error, not a model."""
+    def rewards_were_scored(self) -> bool:
+        """Whether some completion of the run got a usable reward (a step score in process mode); True when unknown
+        (no step yet, or resumed from a checkpoint that did not count)."""
         if self._scored_completions is None or self.state.global_step == 0:
-            return
+            return True
         local = torch.tensor(float(self._scored_completions), device=self.accelerator.device)
-        if self.accelerator.reduce(local, reduction="sum").item() > 0:
-            return
+        return self.accelerator.reduce(local, reduction="sum").item() > 0
+
+    def check_rewards_were_scored(self) -> None:
+        """For command lines (scripts/train.py, the method runners): a run in which no completion got a usable reward
+        learned nothing from its rewards, so it fails (recorded `failed`) instead of saving a model like a run that
+        did. The Python API keeps TRL's contract: `train()` only warns."""
+        if not self.rewards_were_scored():
+            raise UserError(self._unscored_message())
+
+    def _unscored_message(self) -> str:
         if self.gradient_coefficient.needs_step_rewards:
             what = "process_reward_funcs: no step of any completion was scored"
         else:
             what = "reward_funcs: no completion was scored (every reward function returned None or NaN)"
-        raise UserError(
+        return (
             f"{what} in {self.state.global_step} steps, so the run learned nothing from rewards; check that the "
             "reward functions read the dataset's columns and the task's completion format"
         )

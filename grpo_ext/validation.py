@@ -14,7 +14,7 @@ import math
 from grpo_ext.batching import KEPT_NORMALISER
 from grpo_ext.errors import UserError
 
-__all__ = ["check_number", "check_training_ranges"]
+__all__ = ["check_number", "check_training_ranges", "context_overflow"]
 
 SCALE_REWARDS = ("group", "batch", "none")
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
@@ -84,7 +84,7 @@ def _rules(config) -> dict[str, dict]:
         "beta": dict(low=0),
         "temperature": dict(low=0, low_open=True),
         "top_p": dict(low=0, high=1, low_open=True),
-        "top_k": dict(low=0, integer=True),
+        "top_k": dict(low=0, integer=True, allowed=(None,)),  # None: as trl.GRPOConfig takes it
         "min_p": dict(low=0, high=1, allowed=(None,)),
         "repetition_penalty": dict(low=0, low_open=True),
         "num_generations": dict(low=2, integer=True),
@@ -145,6 +145,7 @@ def check_training_ranges(config) -> None:
         check_number(name, getattr(config, name), **kwargs)
     for i, weight in enumerate(getattr(config, "reward_weights", None) or []):
         check_number(f"reward_weights[{i}]", weight)
+    _check_sampling(config)
     scale = getattr(config, "scale_rewards", "group")
     if scale not in SCALE_REWARDS:
         raise UserError(f"scale_rewards: unknown value {scale!r}; expected one of {', '.join(SCALE_REWARDS)}")
@@ -156,6 +157,29 @@ def check_training_ranges(config) -> None:
                 f"[{config.beta_min}, {beta_max}], got {config.beta}"
             )
     _check_loss_type(config)
+
+
+# The sampling knobs `generation_kwargs` may override (TRL merges it over the config's fields): the fields' ranges.
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+
+
+def _check_sampling(config) -> None:
+    """`generation_kwargs` overrides the sampling fields, so its values get the fields' ranges: top_p 0 (greedy on
+    TRL's path, full sampling on the sampler's), temperature 0 (every group zero-std), top_k < 0 and min_p > 1 (a
+    traceback at step 0) are refused, naming the entry. A `None` (transformers then uses its own default: top_k 50)
+    is refused with generation_backend `sampler`, which would read it as "off": the two backends would differ."""
+    rules = _rules(config)
+    extra = getattr(config, "generation_kwargs", None)
+    extra = extra if isinstance(extra, dict) else {}
+    sampler = getattr(config, "generation_backend", "trl") == "sampler"
+    for name in SAMPLING_FIELDS:
+        if name in extra:
+            check_number(f"generation_kwargs.{name}", extra[name], **{**rules.get(name, {}), "allowed": ()})
+        elif sampler and getattr(config, name, 0) is None and name == "top_k":
+            raise UserError(
+                "top_k: None means transformers' default top-k (50, or the model's generation config) on TRL's path "
+                "but no top-k on generation_backend `sampler`; give 0 (no top-k) or a number"
+            )
 
 
 def check_combinations(trainer) -> None:
@@ -190,3 +214,18 @@ def check_combinations(trainer) -> None:
         )
     if config.zero_std_groups == "refill" and trainer._is_vlm:
         raise UserError("zero_std_groups: `refill` does not support vision-language models")
+
+
+def context_overflow(trainer) -> str | None:
+    """What a built trainer's completions cannot fit in, as a message naming the field (None when they fit): a
+    `max_completion_length` beyond the model's positions (`max_position_embeddings`: 128 for the embedded model)
+    runs past what the model was trained on. TRL takes it; `GRPOExtTrainer` warns, scripts/train.py refuses it."""
+    config = getattr(trainer.model, "config", None)
+    positions = getattr(config, "max_position_embeddings", None)
+    length = trainer.args.max_completion_length
+    if isinstance(positions, int) and isinstance(length, int) and length > positions:
+        return (
+            f"max_completion_length: {length} is more than the model's {positions} positions "
+            "(max_position_embeddings): the completions would run past its context"
+        )
+    return None

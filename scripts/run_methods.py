@@ -128,7 +128,7 @@ def main(argv: list[str]) -> dict:
     from grpo_ext.errors import UserError
     from grpo_ext.io import atomic_write_json, portable_path
     from grpo_ext.methods.study.config import load_study
-    from grpo_ext.methods.study.runs import Job, read_score, run_jobs
+    from grpo_ext.methods.study.runs import Job, check_arms, read_score, run_jobs
     from grpo_ext.models import resolve_model_path
 
     study = load_study(args.study)
@@ -160,8 +160,6 @@ def main(argv: list[str]) -> dict:
     if args.jobs < 1:
         raise UserError(f"--jobs: must be >= 1, got {args.jobs}")
     resolve_model_path(study.base)  # a missing base model fails before any training
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     options = {
         "base": study.base,
         "configs": str(study.configs_dir),
@@ -174,6 +172,9 @@ def main(argv: list[str]) -> dict:
 
     for note in check_stop_support(study, options):  # before any run: a stop the harness cannot honour fails here
         print(note, flush=True)
+    check_arms(study, args.study, options)  # every arm's run parses, before any budget is spent
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     if study.signal is not None:  # stage 0: the learning signal at the base, before the search spends any budget
         from grpo_ext.methods.study.signal.stage import run_signal_stage

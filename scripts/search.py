@@ -15,6 +15,12 @@
    settings), so no search run is the tested run and noise that favoured the pick on validation does not carry
    over to test.
 
+Test is looked at once: a second test of anything else (another pick, e.g. after the grid was reordered, or the pick
+retrained) is refused unless `--test-again` says so; the earlier test folder is then kept as `test.<k>/` and
+search.json / search.md list every look. `--out` is a new or empty folder or an earlier search's (one search at a
+time: a lock); a folder of other files is refused. Grid values never make paths outside `--out` (no `/`, `\\`), and
+neither a grid nor `--train-args` may change the task or the base model the runs are compared on.
+
 Resumable at any moment: a run that finished (`grpo_ext_run.json`) with the same training command
 (`<out>/runs/<slug>/search_run.json`) is not trained again, an unfinished one continues from its last checkpoint
 (saved every `--save-steps` steps; `resume_from_checkpoint`), and a finished report of the same harness command is
@@ -38,70 +44,14 @@ ROOT = Path(__file__).resolve().parents[1]
 # known to be of this command. Searches before runs could resume wrote it into model/ once the run had finished.
 RUN_RECORD = "search_run.json"
 KEEP_CHECKPOINTS = 2  # the last one, and the one before in case the last cannot be read
-# Where a run writes, what it continues and how it checkpoints: the search decides these (under --out), so neither
-# a grid nor --train-args may name them (a grid of output_dir values would train outside --out, into folders it
-# then reads; a run without checkpoints could not resume).
-SEARCH_OWNED = (
-    "output_dir",
-    "logging_dir",
-    "resume_from_checkpoint",
-    "overwrite_output_dir",
-    "config",
-    "save_strategy",
-    "save_steps",
-    "save_total_limit",
-)
 
 
-def parse_grid(specs: list[str]) -> dict[str, list[str]]:
-    """``["learning_rate=1e-4,3e-4", ...]`` -> ``{"learning_rate": ["1e-4", "3e-4"], ...}`` (values kept as typed:
-    the training parser converts them, and rejects what its field does not take)."""
-    from grpo_ext.errors import UserError
+def __getattr__(name: str):
+    """The grid (parse_grid, settings_of, slug_of, pick, check_train_args, ...) is `grpo_ext.methods.search_grid`'s,
+    imported on first use: `__main__` puts this checkout first on the import path before anything of grpo_ext loads."""
+    from grpo_ext.methods import search_grid
 
-    grid: dict[str, list[str]] = {}
-    for spec in specs:
-        name, sep, values = spec.partition("=")
-        name = name.strip().removeprefix("--")
-        items = [v.strip() for v in values.split(",") if v.strip()]
-        if not sep or not name or not items:
-            raise UserError(f"--grid: expected FIELD=V1,V2,... (e.g. learning_rate=1e-4,3e-4), got {spec!r}")
-        if name in SEARCH_OWNED:
-            raise UserError(f"--grid {name}: the search sets {name} itself (runs go under --out); not a grid field")
-        if name in grid:
-            raise UserError(f"--grid: field {name!r} given twice")
-        if len(set(items)) != len(items):
-            raise UserError(f"--grid {name}: repeated value in {values!r}")
-        grid[name] = items
-    if not grid:
-        raise UserError("--grid: give at least one FIELD=V1,V2,...")
-    return grid
-
-
-def check_train_args(text: str) -> list[str]:
-    """`--train-args` as flags, none of them one the search sets itself (`SEARCH_OWNED`)."""
-    from grpo_ext.errors import UserError
-
-    flags = shlex.split(text)
-    for flag in flags:
-        name = flag.removeprefix("--").partition("=")[0]
-        if flag.startswith("--") and name in SEARCH_OWNED:
-            raise UserError(f"--train-args: {flag}: the search sets {name} itself (runs go under --out)")
-    return flags
-
-
-def settings_of(grid: dict[str, list[str]]) -> list[dict[str, str]]:
-    return [dict(zip(grid, combo, strict=True)) for combo in itertools.product(*grid.values())]
-
-
-def slug_of(setting: dict[str, str]) -> str:
-    return ",".join(f"{name}={value}" for name, value in setting.items())
-
-
-def pick(settings: list[dict[str, str]], scores: dict[str, float]) -> dict[str, str]:
-    """The setting with the highest validation score; ties go to the earlier one of the grid (the study's picker)."""
-    from grpo_ext.methods.study.config import pick_best
-
-    return settings[pick_best([slug_of(s) for s in settings], scores)]
+    return getattr(search_grid, name)
 
 
 def _run(argv: list[str], log: Path) -> None:
@@ -116,11 +66,27 @@ def _run(argv: list[str], log: Path) -> None:
         raise UserError(f"{argv[0]} failed (exit {code}): {last} (whole output: {log})")
 
 
+def _read_json(path: Path) -> dict | None:
+    """A JSON object the search (or the harness) wrote, None when the file is not there; junk is named."""
+    from grpo_ext.errors import UserError
+
+    if not path.is_file():
+        return None
+    try:
+        value = json.loads(path.read_text())
+    except ValueError as err:
+        raise UserError(f"{path}: not valid JSON ({err}); remove it or use another --out") from None
+    if not isinstance(value, dict):
+        raise UserError(f"{path}: expected a JSON object; remove it or use another --out")
+    return value
+
+
 def _recorded(folder: Path) -> list[str] | None:
     """The training command recorded for the run in ``folder`` (see `RUN_RECORD`), or None."""
     for path in (folder / RUN_RECORD, folder / "model" / RUN_RECORD):
-        if path.is_file():
-            return json.loads(path.read_text()).get("train")
+        record = _read_json(path)
+        if record is not None:
+            return record.get("train")
     return None
 
 
@@ -154,32 +120,44 @@ def _train(train: list[str], folder: Path, save_steps: int) -> None:
 
 
 def _report(folder: Path) -> dict | None:
-    path = folder / "report.json"
-    if not path.is_file():
-        return None
-    report = json.loads(path.read_text())
-    return report if report.get("complete") else None
+    report = _read_json(folder / "report.json")
+    return report if report is not None and report.get("complete") else None
 
 
-def _evaluate(models: list[str], split: str, args, out: Path) -> dict:
-    """The harness's report of ``models`` on ``split`` in ``out`` (test: ``--test-limit`` problems x ``--test-n``
-    samples; validation: ``--limit`` x ``--n``): read when it exists and was made the same way, else made."""
-    from grpo_ext.errors import UserError
-
+def _harness_argv(models: list[str], split: str, args, out: Path) -> list[str]:
+    """The harness command that scores ``models`` on ``split`` into ``out`` (test: ``--test-limit`` problems x
+    ``--test-n`` samples; validation: ``--limit`` x ``--n``)."""
     argv = ["evals/passk_majk.py", *(a for m in models for a in ("--model", m)), "--task-kwargs", args.task_kwargs]
     limit, n = (args.test_limit, args.test_n) if split == "test" else (args.limit, args.n)
     argv += ["--task", args.task, "--split", split, "--n", str(n), "--temperature", str(args.temperature)]
-    argv += ["--limit", str(limit), "--no-progress", "--out", str(out)]
+    return [*argv, "--limit", str(limit), "--no-progress", "--out", str(out)]
+
+
+def _check_harness_argv(argv: list[str]) -> None:
+    """What the harness would refuse (the task and its knobs, n, temperature), refused before any training."""
+    from evals.passk_majk import build_parser
+    from grpo_ext.evaluation.cli import harness_settings
+
+    harness_settings(build_parser().parse_args(argv[1:]))
+
+
+def _evaluate(models: list[str], split: str, args, out: Path) -> dict:
+    """The harness's report of ``models`` on ``split`` in ``out``: read when it exists and was made by the same command
+    from the same models, made when there is none, scored again when its models changed since (retrained in place);
+    a report of another command is refused."""
+    from grpo_ext.errors import UserError
+
+    argv = _harness_argv(models, split, args, out)
     command = "python " + shlex.join(argv)  # what the harness records as its command
     report = _report(out)
+    if report is not None and report.get("command") != command:  # first: another pick is not "the same, changed"
+        raise UserError(
+            f"{out / 'report.json'}: made by `{report.get('command')}`, not by `{command}` (another pick, split or "
+            "evaluation setting): remove it or use another --out"
+        )
     if report is not None and _stale(report, models):
         print(f"{out}: its models changed since it was made (or how the harness loads them): scored again", flush=True)
         report = None
-    if report is not None and report["command"] != command:
-        raise UserError(
-            f"{out / 'report.json'}: made by `{report['command']}`, not by `{command}` (another pick, split or "
-            "evaluation setting): remove it or use another --out"
-        )
     if report is None:
         _run(argv, out.parent / f"{out.name}.log")
         report = _report(out)
@@ -188,13 +166,16 @@ def _evaluate(models: list[str], split: str, args, out: Path) -> dict:
     return report
 
 
+def _fingerprints(models: list[str]) -> list[str]:
+    from grpo_ext.evaluation.backends import load_fingerprint
+
+    return [load_fingerprint(model) for model in models]
+
+
 def _stale(report: dict, models: list[str]) -> bool:
     """Whether a report's models are not the ones the harness would load now (retrained, or an adapter's base now
     loaded as it was trained): their fingerprints differ."""
-    from grpo_ext.evaluation.backends import load_fingerprint
-
-    recorded = [m.get("model_fingerprint") for m in report["models"]]
-    return recorded != [load_fingerprint(model) for model in models]
+    return [m.get("model_fingerprint") for m in report.get("models", [])] != _fingerprints(models)
 
 
 def _score(report: dict, metric: str, model: int = 0) -> float:
@@ -203,10 +184,92 @@ def _score(report: dict, metric: str, model: int = 0) -> float:
     return EvalResult.of(report["models"][model]).value(metric)
 
 
+def test_looks(out: Path, previous: dict | None) -> list[dict]:
+    """Every earlier look at test from this `--out` (command, fingerprints of the models, scores): search.json's ledger,
+    or for a search from before the ledger, its test report."""
+    if previous is not None and isinstance(previous.get("test_looks"), list):
+        return previous["test_looks"]
+    report = _read_json(out / "test" / "report.json")
+    if report is None:
+        return []
+    models = report.get("models") if isinstance(report.get("models"), list) else []  # a killed test: maybe none yet
+    return [{"command": report.get("command"), "fingerprints": [m.get("model_fingerprint") for m in models]}]
+
+
+def _test(models: list[str], args, out: Path, looks: list[dict]) -> tuple[dict, list[dict]]:
+    """The test report of ``models`` (base, pick) and the ledger of looks at test with this one. The same look (same
+    command, same weights) is read back or resumed; any other look after one is refused unless --test-again, and
+    then the earlier test folder is kept aside (``test.<k>``), not replaced."""
+    from grpo_ext.errors import UserError
+
+    folder = out / "test"
+    look = {"command": "python " + shlex.join(_harness_argv(models, "test", args, folder))}
+    look["fingerprints"] = _fingerprints(models)
+    known = next(
+        (
+            i
+            for i, seen in enumerate(looks)
+            if seen.get("command") == look["command"] and seen.get("fingerprints") == look["fingerprints"]
+        ),
+        None,
+    )
+    if known is None and looks and not args.test_again:
+        raise UserError(
+            f"--test: {folder} already scored another model or setting on test ({looks[-1].get('command')}); "
+            "scoring this pick too would look at test twice: pass --test-again to do it on purpose (search.json and "
+            "search.md then list every look)"
+        )
+    if known is None:
+        report = _read_json(folder / "report.json")
+        if report is not None:  # another look's report: kept aside, never replaced
+            k = next(k for k in itertools.count(1) if not (out / f"test.{k}").exists())
+            folder.rename(out / f"test.{k}")
+            if (out / "test.log").is_file():
+                (out / "test.log").rename(out / f"test.{k}.log")
+        looks = [*looks, look]
+    report = _evaluate(models, "test", args, folder)
+    i = len(looks) - 1 if known is None else known
+    looks[i] = {**looks[i], "base": _score(report, "pass@1", 0), "pick": _score(report, "pass@1", 1)}
+    looks[i]["model"] = models[1]
+    return report, looks
+
+
 def main(argv: list[str]) -> dict:
     from grpo_ext.errors import UserError, read_yaml
+    from grpo_ext.io import atomic_write_json
+    from grpo_ext.methods.search_grid import SEARCH_MARKER, check_out, check_settings, check_train_args, parse_grid
+    from grpo_ext.run_folder import OutputFolderLock
+
+    args = _parse_args(argv)
+    grid = parse_grid(args.grid)
+    train_args = check_train_args(args.train_args)
+    config = read_yaml(args.config, "--config") or {}
+    if not isinstance(config, dict):
+        raise UserError(f"--config: {args.config} is not a mapping of training fields")
+    args.task = str(config.get("task", "arithmetic"))
+    args.task_kwargs = json.dumps(config.get("task_kwargs") or {})
+    base = str(config.get("model_name_or_path", "embedded"))
+    out = Path(args.out)
+    seeding = []
+    if args.search_seed is not None:
+        if "seed" in grid or any(flag.removeprefix("--").partition("=")[0] == "seed" for flag in train_args):
+            raise UserError("--search-seed: the grid and --train-args must not set seed as well")
+        if args.search_seed == config.get("seed", 42):  # 42: TrainingArguments' default seed
+            raise UserError(f"--search-seed {args.search_seed}: it is the config's seed, the one the test run uses")
+        seeding = ["--seed", str(args.search_seed)]
+    for split in ("validation", "test") if args.test else ("validation",):  # before any training
+        _check_harness_argv(_harness_argv([base], split, args, out / split))
+    check_settings(args.config, grid, train_args, seeding)
+    check_out(out)
+    with OutputFolderLock(out, field_name="--out"):
+        check_out(out)  # again, now that no other search can write there
+        atomic_write_json(out / SEARCH_MARKER, {"search": "python scripts/search.py"})
+        return _search(args, grid, train_args, seeding, config, base, out)
+
+
+def _parse_args(argv: list[str]) -> argparse.Namespace:
+    from grpo_ext.errors import UserError
     from grpo_ext.evaluation.scoring import default_ks
-    from grpo_ext.io import atomic_write_json, atomic_write_text
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--config", required=True, help="the training YAML (scripts/train.py's --config)")
@@ -222,35 +285,38 @@ def main(argv: list[str]) -> dict:
     parser.add_argument("--temperature", type=float, default=0.7, help="evaluation temperature (default: 0.7)")
     parser.add_argument("--test", action="store_true", help="then score the pick (and the base) on the test split")
     parser.add_argument(
+        "--test-again",
+        action="store_true",
+        help="with --test: score on test although this --out already looked at test with another pick or model "
+        "(recorded in search.json and search.md)",
+    )
+    parser.add_argument(
         "--search-seed",
         type=int,
         help="train the grid at this seed; --test then trains the pick again at the config's seed and scores that",
     )
     args = parser.parse_args(argv)
-    if args.save_steps < 1:
-        raise UserError(f"--save-steps: expected a number of steps >= 1, got {args.save_steps}")
-    args.test_limit = args.test_limit or args.limit
-
-    grid = parse_grid(args.grid)
-    train_args = check_train_args(args.train_args)
+    args.argv = argv
+    args.test_limit = args.test_limit if args.test_limit is not None else args.limit
+    for flag in ("save_steps", "limit", "n", "test_limit", "test_n"):
+        if getattr(args, flag) < 1:
+            raise UserError(f"--{flag.replace('_', '-')}: expected a number >= 1, got {getattr(args, flag)}")
+    if args.test_again and not args.test:
+        raise UserError("--test-again: only with --test")
     metric_name, _, metric_k = args.metric.partition("@")
     ks = default_ks(args.n)  # the ks the harness reports by default
     if metric_name not in ("pass", "maj") or not metric_k.isdigit() or int(metric_k) not in ks:
         raise UserError(f"--metric: expected pass@k or maj@k with k one of {ks} (--n {args.n}), got {args.metric!r}")
-    config = read_yaml(args.config, "--config") or {}
-    args.task = str(config.get("task", "arithmetic"))
-    args.task_kwargs = json.dumps(config.get("task_kwargs") or {})
-    base = str(config.get("model_name_or_path", "embedded"))
-    out = Path(args.out)
-    settings = settings_of(grid)
-    seeding = []
-    if args.search_seed is not None:
-        if "seed" in grid or any(flag.removeprefix("--").partition("=")[0] == "seed" for flag in train_args):
-            raise UserError("--search-seed: the grid and --train-args must not set seed as well")
-        if args.search_seed == config.get("seed", 42):  # 42: TrainingArguments' default seed
-            raise UserError(f"--search-seed {args.search_seed}: it is the config's seed, the one the test run uses")
-        seeding = ["--seed", str(args.search_seed)]
+    return args
 
+
+def _search(args, grid, train_args, seeding, config, base, out) -> dict:
+    from grpo_ext.io import atomic_write_json, atomic_write_text
+    from grpo_ext.methods.search_grid import pick, settings_of, slug_of
+
+    previous = _read_json(out / "search.json")
+    looks = test_looks(out, previous)
+    settings = settings_of(grid)
     scores, reports = {}, {}
     for i, setting in enumerate(settings, 1):
         slug = slug_of(setting)
@@ -264,7 +330,7 @@ def main(argv: list[str]) -> dict:
     base_report = _evaluate([base], "validation", args, out / "base_validation")
     chosen = pick(settings, scores)
     record = {
-        "command": "python scripts/search.py " + " ".join(argv),
+        "command": "python scripts/search.py " + " ".join(args.argv),
         "config": args.config,
         "base": base,
         "grid": grid,
@@ -274,6 +340,7 @@ def main(argv: list[str]) -> dict:
         "scores": scores,
         "pass@n": {slug: _score(r, f"pass@{args.n}") for slug, r in reports.items()},
         "pick": {"slug": slug_of(chosen), **chosen},
+        "test_looks": looks,  # every look at test from this --out, kept across runs
     }
     atomic_write_json(out / "search.json", record)  # written before any test number exists
     lines = [
@@ -296,12 +363,16 @@ def main(argv: list[str]) -> dict:
             print("training the pick at the config's seed (test run)", flush=True)
             _train([*train, *train_args, *flags, "--disable_tqdm", "true"], out / "test_run", args.save_steps)
             folder = out / "test_run" / "model"
-        test = _evaluate([base, str(folder)], "test", args, out / "test")
+        test, looks = _test([base, str(folder)], args, out, looks)
         where = f"{args.test_limit} test problems, n = {args.test_n}"
         if seeding:
             where += f"; the pick trained again at the config's seed {config.get('seed', 42)}, not the search's"
         lines += ["", f"Test of the pick against the base ({where}): `{out / 'test' / 'report.md'}`."]
+        if len(looks) > 1:  # said where the numbers are read, not only in the JSON
+            lines += ["", f"**Test was looked at {len(looks)} times from this folder** (--test-again); earlier looks:"]
+            lines += [f"- `{look.get('model', '?')}`: pick pass@1 {look.get('pick', '?')}" for look in looks[:-1]]
         record["test"] = {"base": _score(test, "pass@1", 0), "pick": _score(test, "pass@1", 1), "model": str(folder)}
+        record["test_looks"] = looks
         atomic_write_json(out / "search.json", record)
     atomic_write_text(out / "search.md", "\n".join(lines) + "\n")
     print(f"pick: {record['pick']['slug']} ({args.metric} {scores[record['pick']['slug']]:.3f} on validation)")

@@ -25,9 +25,10 @@ def parse_args(argv: list[str]):
 
 def main(argv: list[str]) -> None:
     from grpo_ext.checkpoints import check_resumable
-    from grpo_ext.run_folder import OutputFolderLock, prepare_output_dir
+    from grpo_ext.run_folder import OutputFolderLock, check_loads_outside, prepare_output_dir
 
     task_args, training_args, model_args = parse_args(argv)
+    check_loads_outside(training_args.output_dir, _loaded_paths(model_args, training_args))
     resume = training_args.resume_from_checkpoint
     if resume:  # a checkpoint folder or nothing; checked whole before any model is loaded
         check_resumable(resume)
@@ -38,11 +39,28 @@ def main(argv: list[str]) -> None:
         _train(task_args, training_args, model_args)
 
 
+def _loaded_paths(model_args, training_args) -> dict[str, str | None]:
+    """The folders the run loads (field -> path): the policy (TRL rebuilds the reference model from the same path),
+    an adapter's base, the process reward model."""
+    import contextlib
+    import json
+    from pathlib import Path
+
+    model = model_args.model_name_or_path
+    loads = {"model_name_or_path": model, "process_reward_model": training_args.process_reward_model}
+    # a missing or broken adapter config is no adapter here; it is named where the model is loaded
+    with contextlib.suppress(ValueError, KeyError, OSError, TypeError):
+        base = json.loads((Path(model).expanduser() / "adapter_config.json").read_text())["base_model_name_or_path"]
+        loads["model_name_or_path (the adapter's base)"] = base
+    return loads
+
+
 def _train(task_args, training_args, model_args) -> None:
     from grpo_ext.assembly import build_grpo_trainer
-    from grpo_ext.errors import user_input
+    from grpo_ext.errors import UserError, user_input
     from grpo_ext.hub.training import training_run
     from grpo_ext.tasks import get_task
+    from grpo_ext.validation import context_overflow
 
     with user_input("task"):
         task = get_task(task_args.task, **task_args.task_kwargs)
@@ -53,6 +71,9 @@ def _train(task_args, training_args, model_args) -> None:
         reward_funcs=task_args.reward_funcs,
         train_size=task_args.train_size,
     )
+    overflow = context_overflow(trainer)
+    if overflow:  # the Python API only warns, as TRL takes it; a command line refuses it before any step
+        raise UserError(overflow)
     main_process = trainer.accelerator.is_main_process
     model_id = model_args.model_name_or_path  # resolved by policy_init
     if main_process:
@@ -75,6 +96,7 @@ def _train(task_args, training_args, model_args) -> None:
     # the run's record (status, resolved config), as every runner writes it: grpo_ext.hub.training.training_run
     with training_run(trainer, task_args, model_args) as run:
         trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+        trainer.check_rewards_were_scored()  # a run that scored no reward fails here, before a model is saved
         trainer.save_state()  # trainer_state.json: the real step count for the model card
         trainer.save_model(training_args.output_dir)
         if main_process:

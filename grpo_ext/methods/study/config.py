@@ -284,13 +284,16 @@ def load_study(path: str | Path) -> Study:
     _check_rates(arms, str(path))
     learning_rates = _numbers(data, "learning_rates", str(path), float)
     _check_axis("lr", learning_rates, None, str(path))
-    seeds = _numbers(data, "seeds", str(path), int)
+    seeds = _numbers(data, "seeds", str(path), None)  # as written: int() would make 0.5 seed 0
+    search_seed = _require(data, "search_seed", str(path))
+    for name, seed in [*(("seeds", s) for s in seeds), ("search_seed", search_seed)]:
+        try:  # what TrainingArguments' seed takes: checked here, not after the whole search
+            check_number(name, seed, low=0, high=2**32 - 1, integer=True)
+        except UserError as err:
+            raise UserError(f"{path}: {err}") from None
     repeated = sorted({s for s in seeds if seeds.count(s) > 1})
     if repeated:  # a seed counted twice would make "every seed agrees" count one run twice
         raise UserError(f"{path}: `seeds` repeats {repeated}; each seed once")
-    search_seed = _require(data, "search_seed", str(path))
-    if isinstance(search_seed, bool) or not isinstance(search_seed, int):
-        raise UserError(f"{path}: search_seed must be an integer, got {search_seed!r}")
     if search_seed in seeds:  # a search run counted as a test run would let the pick's luck into the test numbers
         raise UserError(
             f"{path}: search_seed {search_seed} is one of seeds {seeds}; the search seed must be none of them"

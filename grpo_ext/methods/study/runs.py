@@ -133,14 +133,33 @@ def _train(job: Job, folder: Path, study: Study, options: dict) -> None:
 
     if (folder / COST_FILE).is_file() and any(folder.glob("*.safetensors")):
         return  # trained; a folder whose weights were not kept (only its JSON records are committed) trains again
-    config = method_config_path(job.arm.method, options["configs"])
-    argv = ["--config", str(config), "--seed", str(job.seed), "--output_dir", str(folder)]
-    argv += ["--model_name_or_path", options["base"], *job.arm.flags(), *job.setting.flags()]
+    print(f"=== training {job.name} into {folder}", flush=True)
+    run_method(train_argv(job.arm, job.setting, job.seed, folder, options))
+
+
+def train_argv(arm: Arm, setting: Setting, seed: int, folder: Path, options: dict) -> list[str]:
+    """The method runner's command line of one run of the study."""
+    config = method_config_path(arm.method, options["configs"])
+    argv = ["--config", str(config), "--seed", str(seed), "--output_dir", str(folder)]
+    argv += ["--model_name_or_path", options["base"], *arm.flags(), *setting.flags()]
     if not options["progress"]:
         argv += ["--disable_tqdm", "true"]
-    argv += quick_flags(job.arm.method, options)
-    print(f"=== training {job.name} into {folder}", flush=True)
-    run_method(argv)
+    return argv + quick_flags(arm.method, options)
+
+
+def check_arms(study: Study, study_file: str, options: dict) -> None:
+    """Every arm's run parsed as its runner will parse it (its method config, overrides and first setting), before
+    any training: a bad override value is one line naming the study file and the arm, not a failure minutes into
+    the first run of that arm."""
+    from grpo_ext.errors import UserError
+    from grpo_ext.methods.config import parse_method_args
+
+    for arm in study.arms:
+        setting = arm.settings(study.learning_rates)[0]  # a rate_of arm's rate is one of these too
+        try:
+            parse_method_args(train_argv(arm, setting, study.seeds[0], Path("unused"), options))
+        except UserError as err:
+            raise UserError(f"{study_file}: arms.{arm.name}: {err}") from None
 
 
 def _evaluate(job: Job, folder: Path, study: Study, options: dict) -> None:
