@@ -130,7 +130,7 @@ def main(argv: list[str]) -> dict:
     atomic_write_json(search / "failures.json", out)
     lines = ["# Failure anatomy: base against the RL pick", ""]
     lines += [f"Pass@K of the same samples: `{search}/test/report.md`, `{search}/harder/report.md`.", ""]
-    lines += [*anatomy_legend(task), ""]
+    lines += [*anatomy_legend(task.strict_form, task.has_step_verifier), ""]
     for part, title in (("test", "test split (2 operands)"), ("harder", "harder split (3 operands)")):
         rows = out[part]
         lines += [f"## {title}", "", *anatomy_markdown({out["labels"][m]: r["all"] for m, r in rows.items()}), ""]

@@ -12,7 +12,7 @@ from grpo_ext.evaluation import failures
 from grpo_ext.evaluation.analysis import BootstrapSettings
 from grpo_ext.evaluation.backends import Backend
 from grpo_ext.evaluation.cli import HarnessArgumentParser, add_harness_arguments, harness_settings
-from grpo_ext.evaluation.excerpt import EXCERPT_NAME
+from grpo_ext.evaluation.excerpt import EXCERPT_NAME, question_text
 from grpo_ext.evaluation.harness import evaluate_model, score_samples, validate_problems
 from grpo_ext.evaluation.metrics import pass_at_k
 from grpo_ext.evaluation.moved import moved_problems
@@ -165,6 +165,44 @@ def test_moved_lists_the_largest_rises_and_falls_in_order_with_ties_in_problem_o
     assert [e["problem_id"] for e in every["up"]] == ["0", "3", "6", "2"]
 
 
+def test_the_report_puts_slices_before_the_per_k_tables_and_what_moved_shows_the_question(tmp_path):
+    """A skeptical reader's order: summary, B against A, slices, then what moved (with each problem's question: the
+    issue's "Leo has 34 apples. Then Leo sells 22 apples", top answer 56), the long per-model tables last."""
+    task = get_task("word_arithmetic")
+    fewshot = "Question: Ann has 5 pens. Then Ann buys 2 pens. How many pens does Ann have now?\nAnswer: 7\n\n"
+    question = "Question: Leo has 34 apples. Then Leo sells 22 apples. How many apples does Leo have now?"
+    problems = validate_problems(
+        [
+            {"prompt": [{"role": "user", "content": f"{fewshot}{question}\nAnswer:"}], "answer": "12"},
+            {
+                "prompt": "Question: Mia has 3 cups. Then Mia buys 4 cups. How many cups does Mia have now?",
+                "answer": "7",
+            },
+        ],
+        task,
+    )
+
+    def result(name, completions):
+        summary, per_problem = score_samples(task, problems, completions, [1, 2])
+        base = _result(name, ["1+2="], [1], n=2, ks=(1, 2))
+        return {**base, **summary, "task": task.name, "n_problems": 2, "per_problem": per_problem, "strict_form": None}
+
+    a = result("base", [["34 - 22 = 12\n#### 12"] * 2, ["3 + 4 = 7"] * 2])
+    b = result("rl", [["34 + 22 = 56"] * 2, ["3 + 4 = 7"] * 2])
+    write_reports([a, b], tmp_path, bootstrap=FAST)
+    md = (tmp_path / "report.md").read_text()
+    order = ["| model | pass@1 |", "## B against A: rl (B) vs base (A)", "## Slices", "### B against A by operation"]
+    order += ["## Failure anatomy (content first)", "## What moved most", "## base\n", "## rl\n"]
+    assert [md.index(heading) for heading in order] == sorted(md.index(heading) for heading in order)
+    (down,) = json.loads((tmp_path / "report.json").read_text())["moved"][0]["down"]
+    assert down["question"] == question and down["b"]["top_answers"] == [["56", 2]]
+    assert f"  - ` {question} `" in md
+    assert "  - B: 56 ×2" in md
+    # the question is shortened to its last "Question: ...", cut where it is long
+    assert question_text("Q: a\nQuestion: " + "x" * 300, 40) == "Question: " + "x" * 29 + "…"
+    assert question_text("7+8=", 40) == "7+8=" and question_text("y" * 50, 10) == "…" + "y" * 9
+
+
 # ---- through the harness: anatomy, hit_budget, the excerpt from the cache and fresh ------------------------
 
 
@@ -193,18 +231,7 @@ class _Backend(Backend):
         return out
 
 
-def _fake_anatomy(task, prompt, completions, answer, hit_budget):
-    """Stands in for failures.anatomy_counts: right / unfinished (hit the budget) / wrong_plan."""
-    hits = hit_budget or [False] * len(completions)
-    kinds = [
-        "right" if task.is_correct(c, answer) else "unfinished" if h else "wrong_plan"
-        for c, h in zip(completions, hits, strict=True)
-    ]
-    return {kind: kinds.count(kind) for kind in ("right", "wrong_plan", "unfinished")}
-
-
-def test_the_excerpt_is_the_same_file_from_the_cache_as_fresh_and_the_anatomy_is_summed(tmp_path, monkeypatch):
-    monkeypatch.setattr(failures, "anatomy_counts", _fake_anatomy, raising=False)
+def test_the_excerpt_is_the_same_file_from_the_cache_as_fresh_and_the_anatomy_is_summed(tmp_path):
     problems = [{"prompt": p, "answer": str(eval(p[:-1]))} for p in PROMPTS]
     params = SamplingParams(n=N, temperature=1.0, max_new_tokens=8, batch_size=2)
     cache = tmp_path / "samples.jsonl"
@@ -218,20 +245,24 @@ def test_the_excerpt_is_the_same_file_from_the_cache_as_fresh_and_the_anatomy_is
     assert text == (tmp_path / "cached" / EXCERPT_NAME).read_text()
     rows = [json.loads(line) for line in text.splitlines()]
     assert [(r["problem_id"], r["sample_index"]) for r in rows] == [(str(i), j) for i in range(6) for j in (0, 1)]
-    for row in rows:
+    for row in rows:  # "#n" wrong: every step true, a wrong plan; "1+1=2;1+" at the budget: no "#n", unfinished
         kind = "right" if row["correct"] else "unfinished" if row["completion"] == "1+1=2;1+" else "wrong_plan"
         assert row["kind"] == kind and row["hit_budget"] == (len(row["completion"]) >= 8)
         assert row["attributes"]["operation"] in "+-" and row["question"] == PROMPTS[int(row["problem_id"])]
     # the anatomy: per problem, summed per model and per slice; the budget was counted with the tokenizer
     counts = [p["anatomy"] for p in fresh["per_problem"]]
-    assert fresh["anatomy"] == {k: sum(c[k] for c in counts) for k in ("right", "wrong_plan", "unfinished")}
+    assert fresh["anatomy"] == failures.add_counts(counts)
+    assert {k: v for k, v in fresh["anatomy"].items() if k != "strict"} == {
+        k: sum(c[k] for c in counts) for k in failures.kinds_of(TASK)
+    }
+    assert fresh["anatomy"]["wrong_plan"] > 0 and fresh["anatomy"]["unfinished"] > 0
     assert fresh["anatomy"]["right"] == sum(p["n_correct"] for p in fresh["per_problem"])
     assert fresh["anatomy_budget"] == "tokenizer"
     assert "excerpt" not in json.loads((tmp_path / "fresh" / "report.json").read_text())["models"][0]
     slices = json.loads((tmp_path / "fresh" / "report.json").read_text())["models"][0]["slices"]["operation"]
     assert sum(s["anatomy"]["unfinished"] for s in slices) == fresh["anatomy"]["unfinished"]
     md = (tmp_path / "fresh" / "report.md").read_text()
-    assert "## Failure anatomy (content first)" in md and "| fake | operation + | 12 |" in md
+    assert "## Failure anatomy (content first)" in md and "| fake: operation + | 12 |" in md
 
 
 # ---- the flags ----------------------------------------------------------------------------------------------
