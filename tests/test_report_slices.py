@@ -122,6 +122,17 @@ def test_a_report_written_before_slices_reads_and_renders_without_them(tmp_path)
     assert payload["moved"][0]["up"][0]["a"]["top_answers"] == [["7", None]]  # problem 1: 7 x2 (first seen), 999 x2
 
 
+def test_a_result_without_its_params_key_gets_one_with_its_stop_strings(tmp_path):
+    params = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 8, "seed": 0}
+    stopped = SamplingParams(n=N, **params, stop=("Question:",))
+    result = {**_result("m", PROMPTS, A_CORRECT), "params": stopped.to_dict()}  # written without a params_key
+    (tmp_path / "stopped.json").write_text(json.dumps(result))
+    assert read_report(tmp_path / "stopped.json")["params_key"] == stopped.key() != SamplingParams(**params).key()
+    # a result written before stop strings: no "stop" in its params, the key without them (as it was drawn)
+    (tmp_path / "older.json").write_text(json.dumps({**result, "params": params}))
+    assert read_report(tmp_path / "older.json")["params_key"] == SamplingParams(**params).key()
+
+
 # ---- the strict form ----------------------------------------------------------------------------------------
 
 

@@ -289,14 +289,16 @@ def read_report(path: str | os.PathLike, model: str | None = None, *, require: I
     return result
 
 
-_KEY_FIELDS = ("temperature", "top_p", "max_new_tokens", "seed")  # what SamplingParams.key() names
+_KEY_FIELDS = ("temperature", "top_p", "max_new_tokens", "seed")  # what SamplingParams.key() names, with stop
 
 
 def _params_key(params: dict, where: str) -> str:
     from grpo_ext.evaluation.sampling import SamplingParams  # imports torch: only for results that lack the key
 
     try:
-        # n stays 1: the key leaves n out, and a greedy result's n must be 1 for SamplingParams anyway
-        return SamplingParams(**{name: params[name] for name in _KEY_FIELDS}).key()
+        # n stays 1: the key leaves n out, and a greedy result's n must be 1 for SamplingParams anyway; the stop
+        # strings are in the key (a result drawn with them is another distribution), absent before they existed
+        fields = {name: params[name] for name in _KEY_FIELDS}
+        return SamplingParams(**fields, stop=params.get("stop") or ()).key()
     except (TypeError, ValueError) as err:
         raise ValueError(f"{where}: bad 'params' ({err})") from None
