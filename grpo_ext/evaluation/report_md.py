@@ -171,12 +171,13 @@ def render_markdown(
     command: str | None = None,
     paired: Sequence[dict] = (),
     min_slice_problems: int = MIN_SLICE_PROBLEMS,
+    notes: Sequence[str] = (),
 ) -> str:
     """The Markdown report (in the module docstring's order): the legend, the summary table, each comparison (B
     against A), the slices, the failure anatomy, what moved, then one section per model (every mean with its
     interval when ``analysis`` is given: :func:`grpo_ext.evaluation.analysis.analyze`).
     ``paired``: per comparison ``{"a", "b", "moved", "slices"}`` (what :func:`~grpo_ext.evaluation.report.write_reports`
-    adds to it)."""
+    adds to it); ``notes``: paragraphs shown first, under the command, each as a "Note" quote."""
     intervals = analysis["intervals"] if analysis else [{} for _ in results]
     lines = [f"# Pass@K vs Maj@K: {describe_task(results)}", "", *_LEGEND, ""]
     lines.append("Every value is a mean over problems, from the same n samples per problem.")
@@ -189,6 +190,8 @@ def render_markdown(
     lines.append("")
     if command:
         lines += [f"Command: `{command}`", ""]
+    for note in notes:
+        lines += [f"> **Note.** {note}", ""]
     lines += _summary_table(results, intervals)
     extra = {(p["a"], p["b"]): p for p in paired}
     compared = [c for c in (analysis or {}).get("comparisons", []) if c is not None]
