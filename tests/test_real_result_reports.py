@@ -7,9 +7,9 @@ import json
 import pytest
 
 from grpo_ext.evaluation.analysis import BootstrapSettings
-from grpo_ext.evaluation.harness import score_samples, validate_problems
 from grpo_ext.evaluation.report import write_reports
 from grpo_ext.tasks.word_arithmetic import WordArithmeticTask, problem_from_question
+from tests.harness_results import harness_result
 
 KNOBS = {"balance_operations": True}  # problems in turn: an addition, a subtraction, ...
 TASK = WordArithmeticTask(**KNOBS)
@@ -24,32 +24,13 @@ NEW_RECORD_KEYS = ("attributes", "n_strict", "n_correct_strict", "top_answers", 
 
 def _results() -> list[dict]:
     """base: right on every problem, strict form; rl: the sum of the two numbers, unformatted (the shortcut)."""
-    problems = validate_problems(list(TASK.load("test", 4)), TASK)
+    problems = list(TASK.load("test", 4))
     base = [[f"#### {p['answer']}"] * 2 for p in problems]
-    rl = [[str(sum(problem_from_question(p["prompt"][-1]["content"]).operands))] * 2 for p in problems]
-    results = []
-    for name, completions in (("base", base), ("rl", rl)):
-        summary, per_problem = score_samples(TASK, problems, completions, [1, 2])
-        params = {"n": 2, "temperature": 0.7, "top_p": 1.0, "max_new_tokens": 64, "seed": 0, "batch_size": 8}
-        results.append(
-            {
-                "model": name,
-                "backend": "transformers",
-                "task": "word_arithmetic",
-                "task_id": "word_arithmetic/test",
-                "n_problems": 4,
-                "n": 2,
-                "ks": [1, 2],
-                "taus": [0.5],
-                "warnings": [],
-                "params": params,
-                "strict_form": TASK.strict_form,
-                **summary,
-                "samples": {"total": 8, "from_cache": 8, "generated": 0, "seconds": 0.0},
-                "per_problem": per_problem,
-            }
-        )
-    return results
+    rl = [[str(sum(problem_from_question(p["question"]).operands))] * 2 for p in problems]
+    return [
+        harness_result(name, TASK, problems, c, [1, 2], strict_form=TASK.strict_form)
+        for name, c in (("base", base), ("rl", rl))
+    ]
 
 
 def _committed(folder, results, *, old: bool, excerpt: list[dict] | None = None) -> dict:

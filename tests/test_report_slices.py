@@ -13,7 +13,7 @@ from grpo_ext.evaluation.analysis import BootstrapSettings
 from grpo_ext.evaluation.backends import Backend
 from grpo_ext.evaluation.cli import HarnessArgumentParser, add_harness_arguments, harness_settings
 from grpo_ext.evaluation.excerpt import EXCERPT_NAME, question_text
-from grpo_ext.evaluation.harness import evaluate_model, score_samples, validate_problems
+from grpo_ext.evaluation.harness import evaluate_model
 from grpo_ext.evaluation.metrics import pass_at_k
 from grpo_ext.evaluation.moved import moved_problems
 from grpo_ext.evaluation.report import read_report, write_reports
@@ -21,6 +21,7 @@ from grpo_ext.evaluation.sampling import SamplingParams, derive_seed
 from grpo_ext.evaluation.scoring import score_problem, summarize
 from grpo_ext.evaluation.slices import check_by, comparison_slices, model_slices, with_attributes
 from grpo_ext.tasks import get_task
+from tests.harness_results import harness_result
 
 TASK = get_task("arithmetic")
 FAST = BootstrapSettings(n_resamples=10_000, seed=0)
@@ -29,25 +30,9 @@ N = 4
 
 def _result(name: str, prompts: list[str], n_correct: list[int], n: int = N, ks=(1, 2, 4)) -> dict:
     """A harness-shaped result of the arithmetic task: problem i has n_correct[i] right samples, the rest 999."""
-    problems = validate_problems([{"prompt": p, "answer": str(eval(p[:-1]))} for p in prompts], TASK)
+    problems = [{"prompt": p, "answer": str(eval(p[:-1]))} for p in prompts]
     completions = [[f"#{p['answer']}"] * c + ["#999"] * (n - c) for p, c in zip(problems, n_correct, strict=True)]
-    summary, per_problem = score_samples(TASK, problems, completions, list(ks))
-    params = {"n": n, "temperature": 1.0, "top_p": 1.0, "max_new_tokens": 8, "seed": 0, "batch_size": 1}
-    return {
-        "model": name,
-        "backend": "fake",
-        "task": "arithmetic",
-        "task_id": "arithmetic/test",
-        "n_problems": len(problems),
-        "n": n,
-        "ks": list(ks),
-        "taus": [0.5],
-        "warnings": [],
-        "params": params,
-        **summary,
-        "samples": {"total": n * len(problems), "from_cache": 0, "generated": 0, "seconds": 0.0},
-        "per_problem": per_problem,
-    }
+    return harness_result(name, TASK, problems, completions, ks, taus=[0.5])
 
 
 # six problems, two slices by operation: 0-2 add, 3-5 subtract
@@ -182,24 +167,12 @@ def test_the_report_puts_slices_before_the_per_k_tables_and_what_moved_shows_the
     task = get_task("word_arithmetic")
     fewshot = "Question: Ann has 5 pens. Then Ann buys 2 pens. How many pens does Ann have now?\nAnswer: 7\n\n"
     question = "Question: Leo has 34 apples. Then Leo sells 22 apples. How many apples does Leo have now?"
-    problems = validate_problems(
-        [
-            {"prompt": [{"role": "user", "content": f"{fewshot}{question}\nAnswer:"}], "answer": "12"},
-            {
-                "prompt": "Question: Mia has 3 cups. Then Mia buys 4 cups. How many cups does Mia have now?",
-                "answer": "7",
-            },
-        ],
-        task,
-    )
-
-    def result(name, completions):
-        summary, per_problem = score_samples(task, problems, completions, [1, 2])
-        base = _result(name, ["1+2="], [1], n=2, ks=(1, 2))
-        return {**base, **summary, "task": task.name, "n_problems": 2, "per_problem": per_problem, "strict_form": None}
-
-    a = result("base", [["34 - 22 = 12\n#### 12"] * 2, ["3 + 4 = 7"] * 2])
-    b = result("rl", [["34 + 22 = 56"] * 2, ["3 + 4 = 7"] * 2])
+    problems = [
+        {"prompt": [{"role": "user", "content": f"{fewshot}{question}\nAnswer:"}], "answer": "12"},
+        {"prompt": "Question: Mia has 3 cups. Then Mia buys 4 cups. How many cups does Mia have now?", "answer": "7"},
+    ]
+    a = harness_result("base", task, problems, [["34 - 22 = 12\n#### 12"] * 2, ["3 + 4 = 7"] * 2], [1, 2])
+    b = harness_result("rl", task, problems, [["34 + 22 = 56"] * 2, ["3 + 4 = 7"] * 2], [1, 2])
     write_reports([a, b], tmp_path, bootstrap=FAST)
     md = (tmp_path / "report.md").read_text()
     order = ["| model | pass@1 |", "## B against A: rl (B) vs base (A)", "## Slices", "### B against A by operation"]
