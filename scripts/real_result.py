@@ -10,17 +10,39 @@ has picked a setting on validation and scored the pick against the base on test 
    the per-problem ``anatomy`` records of the harness's report.json where it has them, else from ``samples.jsonl``.
 
 Resumable: the harness keeps every sample drawn (``samples.jsonl``) and draws only the missing ones.
+
+    python scripts/real_result.py --search results/real_search --from-reports
+
+When the samples are gone (``samples.jsonl`` is not committed): ``<search>/test/`` and ``<search>/harder/`` are
+re-rendered from their committed ``report.json`` alone, with the report of today (slices read from each problem's
+prompt, B against A per slice, what moved with each problem's question), under their original command; nothing is
+sampled (a committed ``samples_excerpt.jsonl`` is kept). The strict answer form, the failure anatomy and the excerpt
+are read from each sample's text: where the committed files lack them, those reports and ``failures.md`` /
+``failures.json`` say so, rather than give numbers.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 HARDER = {"min_operands": 3, "max_operands": 3}
+PARTS = {"test": "test split (2 operands)", "harder": "harder split (3 operands)"}
+#: How to have every number again: the samples drawn anew.
+DRAW_AGAIN = "draw the samples again (scripts/search.py --test, then scripts/real_result.py without --from-reports)"
+#: What a report shows only with its samples' text, by the key that holds it: in words.
+NEEDS_SAMPLES = {
+    "strict_accuracy": "strict answer form (strict pass@1, strict share)",
+    "anatomy": "failure anatomy (right / wrong arithmetic / wrong plan / no number / unfinished)",
+    "excerpt": "samples excerpt",
+}
+#: report.json keys that write_reports writes itself; any other top-level key of a committed report is kept.
+_WRITTEN = frozenset(["complete", "task", "command", "notes", "bootstrap", "slices", "models", "comparisons"])
+_WRITTEN |= {"paired_slices", "moved"}
 
 
 def problem_anatomies(samples: Path, report: Path, task, split: str, tokenizer) -> dict[str, list[dict]]:
@@ -90,6 +112,103 @@ def classify(samples: Path, report: Path, task, split: str, tokenizer) -> dict[s
     return out
 
 
+def _excerpts(folder: Path) -> dict[str, list[dict]]:
+    """A committed samples excerpt's rows by model (without ``model``), so that writing the report again keeps it."""
+    path = folder / "samples_excerpt.jsonl"
+    rows: dict[str, list[dict]] = {}
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        row = json.loads(line)
+        rows.setdefault(row.pop("model"), []).append(row)
+    return rows
+
+
+def rerender(folder: Path, rerender_command: str) -> list[str]:
+    """Re-render a harness output folder from its ``report.json`` (and ``samples_excerpt.jsonl``, where committed)
+    alone: each model's result with its problems' attributes read from their prompts by the task of the report's own
+    command (:func:`grpo_ext.evaluation.slices.with_attributes`), written again under that command with the same
+    bootstrap (:func:`grpo_ext.evaluation.report.write_reports`), and a note of what the report cannot show without
+    its samples (the strict form, the anatomy, the excerpt: whichever the committed files lack). Returns their keys
+    (of :data:`NEEDS_SAMPLES`)."""
+    from evals.passk_majk import build_parser
+    from grpo_ext.errors import UserError, user_file
+    from grpo_ext.evaluation.analysis import BootstrapSettings
+    from grpo_ext.evaluation.cli import harness_settings
+    from grpo_ext.evaluation.report import read_report, write_reports
+    from grpo_ext.evaluation.slices import with_attributes
+
+    report = folder / "report.json"
+    with user_file(report, "--search"):
+        payload = json.loads(report.read_text())
+    words = shlex.split(payload.get("command") or "")
+    script = next((i for i, word in enumerate(words) if word.endswith("passk_majk.py")), None)
+    if script is None:
+        raise UserError(f"{report}: its command is not an evals/passk_majk.py command, so its task is unknown")
+    task = harness_settings(build_parser().parse_args(words[script + 1 :])).task  # the task it was scored on
+    excerpts = _excerpts(folder)
+    results = [
+        {**with_attributes(read_report(folder, m["model"]), task), "excerpt": excerpts.get(m["model"], [])}
+        for m in payload["models"]
+    ]
+    shown = {"strict_accuracy": bool(task.strict_form), "anatomy": task.has_step_verifier, "excerpt": True}
+    gone = [key for key in NEEDS_SAMPLES if shown[key] and any(r.get(key) in (None, []) for r in results)]
+    note = f"Re-rendered from this folder's committed report.json (`{rerender_command}`): nothing was sampled."
+    if gone:
+        note += (
+            f" The samples behind it were not kept (samples.jsonl is not committed), so it has no "
+            f"{', no '.join(NEEDS_SAMPLES[key] for key in gone)}"
+            f": each is read from the samples' text, and none is made up here. To have them, {DRAW_AGAIN}."
+        )
+    if any("top_answers" not in p for r in results for p in r["per_problem"]):
+        note += " What moved lists each model's most frequent answer without its count (the report kept no more)."
+    drawn = payload.get("bootstrap") or {}
+    threshold = {c["solved_threshold"] for c in payload.get("comparisons") or [] if "solved_threshold" in c}
+    write_reports(
+        results,
+        folder,
+        command=payload["command"],
+        extra={k: v for k, v in payload.items() if k not in _WRITTEN},
+        bootstrap=BootstrapSettings(**{k: drawn[k] for k in ("n_resamples", "seed", "confidence") if k in drawn}),
+        by=task.slice_attributes,
+        notes=[note],
+        **({"solved_threshold": threshold.pop()} if len(threshold) == 1 else {}),
+    )
+    return gone
+
+
+def from_reports(search: Path) -> dict:
+    """``--from-reports``: the test and harder reports re-rendered (:func:`rerender`), and ``failures.json`` /
+    ``failures.md`` saying, part by part, where the anatomy is (the re-rendered report's own section, when the
+    committed records hold it) or that it needs the samples: no numbers of their own."""
+    from grpo_ext.errors import UserError
+    from grpo_ext.io import atomic_write_json, atomic_write_text
+
+    command = f"python scripts/real_result.py --search {search} --from-reports"
+    parts = [part for part in PARTS if (search / part / "report.json").is_file()]
+    if not parts:
+        raise UserError(f"--search {search}: no report.json in {search / 'test'} or {search / 'harder'}")
+    out: dict = {"from_reports": True, "command": command, "parts": {}}
+    lines = ["# Failure anatomy: base against the RL pick", ""]
+    for part in parts:
+        report = str(search / part / "report.md")
+        gone = rerender(search / part, command)
+        if "anatomy" in gone:
+            text = (
+                f"**Not computed.** The {NEEDS_SAMPLES['anatomy']} and the strict answer form are read from each "
+                "sample's text, and the samples behind this split's report were not kept (samples.jsonl is not "
+                f"committed): no number is given here rather than one made up. To have them, {DRAW_AGAIN}. What its "
+                f"per-problem records hold (every metric per slice, B against A per slice, what moved with each "
+                f"problem's question and top answer) is in `{report}`, re-rendered from them (`{command}`)."
+            )
+        else:
+            text = f'In its report\'s section "Failure anatomy (content first)": `{report}` (`{command}`).'
+        out["parts"][part] = {"report": report, "anatomy": "anatomy" not in gone, "not_shown": gone}
+        lines += [f"## {PARTS[part]}", "", text, ""]
+    atomic_write_json(search / "failures.json", out)
+    atomic_write_text(search / "failures.md", "\n".join(lines))
+    print("\n".join(lines))
+    return out
+
+
 def main(argv: list[str]) -> dict:
     import yaml
     from transformers import AutoTokenizer
@@ -105,9 +224,17 @@ def main(argv: list[str]) -> dict:
     parser.add_argument("--search", required=True, help="the output folder of scripts/search.py")
     parser.add_argument("--harder-limit", type=int, default=200, help="harder-split problems (default: 200)")
     parser.add_argument("--harder-n", type=int, default=16, help="samples per harder problem (default: 16)")
+    parser.add_argument(
+        "--from-reports",
+        action="store_true",
+        help="the samples are gone: re-render <search>/test and <search>/harder from their report.json (slices, what "
+        "moved), sample nothing, and say that the anatomy and the strict form need the samples",
+    )
     args = parser.parse_args(argv)
 
     search = Path(args.search)
+    if args.from_reports:
+        return from_reports(search)
     with user_file(search / "search.json", "--search"):
         record = json.loads((search / "search.json").read_text())
     if "test" not in record:  # the test of the pick is search.py's (--test): its samples are classified here
@@ -130,8 +257,8 @@ def main(argv: list[str]) -> dict:
     atomic_write_json(search / "failures.json", out)
     lines = ["# Failure anatomy: base against the RL pick", ""]
     lines += [f"Pass@K of the same samples: `{search}/test/report.md`, `{search}/harder/report.md`.", ""]
-    lines += [*anatomy_legend(task), ""]
-    for part, title in (("test", "test split (2 operands)"), ("harder", "harder split (3 operands)")):
+    lines += [*anatomy_legend(task.strict_form, task.has_step_verifier), ""]
+    for part, title in PARTS.items():
         rows = out[part]
         lines += [f"## {title}", "", *anatomy_markdown({out["labels"][m]: r["all"] for m, r in rows.items()}), ""]
         for attribute in dict.fromkeys(a for r in rows.values() for a in r["by"]):

@@ -109,6 +109,42 @@ def test_bad_metadata_ends_lm_eval_with_one_line(metadata, message, capsys, monk
     assert exit_info.value.code == 2 and len(err.splitlines()) == 1 and re.search(message, err), err
 
 
+def _config(path: Path) -> dict:
+    """A task YAML as lm-eval reads it (its includes merged, local keys winning; !function tags left as text)."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    return load_yaml(path, resolve_func=False)
+
+
+def test_every_yaml_stops_where_its_task_stops():
+    """`until` is the task's stop_strings: lm-eval stops and cuts each generation where the harness would."""
+    configs = {path.name: _config(path) for path in sorted(TASKS_DIR.glob("*.yaml"))}
+    assert set(configs) == {"grpo_ext_arithmetic.yaml", "grpo_ext_gsm8k.yaml", "grpo_ext_word_arithmetic.yaml"}
+    for name, config in configs.items():
+        task = TASKS[config["metadata"]["grpo_ext_task"]]
+        assert config["generation_kwargs"]["until"] == list(task.stop_strings), name
+    assert configs["grpo_ext_gsm8k.yaml"]["generation_kwargs"]["until"] == ["Question:"]
+    word = configs["grpo_ext_word_arithmetic.yaml"]
+    assert word["metadata"]["conversational"] is False and word["filter_list"][0]["name"] == "all"
+    data = utils.task_dataset(**word["metadata"], n=2)["test"]  # text prompts, the question last
+    assert all(isinstance(p, str) and p.endswith("Answer:") for p in data["prompt"])
+
+
+def test_the_filter_cuts_each_generation_where_its_task_stops_as_lm_eval_cuts():
+    """A task named over another task's YAML (until: []) is scored on the text lm-eval's until would have left."""
+    from lm_eval.models.utils import postprocess_generated_text
+
+    word = _doc("12", grpo_ext_task="word_arithmetic", conversational=False)
+    plain = _doc("3", grpo_ext_task="arithmetic")
+    rambling = ["34 - 22 = 12\n\nQuestion: Mia has 3 cups.", "#### 12", "Question: at once"]
+    cut = utils.keep_all_samples([rambling, ["1+2=3;#3Question:"]], [word, plain])
+    assert cut == [["34 - 22 = 12\n\n", "#### 12", ""], ["1+2=3;#3Question:"]]  # arithmetic: no stop
+    assert cut[0] == [postprocess_generated_text(g, ["Question:"], None) for g in rambling]
+    # scored on the cut text: the first sample's last number is its 12, not the invented question's 3
+    assert utils.process_results(word, [cut[0]])["pass@1"] == pytest.approx(2 / 3)
+    assert utils.process_results(word, [rambling])["pass@1"] == pytest.approx(1 / 3)
+
+
 class EchoTask(Task):
     """A task defined here and registered by the test: the glue must serve it with no change of its own."""
 

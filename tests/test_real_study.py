@@ -16,6 +16,7 @@ from grpo_ext.errors import UserError
 from grpo_ext.methods.study.budget import estimate
 from grpo_ext.methods.study.config import load_study
 from grpo_ext.methods.study.expectations import Expectation, judge_expectations, render_expectations
+from tests.test_study_driver import fresh_driver
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "configs" / "real" / "study.yaml"
@@ -253,15 +254,6 @@ def test_the_evaluation_cuts_at_the_task_stop_strings_or_refuses_to_start():
 # ---- the driver: baselines beside the base, the rehearsal end to end ------------------------------------------------
 
 
-def _driver():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("run_methods_real", ROOT / "scripts" / "run_methods.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_driver_scores_the_baselines_beside_the_base_and_trains_nothing_for_them(tmp_path, monkeypatch):
     import grpo_ext.methods.study.runs as runs
 
@@ -269,7 +261,7 @@ def test_driver_scores_the_baselines_beside_the_base_and_trains_nothing_for_them
     monkeypatch.setattr(runs, "run_jobs", lambda batch, *args: jobs.append(list(batch)))
     monkeypatch.setattr(runs, "check_stop_support", lambda study, options: [])
     monkeypatch.setattr(runs, "read_score", lambda job, out, study: 0.5 if job.arm is None else 0.1)
-    driver = _driver()
+    driver = fresh_driver()
     monkeypatch.setattr(driver, "write_expectations", lambda *args: {})
     import grpo_ext.methods.study.report as report
 

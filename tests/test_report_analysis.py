@@ -22,6 +22,7 @@ from grpo_ext.evaluation.sampling import SamplingParams
 from grpo_ext.evaluation.scoring import score_problem, summarize
 from grpo_ext.io import REPO_ROOT
 from grpo_ext.tasks import get_task
+from tests.harness_results import harness_result
 
 TASK = get_task("arithmetic")
 KS = (1, 2, 4, 8)
@@ -34,24 +35,8 @@ def _problems(count: int) -> list[dict]:
 
 def _result(name: str, n_correct: list[int], n: int = 8, ks=KS) -> dict:
     """A harness-shaped result: problem i has n_correct[i] samples answering i (right), the rest answering i + 1."""
-    problems = _problems(len(n_correct))
     completions = [[f"#{i}"] * c + [f"#{i + 1}"] * (n - c) for i, c in enumerate(n_correct)]
-    summary, per_problem = score_samples(TASK, problems, completions, list(ks))
-    return {
-        "model": name,
-        "backend": "fake",
-        "task": "arithmetic",
-        "task_id": "arithmetic/test",
-        "n_problems": len(problems),
-        "n": n,
-        "ks": list(ks),
-        "taus": [0.1, 0.5, 0.9],
-        "warnings": [],
-        "params": {"n": n, "temperature": 1.0, "top_p": 1.0, "max_new_tokens": 8, "seed": 0, "batch_size": 1},
-        **summary,
-        "samples": {"total": n * len(problems), "from_cache": 0, "generated": 0, "seconds": 0.0},
-        "per_problem": per_problem,
-    }
+    return harness_result(name, TASK, _problems(len(n_correct)), completions, ks)
 
 
 # ---- one problem, one model ------------------------------------------------------------------------------------

@@ -12,8 +12,8 @@ from grpo_ext.evaluation import failures
 from grpo_ext.evaluation.analysis import BootstrapSettings
 from grpo_ext.evaluation.backends import Backend
 from grpo_ext.evaluation.cli import HarnessArgumentParser, add_harness_arguments, harness_settings
-from grpo_ext.evaluation.excerpt import EXCERPT_NAME
-from grpo_ext.evaluation.harness import evaluate_model, score_samples, validate_problems
+from grpo_ext.evaluation.excerpt import EXCERPT_NAME, question_text
+from grpo_ext.evaluation.harness import evaluate_model
 from grpo_ext.evaluation.metrics import pass_at_k
 from grpo_ext.evaluation.moved import moved_problems
 from grpo_ext.evaluation.report import read_report, write_reports
@@ -21,6 +21,7 @@ from grpo_ext.evaluation.sampling import SamplingParams, derive_seed
 from grpo_ext.evaluation.scoring import score_problem, summarize
 from grpo_ext.evaluation.slices import check_by, comparison_slices, model_slices, with_attributes
 from grpo_ext.tasks import get_task
+from tests.harness_results import harness_result
 
 TASK = get_task("arithmetic")
 FAST = BootstrapSettings(n_resamples=10_000, seed=0)
@@ -29,25 +30,9 @@ N = 4
 
 def _result(name: str, prompts: list[str], n_correct: list[int], n: int = N, ks=(1, 2, 4)) -> dict:
     """A harness-shaped result of the arithmetic task: problem i has n_correct[i] right samples, the rest 999."""
-    problems = validate_problems([{"prompt": p, "answer": str(eval(p[:-1]))} for p in prompts], TASK)
+    problems = [{"prompt": p, "answer": str(eval(p[:-1]))} for p in prompts]
     completions = [[f"#{p['answer']}"] * c + ["#999"] * (n - c) for p, c in zip(problems, n_correct, strict=True)]
-    summary, per_problem = score_samples(TASK, problems, completions, list(ks))
-    params = {"n": n, "temperature": 1.0, "top_p": 1.0, "max_new_tokens": 8, "seed": 0, "batch_size": 1}
-    return {
-        "model": name,
-        "backend": "fake",
-        "task": "arithmetic",
-        "task_id": "arithmetic/test",
-        "n_problems": len(problems),
-        "n": n,
-        "ks": list(ks),
-        "taus": [0.5],
-        "warnings": [],
-        "params": params,
-        **summary,
-        "samples": {"total": n * len(problems), "from_cache": 0, "generated": 0, "seconds": 0.0},
-        "per_problem": per_problem,
-    }
+    return harness_result(name, TASK, problems, completions, ks, taus=[0.5])
 
 
 # six problems, two slices by operation: 0-2 add, 3-5 subtract
@@ -122,6 +107,17 @@ def test_a_report_written_before_slices_reads_and_renders_without_them(tmp_path)
     assert payload["moved"][0]["up"][0]["a"]["top_answers"] == [["7", None]]  # problem 1: 7 x2 (first seen), 999 x2
 
 
+def test_a_result_without_its_params_key_gets_one_with_its_stop_strings(tmp_path):
+    params = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 8, "seed": 0}
+    stopped = SamplingParams(n=N, **params, stop=("Question:",))
+    result = {**_result("m", PROMPTS, A_CORRECT), "params": stopped.to_dict()}  # written without a params_key
+    (tmp_path / "stopped.json").write_text(json.dumps(result))
+    assert read_report(tmp_path / "stopped.json")["params_key"] == stopped.key() != SamplingParams(**params).key()
+    # a result written before stop strings: no "stop" in its params, the key without them (as it was drawn)
+    (tmp_path / "older.json").write_text(json.dumps({**result, "params": params}))
+    assert read_report(tmp_path / "older.json")["params_key"] == SamplingParams(**params).key()
+
+
 # ---- the strict form ----------------------------------------------------------------------------------------
 
 
@@ -165,6 +161,32 @@ def test_moved_lists_the_largest_rises_and_falls_in_order_with_ties_in_problem_o
     assert [e["problem_id"] for e in every["up"]] == ["0", "3", "6", "2"]
 
 
+def test_the_report_puts_slices_before_the_per_k_tables_and_what_moved_shows_the_question(tmp_path):
+    """A skeptical reader's order: summary, B against A, slices, then what moved (with each problem's question: the
+    issue's "Leo has 34 apples. Then Leo sells 22 apples", top answer 56), the long per-model tables last."""
+    task = get_task("word_arithmetic")
+    fewshot = "Question: Ann has 5 pens. Then Ann buys 2 pens. How many pens does Ann have now?\nAnswer: 7\n\n"
+    question = "Question: Leo has 34 apples. Then Leo sells 22 apples. How many apples does Leo have now?"
+    problems = [
+        {"prompt": [{"role": "user", "content": f"{fewshot}{question}\nAnswer:"}], "answer": "12"},
+        {"prompt": "Question: Mia has 3 cups. Then Mia buys 4 cups. How many cups does Mia have now?", "answer": "7"},
+    ]
+    a = harness_result("base", task, problems, [["34 - 22 = 12\n#### 12"] * 2, ["3 + 4 = 7"] * 2], [1, 2])
+    b = harness_result("rl", task, problems, [["34 + 22 = 56"] * 2, ["3 + 4 = 7"] * 2], [1, 2])
+    write_reports([a, b], tmp_path, bootstrap=FAST)
+    md = (tmp_path / "report.md").read_text()
+    order = ["| model | pass@1 |", "## B against A: rl (B) vs base (A)", "## Slices", "### B against A by operation"]
+    order += ["## Failure anatomy (content first)", "## What moved most", "## base\n", "## rl\n"]
+    assert [md.index(heading) for heading in order] == sorted(md.index(heading) for heading in order)
+    (down,) = json.loads((tmp_path / "report.json").read_text())["moved"][0]["down"]
+    assert down["question"] == question and down["b"]["top_answers"] == [["56", 2]]
+    assert f"  - ` {question} `" in md
+    assert "  - B: 56 ×2" in md
+    # the question is shortened to its last "Question: ...", cut where it is long
+    assert question_text("Q: a\nQuestion: " + "x" * 300, 40) == "Question: " + "x" * 29 + "…"
+    assert question_text("7+8=", 40) == "7+8=" and question_text("y" * 50, 10) == "…" + "y" * 9
+
+
 # ---- through the harness: anatomy, hit_budget, the excerpt from the cache and fresh ------------------------
 
 
@@ -193,18 +215,7 @@ class _Backend(Backend):
         return out
 
 
-def _fake_anatomy(task, prompt, completions, answer, hit_budget):
-    """Stands in for failures.anatomy_counts: right / unfinished (hit the budget) / wrong_plan."""
-    hits = hit_budget or [False] * len(completions)
-    kinds = [
-        "right" if task.is_correct(c, answer) else "unfinished" if h else "wrong_plan"
-        for c, h in zip(completions, hits, strict=True)
-    ]
-    return {kind: kinds.count(kind) for kind in ("right", "wrong_plan", "unfinished")}
-
-
-def test_the_excerpt_is_the_same_file_from_the_cache_as_fresh_and_the_anatomy_is_summed(tmp_path, monkeypatch):
-    monkeypatch.setattr(failures, "anatomy_counts", _fake_anatomy, raising=False)
+def test_the_excerpt_is_the_same_file_from_the_cache_as_fresh_and_the_anatomy_is_summed(tmp_path):
     problems = [{"prompt": p, "answer": str(eval(p[:-1]))} for p in PROMPTS]
     params = SamplingParams(n=N, temperature=1.0, max_new_tokens=8, batch_size=2)
     cache = tmp_path / "samples.jsonl"
@@ -218,20 +229,24 @@ def test_the_excerpt_is_the_same_file_from_the_cache_as_fresh_and_the_anatomy_is
     assert text == (tmp_path / "cached" / EXCERPT_NAME).read_text()
     rows = [json.loads(line) for line in text.splitlines()]
     assert [(r["problem_id"], r["sample_index"]) for r in rows] == [(str(i), j) for i in range(6) for j in (0, 1)]
-    for row in rows:
+    for row in rows:  # "#n" wrong: every step true, a wrong plan; "1+1=2;1+" at the budget: no "#n", unfinished
         kind = "right" if row["correct"] else "unfinished" if row["completion"] == "1+1=2;1+" else "wrong_plan"
         assert row["kind"] == kind and row["hit_budget"] == (len(row["completion"]) >= 8)
         assert row["attributes"]["operation"] in "+-" and row["question"] == PROMPTS[int(row["problem_id"])]
     # the anatomy: per problem, summed per model and per slice; the budget was counted with the tokenizer
     counts = [p["anatomy"] for p in fresh["per_problem"]]
-    assert fresh["anatomy"] == {k: sum(c[k] for c in counts) for k in ("right", "wrong_plan", "unfinished")}
+    assert fresh["anatomy"] == failures.add_counts(counts)
+    assert {k: v for k, v in fresh["anatomy"].items() if k != "strict"} == {
+        k: sum(c[k] for c in counts) for k in failures.kinds_of(TASK)
+    }
+    assert fresh["anatomy"]["wrong_plan"] > 0 and fresh["anatomy"]["unfinished"] > 0
     assert fresh["anatomy"]["right"] == sum(p["n_correct"] for p in fresh["per_problem"])
     assert fresh["anatomy_budget"] == "tokenizer"
     assert "excerpt" not in json.loads((tmp_path / "fresh" / "report.json").read_text())["models"][0]
     slices = json.loads((tmp_path / "fresh" / "report.json").read_text())["models"][0]["slices"]["operation"]
     assert sum(s["anatomy"]["unfinished"] for s in slices) == fresh["anatomy"]["unfinished"]
     md = (tmp_path / "fresh" / "report.md").read_text()
-    assert "## Failure anatomy (content first)" in md and "| fake | operation + | 12 |" in md
+    assert "## Failure anatomy (content first)" in md and "| fake: operation + | 12 |" in md
 
 
 # ---- the flags ----------------------------------------------------------------------------------------------

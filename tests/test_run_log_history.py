@@ -12,23 +12,9 @@ from grpo_ext.checkpoints import RUN_STATUS_FILE, read_run_status
 from grpo_ext.errors import UserError
 from grpo_ext.hub.training import compact_log_history
 from scripts import train
+from tests.trainer_utils import TRAIN_ARGV
 
-FAST = [
-    "--config",
-    "configs/default.yaml",
-    "--per_device_train_batch_size",
-    "8",
-    "--num_generations",
-    "4",
-    "--max_completion_length",
-    "16",
-    "--train_size",
-    "16",
-    "--logging_steps",
-    "1",
-    "--disable_tqdm",
-    "true",
-]
+FAST = TRAIN_ARGV
 
 
 def test_floats_are_rounded_counts_kept_exact_and_nan_is_null():

@@ -10,25 +10,9 @@ from grpo_ext.checkpoints import RUN_STATUS_FILE, read_run_status
 from grpo_ext.errors import UserError
 from grpo_ext.hub import CONFIG_FILE
 from scripts import publish, train
+from tests.trainer_utils import TRAIN_ARGV
 
-FAST = [
-    "--config",
-    "configs/default.yaml",
-    "--max_steps",
-    "1",
-    "--per_device_train_batch_size",
-    "8",
-    "--num_generations",
-    "4",
-    "--max_completion_length",
-    "16",
-    "--train_size",
-    "16",
-    "--logging_steps",
-    "1",
-    "--disable_tqdm",
-    "true",
-]
+FAST = [*TRAIN_ARGV, "--max_steps", "1"]
 
 
 def no_reward(completions, **kwargs):

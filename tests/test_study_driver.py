@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "configs" / "compare.yaml"
 
 
-def _driver():
+def fresh_driver():
+    """scripts/run_methods.py loaded anew, so that it imports what a test has just monkeypatched."""
     spec = importlib.util.spec_from_file_location("run_methods_under_test", ROOT / "scripts" / "run_methods.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -54,7 +55,7 @@ def test_driver_searches_own_rates_first_then_trains_the_family_at_the_reference
 
     monkeypatch.setattr(runs, "read_score", score)
     monkeypatch.setattr(report, "write_study_report", lambda *args: {"md": tmp_path / "report.md"})
-    _driver().main(["--study", str(STUDY), "--out", str(out)])
+    fresh_driver().main(["--study", str(STUDY), "--out", str(out)])
 
     stage1, stage2, final = jobs
     assert {j.evaluation.split for j in stage1 + stage2} == {"validation"} and stage1[0].arm is None  # base first
@@ -76,7 +77,7 @@ def test_driver_searches_own_rates_first_then_trains_the_family_at_the_reference
     ]
     assert json.loads((out / "signal.json").read_text())["settings"] == measured[0]
     assert measured_before == [True, True, True]
-    _driver().main(["--study", str(STUDY), "--out", str(out)])
+    fresh_driver().main(["--study", str(STUDY), "--out", str(out)])
     assert len(measured) == 1
 
 
@@ -85,5 +86,5 @@ def test_quick_writes_its_smaller_evaluation_into_the_study_and_refuses_a_metric
     path.write_text(STUDY.read_text().replace("  metric: pass@1\n", "  metric: pass@16\n", 1))
     load_study(path)  # n = 16 reports pass@16
     with pytest.raises(ValueError, match=r"validation\.metric: .* k one of \[1, 2, 4\] \(n = 4\), got 'pass@16'"):
-        _driver().main(["--study", str(path), "--quick", "--out", str(tmp_path / "out")])
+        fresh_driver().main(["--study", str(path), "--quick", "--out", str(tmp_path / "out")])
     assert not (tmp_path / "out").exists()  # refused before anything ran

@@ -10,6 +10,23 @@ from grpo_ext.tasks import get_task
 from grpo_ext.trainer import GRPOExtTrainer
 
 TASK = get_task("arithmetic", max_operands=3)
+#: scripts/train.py's flags for a tiny, fast run on the embedded default (add --max_steps and --output_dir).
+TRAIN_ARGV = [
+    "--config",
+    "configs/default.yaml",
+    "--per_device_train_batch_size",
+    "8",
+    "--num_generations",
+    "4",
+    "--max_completion_length",
+    "16",
+    "--train_size",
+    "16",
+    "--logging_steps",
+    "1",
+    "--disable_tqdm",
+    "true",
+]
 
 
 def tiny_args(cls=GRPOExtConfig, tmp_path="/tmp/grpo_ext_test", **overrides):

@@ -8,7 +8,10 @@
   ``num_fewshot`` (lm-eval's own ``--num_fewshot`` is not used); ``$GRPO_EXT_<TASK>_DATA_FILES`` wins over a
   ``data_files`` knob.
 - ``keep_all_samples``: a ``custom`` filter that hands every one of the ``repeats`` generations of a document to
-  ``process_results`` (lm-eval's default ``take_first`` filter would keep one).
+  ``process_results`` (lm-eval's default ``take_first`` filter would keep one), each cut before its task's first stop
+  string (:attr:`Task.stop_strings`, cut as the harness cuts: :func:`grpo_ext.evaluation.stops.cut_at_stop`). A
+  YAML's ``until`` is its task's stop strings, so lm-eval has stopped and cut there already; the filter makes a task
+  named another way (``--metadata '{"grpo_ext_task": ...}'`` over another task's YAML) scored on the same text.
 - ``process_results``: the metrics a model card lists (the registry's, :mod:`grpo_ext.evaluation.registry`: pass@k and
   maj@k) of one document from its N generations, scored as the harness scores a problem
   (:func:`grpo_ext.evaluation.scoring.score_problem`); lm-eval averages them over documents. Only k <= N are reported.
@@ -28,6 +31,7 @@ from grpo_ext.cli import one_line
 from grpo_ext.errors import UserError
 from grpo_ext.evaluation.registry import keyed_metrics
 from grpo_ext.evaluation.scoring import score_problem
+from grpo_ext.evaluation.stops import cut_at_stop
 from grpo_ext.tasks import TASKS, Task, get_task
 
 #: The k of the reported metrics; each metric at each k must also be listed in the YAML's metric_list.
@@ -100,8 +104,10 @@ def _task(spec: str) -> Task:
 
 
 def keep_all_samples(resps, docs):
-    """Identity filter: each document keeps the list of all its generations."""
-    return [list(r) for r in resps]
+    """Each document keeps the list of all its generations, each cut before its task's first stop string (a
+    document without a task, none)."""
+    stops = [_task(doc[TASK_KEY]).stop_strings if TASK_KEY in doc else () for doc in docs]
+    return [[cut_at_stop(g, stop) for g in r] for r, stop in zip(resps, stops, strict=True)]
 
 
 # ---- metrics -------------------------------------------------------------------------------------------------------

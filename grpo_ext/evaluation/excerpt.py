@@ -9,8 +9,8 @@ every model, one JSON object a line, models in the report's order, then problems
 ``extracted``: the task's lenient answer (:meth:`Task.extract_answer`); ``strict``: the answer in the strict form or
 null (:meth:`Task.extract_strict_answer`); ``kind``: the anatomy's kind (null for a task without a step verifier);
 ``hit_budget``: whether it used all ``max_new_tokens`` (null: unknown). To stay small, ``completion`` keeps the first
-:data:`COMPLETION_CHARS` characters (``completion_chars`` is the full length: larger means cut) and ``question`` the
-last :data:`QUESTION_CHARS` characters of the prompt's text (where a few-shot prompt puts the question).
+:data:`COMPLETION_CHARS` characters (``completion_chars`` is the full length: larger means cut) and ``question`` is
+:func:`question_text` of the prompt (its last ``Question: ...``, without a few-shot prompt's examples).
 
 Samples are indexed and each index is drawn from its own seeded stream, so the excerpt is the same file whether the
 samples were drawn now or read from the cache (``tests/test_report_slices.py``).
@@ -22,7 +22,7 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from grpo_ext.evaluation.anatomy_adapter import sample_kind
+from grpo_ext.evaluation.failures import failure_kind
 from grpo_ext.io import atomic_write_text
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "QUESTION_CHARS",
     "excerpt_rows",
     "first_samples",
+    "question_text",
     "write_excerpt",
 ]
 
@@ -40,14 +41,22 @@ EXCERPT_NAME = "samples_excerpt.jsonl"
 EXCERPT_SAMPLES = 2
 #: A completion's characters kept (a real-model answer at 64 tokens is ~250 characters).
 COMPLETION_CHARS = 600
-#: The prompt's last characters kept (the question, without a few-shot prompt's examples).
+#: A question's characters kept (:func:`question_text`).
 QUESTION_CHARS = 300
+#: Where a GSM8K-format prompt puts the question to answer (after its worked examples, each with their own).
+QUESTION_MARK, ANSWER_CUE = "Question:", "Answer:"
 
 
-def _text(prompt) -> str:
-    if isinstance(prompt, str):
-        return prompt
-    return str(prompt[-1].get("content", "")) if prompt else ""
+def question_text(prompt, chars: int = QUESTION_CHARS) -> str:
+    """The question of a prompt (text or chat messages: the last message's), to show beside its samples: from the
+    last ``Question:`` on, without the ``Answer:`` cue that ends it (its first ``chars`` characters, ``…`` where
+    cut), or, without one, the prompt's last ``chars`` characters (where a few-shot prompt puts the question)."""
+    text = prompt if isinstance(prompt, str) else str(prompt[-1].get("content", "")) if prompt else ""
+    start = text.rfind(QUESTION_MARK)
+    if start >= 0:
+        question = text[start:].strip().removesuffix(ANSWER_CUE).strip()
+        return question if len(question) <= chars else question[: chars - 1] + "…"
+    return text if len(text) <= chars else "…" + text[-(chars - 1) :]
 
 
 def excerpt_rows(task, problem: Mapping, completions: Sequence[str], hit_budget: Sequence[bool] | None) -> list[dict]:
@@ -55,18 +64,27 @@ def excerpt_rows(task, problem: Mapping, completions: Sequence[str], hit_budget:
     rows = []
     for index, completion in enumerate(completions[:EXCERPT_SAMPLES]):
         hit = None if hit_budget is None else bool(hit_budget[index])
+        correct = bool(task.is_correct(completion, problem["answer"]))
+        extracted = task.extract_answer(completion)
+        kind = (
+            failure_kind(
+                task, problem["prompt"], completion, problem["answer"], hit, correct=correct, extracted=extracted
+            )
+            if task.has_step_verifier
+            else None
+        )
         rows.append(
             {
                 "problem_id": problem["problem_id"],
                 "sample_index": index,
                 "attributes": dict(problem.get("attributes") or {}),
                 "answer": problem["answer"],
-                "extracted": task.extract_answer(completion),
+                "extracted": extracted,
                 "strict": task.extract_strict_answer(completion),
-                "correct": bool(task.is_correct(completion, problem["answer"])),
-                "kind": sample_kind(task, problem, completion, hit),
+                "correct": correct,
+                "kind": kind,
                 "hit_budget": hit,
-                "question": _text(problem["prompt"])[-QUESTION_CHARS:],
+                "question": question_text(problem["prompt"]),
                 "completion": completion[:COMPLETION_CHARS],
                 "completion_chars": len(completion),
             }

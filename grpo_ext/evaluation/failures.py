@@ -50,9 +50,12 @@ its problems' records; :func:`summarize_anatomy` turns a sum into shares and :fu
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from grpo_ext.steps import step_texts
-from grpo_ext.tasks.base import Task, completion_text
+
+if TYPE_CHECKING:  # imported where a task is at hand: counting and rendering serve reports read back without one
+    from grpo_ext.tasks.base import Task
 
 __all__ = [
     "KINDS",
@@ -84,7 +87,15 @@ def kinds_of(task: Task) -> tuple[str, ...]:
     return ("right", *wrong, "no_number", "unfinished")
 
 
+def _prompt_text(prompt) -> str:
+    from grpo_ext.tasks.base import completion_text  # grpo_ext.tasks imports datasets: only with a task at hand
+
+    return completion_text(prompt)
+
+
 def _strict_is_lenient(task: Task) -> bool:
+    from grpo_ext.tasks.base import Task
+
     # the base class's strict form is the lenient extraction itself: reuse it instead of extracting twice
     return type(task).extract_strict_answer is Task.extract_strict_answer
 
@@ -115,11 +126,23 @@ def _classify(
     return ("wrong_plan" if task.has_step_verifier else "wrong"), strict
 
 
-def failure_kind(task: Task, prompt, completion: str, answer: str, hit_budget: bool) -> str:
+def failure_kind(
+    task: Task,
+    prompt,
+    completion: str,
+    answer: str,
+    hit_budget: bool | None,
+    *,
+    correct: bool | None = None,
+    extracted: str | None = None,
+) -> str:
     """The kind of one sample (one of :func:`kinds_of`; see the module docstring). ``prompt``: text or chat
-    messages; ``hit_budget``: whether the sample used the whole token budget."""
-    correct, extracted = task.is_correct(completion, answer), task.extract_answer(completion)
-    return _classify(task, completion_text(prompt), completion, correct, extracted, bool(hit_budget))[0]
+    messages; ``hit_budget``: whether the sample used the whole token budget (None: unknown, read as no);
+    ``correct`` / ``extracted``: the caller's ``task.is_correct`` / ``task.extract_answer``, if it has them (then
+    ``extracted`` None means no answer)."""
+    if correct is None:
+        correct, extracted = task.is_correct(completion, answer), task.extract_answer(completion)
+    return _classify(task, _prompt_text(prompt), completion, bool(correct), extracted, bool(hit_budget))[0]
 
 
 def anatomy_counts(
@@ -143,7 +166,7 @@ def anatomy_counts(
         extracted = [task.extract_answer(c) for c in completions]
     if not len(hit_budget) == len(correct) == len(extracted) == n:
         raise ValueError(f"hit_budget, correct and extracted need one entry per completion ({n})")
-    text = completion_text(prompt)
+    text = _prompt_text(prompt)
     counts = dict.fromkeys(kinds_of(task), 0)
     strict_counts = dict.fromkeys(counts, 0)
     for completion, ok, answer_key, budget in zip(completions, correct, extracted, hit_budget, strict=True):
@@ -188,9 +211,11 @@ def summarize_anatomy(records: Iterable[dict]) -> dict:
     }
 
 
-def anatomy_legend(task: Task) -> list[str]:
-    """What the kinds of `task` mean, as markdown lines for a report beside :func:`anatomy_markdown`'s table."""
-    strict = task.strict_form or "the task's only answer form"
+def anatomy_legend(strict_form: str | None, step_verifier: bool = True) -> list[str]:
+    """What the kinds mean, as markdown lines for a report beside :func:`anatomy_markdown`'s table, for a task whose
+    strict answer form is ``strict_form`` (:attr:`Task.strict_form`; None: its only form) and that has a step
+    verifier or not (:attr:`Task.has_step_verifier`)."""
+    strict = strict_form or "the task's only answer form"
     wrong = (
         [
             "- **wrong arithmetic**: a wrong answer with some step false by the task's step verifier (marked answer "
@@ -198,7 +223,7 @@ def anatomy_legend(task: Task) -> list[str]:
             "- **wrong plan**: a wrong answer with every step true (e.g. the numbers added where one is taken away, "
             "a step left out);",
         ]
-        if task.has_step_verifier
+        if step_verifier
         else ["- **wrong**: a wrong answer (this task has no step verifier to tell a false step from a wrong plan);"]
     )
     return [

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from grpo_ext.errors import UserError
-from grpo_ext.evaluation.anatomy_adapter import anatomy_applies, backend_tokenizer, budget_counter
 from grpo_ext.evaluation.backends import Backend
 from grpo_ext.evaluation.cache import SampleCache, prompt_key, task_id_for
 from grpo_ext.evaluation.excerpt import excerpt_rows
@@ -131,6 +130,27 @@ def score_samples(
     return summarize(per_problem, ns.pop(), ks, taus), per_problem
 
 
+def _budget_counter(backend, task: Task, max_new_tokens: int) -> tuple[bool, Callable]:
+    """``(known, hits)``: ``hits(completions)`` is one bool per completion, whether it used all ``max_new_tokens``
+    (the anatomy's ``hit_budget``: an unfinished sample), or None (unknown). The backends return text only, so it is
+    counted by re-tokenising the text with the backend's tokenizer (the transformers backend's, vLLM's engine's),
+    for a task with an anatomy (a step verifier) only; samples read back from the cache are counted the same way, so
+    a report is the same whether its samples were drawn or cached. A backend without a tokenizer: ``known`` False,
+    and the anatomy cannot tell an unfinished sample from one that stopped without a number."""
+    tokenizer = getattr(backend, "tokenizer", None)
+    if tokenizer is None and hasattr(getattr(backend, "llm", None), "get_tokenizer"):
+        tokenizer = backend.llm.get_tokenizer()
+    if tokenizer is None or not task.has_step_verifier:
+        return False, lambda completions: None
+
+    def hits(completions: Sequence[str]) -> list[bool]:
+        # one batched call per problem: the sampler stored the text without its end-of-sequence token
+        ids = tokenizer(list(completions), add_special_tokens=False)["input_ids"]
+        return [len(row) >= max_new_tokens for row in ids]
+
+    return True, hits
+
+
 def evaluate_model(
     backend: Backend,
     task: Task,
@@ -186,8 +206,7 @@ def evaluate_model(
     memo: dict = {}  # maj@k by answer signature, shared by the problems of this run
     scoring_seconds = 0.0
     # the anatomy needs to know which samples used the whole budget: only then is the text re-tokenised
-    tokenizer = backend_tokenizer(backend) if anatomy_applies(task) else None
-    hits_of = budget_counter(tokenizer, params.max_new_tokens)
+    budget_known, hits_of = _budget_counter(backend, task, params.max_new_tokens)
 
     def finish(pos: int) -> None:
         nonlocal scoring_seconds
@@ -285,7 +304,7 @@ def evaluate_model(
     if any(record is None for record in scored):  # every unit was drawn and checked above: a bug if not
         raise RuntimeError(f"{sum(r is None for r in scored)} problems were never scored")
     summary = summarize(scored, n, kept, taus)
-    budget = {"anatomy_budget": "tokenizer" if tokenizer is not None else "unknown"} if anatomy_applies(task) else {}
+    budget = {"anatomy_budget": "tokenizer" if budget_known else "unknown"} if task.has_step_verifier else {}
     return {
         "model": backend.name,
         "model_fingerprint": backend.fingerprint,

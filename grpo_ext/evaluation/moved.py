@@ -3,7 +3,9 @@ samples) rose most and fell most, each with both models' most frequent answers a
 sees *what* changed ("56 for 34 sells 22": the trained model adds where it should subtract), not only by how much.
 
 ``comparisons[i]["moved"]`` of ``report.json``: ``{"top": MOVED_TOP, "up": [...], "down": [...]}``, each entry
-``{"problem_id", "attributes", "answer", "change", "a": {"accuracy", "top_answers", "sample"}, "b": {...}}``;
+``{"problem_id", "question", "attributes", "answer", "change", "a": {"accuracy", "top_answers", "sample"}, "b":
+{...}}``; ``question``: the problem's question, shortened (:func:`~grpo_ext.evaluation.excerpt.question_text`, at most
+:data:`QUESTION_CHARS` characters; null for a record without its prompt);
 ``change`` is B's accuracy minus A's; ``up`` largest rise first, ``down`` largest fall first, ties in A's problem
 order; problems that did not move are left out. ``top_answers``: ``[answer, count]`` as the record keeps them;
 ``sample``: sample 0 of the problem as the samples excerpt keeps it (null for a result read back from a report).
@@ -13,12 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from grpo_ext.evaluation.excerpt import first_samples
+from grpo_ext.evaluation.excerpt import QUESTION_MARK, first_samples, question_text
 
-__all__ = ["MOVED_TOP", "moved_markdown", "moved_problems"]
+__all__ = ["MOVED_TOP", "QUESTION_CHARS", "moved_markdown", "moved_problems"]
 
 #: Problems listed each way.
 MOVED_TOP = 10
+#: A question's characters shown ("Leo has 34 apples. Then Leo sells 22 apples. How many apples ..." fits).
+QUESTION_CHARS = 160
 
 
 def _side(record: dict, n: int, sample: str | None) -> dict:
@@ -43,6 +47,7 @@ def moved_problems(a: dict, b: dict, top: int = MOVED_TOP) -> dict:
         if change != 0:
             entry = {
                 "problem_id": pid,
+                "question": question_text(record["prompt"], QUESTION_CHARS) if record.get("prompt") else None,
                 "attributes": record.get("attributes") or {},
                 "answer": record.get("answer"),
                 "change": change,
@@ -78,7 +83,7 @@ def moved_markdown(c: dict) -> list[str]:
     if not moved or not (moved["up"] or moved["down"]):
         return []
     lines = [
-        f"### What moved most, problem by problem: {c['b']} (B) vs {c['a']} (A)",
+        f"## What moved most, problem by problem: {c['b']} (B) vs {c['a']} (A)",
         "",
         f"The {moved['top']} problems whose accuracy (fraction of right samples) rose most and fell most from A to B, "
         "with each model's most frequent answers (×count) and its sample 0.",
@@ -93,6 +98,10 @@ def moved_markdown(c: dict) -> list[str]:
                 f"- problem {e['problem_id']}{where}, answer {e['answer']}: accuracy {e['a']['accuracy']:.3f} → "
                 f"{e['b']['accuracy']:.3f} ({e['change']:+.3f})"
             )
+            question = e.get("question")
+            if question:  # "Question: Leo has 34 apples. ..." says what it is; a bare "34-22=" is labelled
+                label = "" if question.startswith(QUESTION_MARK) else "question: "
+                lines.append(f"  - {label}{_code(question)}")
             for side in ("a", "b"):
                 s = e[side]
                 sample = f"; sample 0: {_code(s['sample'])}" if s["sample"] is not None else ""

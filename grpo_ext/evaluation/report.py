@@ -11,11 +11,11 @@ refuses; a report.json without the key (written before it existed) reads as befo
 :func:`read_report` is the one reader of ``report.json`` (the model card, the method comparison and anything else
 that consumes harness results go through it).
 
-``report.json``: ``{"complete", "task", "command", ..., "bootstrap": {"n_resamples", "seed", "confidence", "method",
-"unit"}, "slices": {"by", "min_problems"}, "models": [each result, plus "intervals": {metric: {key: [low, high]}},
-"slices" (:mod:`~grpo_ext.evaluation.slices`)], "comparisons": [{"a", "b", "difference", "solved_overlap",
-"crossover", ...}], "paired_slices": [{"a", "b", "slices"}], "moved": [{"a", "b", "top", "up", "down"}]
-(:mod:`~grpo_ext.evaluation.moved`)}``: one entry of ``paired_slices`` and ``moved`` per comparison. Each
+``report.json``: ``{"complete", "task", "command", "notes" (where given), ..., "bootstrap": {"n_resamples", "seed",
+"confidence", "method", "unit"}, "slices": {"by", "min_problems"}, "models": [each result, plus "intervals": {metric:
+{key: [low, high]}}, "slices" (:mod:`~grpo_ext.evaluation.slices`)], "comparisons": [{"a", "b", "difference",
+"solved_overlap", "crossover", ...}], "paired_slices": [{"a", "b", "slices"}], "moved": [{"a", "b", "top", "up",
+"down"}] (:mod:`~grpo_ext.evaluation.moved`)}``: one entry of ``paired_slices`` and ``moved`` per comparison. Each
 per-problem record sits on one line. A result holds ``strict_accuracy`` / ``strict_share`` (the strict answer form:
 registry metrics), ``anatomy`` (summed counts, tasks with a step verifier), ``anatomy_budget`` and ``strict_form``;
 its records ``attributes``, ``n_strict``, ``n_correct_strict``, ``top_answers`` and ``anatomy``. Every reader copes
@@ -115,13 +115,15 @@ def write_reports(
     solved_threshold: float = SOLVED_THRESHOLD,
     by: Sequence[str] | None = None,
     min_slice_problems: int = MIN_SLICE_PROBLEMS,
+    notes: Sequence[str] = (),
 ) -> dict[str, Path]:
     """Write ``report.md``, ``report.json``, ``passk_majk.png``, (two or more comparable models)
     ``per_problem_accuracy.png`` and (results fresh from ``evaluate_model``) ``samples_excerpt.jsonl`` into
     ``out_dir``; returns their paths. ``bootstrap`` draws every interval (recorded in the report); a model *solves* a
     problem at k when its pass@k is >= ``solved_threshold``. ``by``: the attributes to slice by
     (:mod:`~grpo_ext.evaluation.slices`; None: every attribute the problems carry, ``()``: no slices); a slice of fewer
-    than ``min_slice_problems`` problems gets no interval.
+    than ``min_slice_problems`` problems gets no interval. ``notes``: what a reader must know first (e.g. that a report
+    was re-rendered without its samples), under the command in report.md and as ``"notes"`` in report.json.
 
     ``report.json`` is written first marked ``"complete": false`` and last marked ``"complete": true`` (see the
     module's docstring); a ``per_problem_accuracy.png`` of an earlier run that this report has no pairs for is
@@ -159,6 +161,7 @@ def write_reports(
         "complete": False,
         "task": results[0]["task_id"],
         "command": command,
+        **({"notes": list(notes)} if notes else {}),
         **(extra or {}),
         "bootstrap": analysis["bootstrap"],
         "slices": {"by": by, "min_problems": min_slice_problems},
@@ -169,7 +172,9 @@ def write_reports(
     }
     # Everything is rendered before the first write, so only a write can stop part-way; from the first write to the
     # last, the folder may hold files of two runs, and report.json says so.
-    markdown = render_markdown(results, analysis, command=command, paired=paired, min_slice_problems=min_slice_problems)
+    markdown = render_markdown(
+        results, analysis, command=command, paired=paired, min_slice_problems=min_slice_problems, notes=notes
+    )
     png = plot_passk_majk(results, analysis["intervals"], bootstrap=analysis["bootstrap"])
     pairs = _accuracy_pairs(results, analysis["comparisons"])
     scatter = plot_problem_accuracy(pairs) if pairs else None
@@ -289,14 +294,16 @@ def read_report(path: str | os.PathLike, model: str | None = None, *, require: I
     return result
 
 
-_KEY_FIELDS = ("temperature", "top_p", "max_new_tokens", "seed")  # what SamplingParams.key() names
+_KEY_FIELDS = ("temperature", "top_p", "max_new_tokens", "seed")  # what SamplingParams.key() names, with stop
 
 
 def _params_key(params: dict, where: str) -> str:
     from grpo_ext.evaluation.sampling import SamplingParams  # imports torch: only for results that lack the key
 
     try:
-        # n stays 1: the key leaves n out, and a greedy result's n must be 1 for SamplingParams anyway
-        return SamplingParams(**{name: params[name] for name in _KEY_FIELDS}).key()
+        # n stays 1: the key leaves n out, and a greedy result's n must be 1 for SamplingParams anyway; the stop
+        # strings are in the key (a result drawn with them is another distribution), absent before they existed
+        fields = {name: params[name] for name in _KEY_FIELDS}
+        return SamplingParams(**fields, stop=params.get("stop") or ()).key()
     except (TypeError, ValueError) as err:
         raise ValueError(f"{where}: bad 'params' ({err})") from None

@@ -1,14 +1,16 @@
-"""The Markdown of a harness report (``report.md``): the metrics' legend, a summary table, one section per model
-(every mean with its interval, the strict answer form beside pass@1, the sampling settings and stop strings), one
-section per comparison (B against A, then what moved problem by problem), the slices and the failure anatomy.
-:mod:`grpo_ext.evaluation.report` writes it beside ``report.json``."""
+"""The Markdown of a harness report (``report.md``), in the order a skeptical reader checks a claim: the metrics'
+legend, the models' summary table, each comparison (B against A), the slices (each model's and B against A's: where a
+gain is, and where it is not), the failure anatomy (what wrong samples say), what moved problem by problem (each
+problem's question with both models' top answers), and last the long per-model sections (every k with its interval,
+the strict answer form beside pass@1, the sampling settings and stop strings). :mod:`grpo_ext.evaluation.report`
+writes it beside ``report.json``."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
 
-from grpo_ext.evaluation.anatomy_report import anatomy_markdown
+from grpo_ext.evaluation.failures import anatomy_legend, anatomy_markdown, summarize_anatomy
 from grpo_ext.evaluation.formatting import signed as _signed
 from grpo_ext.evaluation.formatting import with_ci as _with_ci
 from grpo_ext.evaluation.moved import moved_markdown
@@ -83,6 +85,23 @@ def crossover_text(c: dict, n: int) -> str:
     return f"{where}; {trailer}'s pass@k reaches {leader}'s at k = {c['k']} (interval {low} to {high}{share})"
 
 
+def _summary_table(results: Sequence[dict], intervals: Sequence[dict]) -> list[str]:
+    """One row per model: pass@1, pass@k and maj@k at its largest k, answer diversity (each with its interval)."""
+    lines = [
+        "| model | pass@1 | pass@k max | maj@k max | k max | distinct answers |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r, iv in zip(results, intervals, strict=True):
+        k = str(r["ks"][-1])
+        lines.append(
+            f"| {r['model']} | {_with_ci(r['pass@k'].get('1'), iv.get('pass@k', {}).get('1'))} | "
+            f"{_with_ci(r['pass@k'][k], iv.get('pass@k', {}).get(k))} | "
+            f"{_with_ci(r['maj@k'][k], iv.get('maj@k', {}).get(k))} | {k} | "
+            f"{_with_ci(r.get('distinct_answers'), iv.get('distinct_answers'))} |"
+        )
+    return [*lines, ""]
+
+
 def _comparison_section(c: dict, confidence: float) -> list[str]:
     d = c["difference"]
     per_k = [m.name for m in keyed_metrics("k")]
@@ -110,6 +129,41 @@ def _comparison_section(c: dict, confidence: float) -> list[str]:
     return [*lines, ""]
 
 
+def _anatomy_section(results: Sequence[dict]) -> list[str]:
+    """The failure anatomy (:mod:`grpo_ext.evaluation.failures`) of each model that has one: all its samples, then
+    each slice's; [] when none has (a task without a step verifier, a report written before the anatomy)."""
+    with_anatomy = [r for r in results if isinstance(r.get("anatomy"), dict)]
+    if not with_anatomy:
+        return []
+    rows = {}
+    for r in with_anatomy:
+        rows[r["model"]] = summarize_anatomy([r["anatomy"]])
+        for attribute, entries in (r.get("slices") or {}).items():
+            for e in entries:
+                if "anatomy" in e:
+                    rows[f"{r['model']}: {attribute} {e['value']}"] = summarize_anatomy([e["anatomy"]])
+    budget = {r.get("anatomy_budget") for r in with_anatomy}
+    known = (
+        "Whether a sample used all max_new_tokens was counted by re-tokenising its text with the model's tokenizer."
+        if budget == {"tokenizer"}
+        else "For a backend without a tokenizer, whether a sample used all max_new_tokens is unknown: an unfinished "
+        "sample without a number counts as no number there."
+    )
+    first = with_anatomy[0]
+    legend = anatomy_legend(first.get("strict_form"), step_verifier="wrong" not in first["anatomy"])
+    table = anatomy_markdown(rows, "model: slice")
+    return [
+        "## Failure anatomy (content first)",
+        "",
+        *legend,
+        "",
+        f"{known} Shares of each row's samples.",
+        "",
+        *table,
+        "",
+    ]
+
+
 def render_markdown(
     results: Sequence[dict],
     analysis: dict | None = None,
@@ -117,12 +171,13 @@ def render_markdown(
     command: str | None = None,
     paired: Sequence[dict] = (),
     min_slice_problems: int = MIN_SLICE_PROBLEMS,
+    notes: Sequence[str] = (),
 ) -> str:
-    """The Markdown report: the metrics' legend, a summary table when there are several models, one section per
-    model (every mean with its interval when ``analysis`` is given: :func:`grpo_ext.evaluation.analysis.analyze`),
-    then one section per comparison (B against A) with what moved, then the slices and the failure anatomy.
+    """The Markdown report (in the module docstring's order): the legend, the summary table, each comparison (B
+    against A), the slices, the failure anatomy, what moved, then one section per model (every mean with its
+    interval when ``analysis`` is given: :func:`grpo_ext.evaluation.analysis.analyze`).
     ``paired``: per comparison ``{"a", "b", "moved", "slices"}`` (what :func:`~grpo_ext.evaluation.report.write_reports`
-    adds to it)."""
+    adds to it); ``notes``: paragraphs shown first, under the command, each as a "Note" quote."""
     intervals = analysis["intervals"] if analysis else [{} for _ in results]
     lines = [f"# Pass@K vs Maj@K: {describe_task(results)}", "", *_LEGEND, ""]
     lines.append("Every value is a mean over problems, from the same n samples per problem.")
@@ -135,27 +190,17 @@ def render_markdown(
     lines.append("")
     if command:
         lines += [f"Command: `{command}`", ""]
-    if len(results) > 1:
-        lines += [
-            "| model | pass@1 | pass@k max | maj@k max | k max | distinct answers |",
-            "|---|---:|---:|---:|---:|---:|",
-        ]
-        for r, iv in zip(results, intervals, strict=True):
-            k = str(r["ks"][-1])
-            lines.append(
-                f"| {r['model']} | {_with_ci(r['pass@k'].get('1'), iv.get('pass@k', {}).get('1'))} | "
-                f"{_with_ci(r['pass@k'][k], iv.get('pass@k', {}).get(k))} | "
-                f"{_with_ci(r['maj@k'][k], iv.get('maj@k', {}).get(k))} | {k} | "
-                f"{_with_ci(r.get('distinct_answers'), iv.get('distinct_answers'))} |"
-            )
-        lines.append("")
+    for note in notes:
+        lines += [f"> **Note.** {note}", ""]
+    lines += _summary_table(results, intervals)
+    extra = {(p["a"], p["b"]): p for p in paired}
+    compared = [c for c in (analysis or {}).get("comparisons", []) if c is not None]
+    confidence = analysis["bootstrap"]["confidence"] if analysis else 0.95
+    for c in compared:
+        lines += _comparison_section(c, confidence)
+    lines += slices_markdown(results, paired, confidence, min_slice_problems) + _anatomy_section(results)
+    for c in compared:
+        lines += moved_markdown(extra.get((c["a"], c["b"]), {}))
     for r, iv in zip(results, intervals, strict=True):
         lines += _model_section(r, iv)
-    extra = {(p["a"], p["b"]): p for p in paired}
-    for c in (analysis or {}).get("comparisons", []):
-        if c is not None:
-            lines += _comparison_section(c, analysis["bootstrap"]["confidence"])
-            lines += moved_markdown(extra.get((c["a"], c["b"]), {}))
-    confidence = analysis["bootstrap"]["confidence"] if analysis else 0.95
-    lines += slices_markdown(results, paired, confidence, min_slice_problems) + anatomy_markdown(results)
     return "\n".join(lines)

@@ -14,7 +14,7 @@ A problem record (``per_problem[i]`` of a harness result):
   ``n_correct_strict``: those among them that are right (the registry's ``strict_share`` / ``strict_accuracy``);
 - ``attributes``: the problem's slice attributes (:meth:`Task.problem_attributes`, kept by ``validate_problems``);
 - ``anatomy``: the content-first failure anatomy's counts of its samples, for a task with a step verifier
-  (:mod:`grpo_ext.evaluation.anatomy_adapter`); absent otherwise;
+  (:func:`grpo_ext.evaluation.failures.anatomy_counts`); absent otherwise;
 - ``answer_classes``: ``[count, n_correct]`` of each distinct answer, largest first: the signature that maj@k is
   a function of (:func:`grpo_ext.evaluation.metrics.answer_signature`), so maj@k at any other k can be recomputed
   from the report alone;
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from grpo_ext.evaluation.anatomy_adapter import problem_anatomy, sum_counts
+from grpo_ext.evaluation.failures import add_counts, anatomy_counts
 from grpo_ext.evaluation.majority import maj_from_signature
 from grpo_ext.evaluation.metrics import answer_diversity, answer_signature
 from grpo_ext.evaluation.registry import METRICS
@@ -95,7 +95,7 @@ def score_problem(
 
     ``ks``: sorted, each in ``[1, n]``. ``memo``: a dict shared across the problems of a run, so that problems with
     the same answer signature compute maj@k once. ``hit_budget``: per completion, whether it used all
-    ``max_new_tokens`` (None: unknown), for the anatomy.
+    ``max_new_tokens`` (None: unknown), for the anatomy (:mod:`grpo_ext.evaluation.failures`).
     """
     correct = [task.is_correct(c, problem["answer"]) for c in completions]
     answers = [task.extract_answer(c) for c in completions]
@@ -126,9 +126,9 @@ def score_problem(
         # exact per-problem maj@k, so a report can put intervals over problems on maj@k as on pass@k
         "maj@k": {str(k): float(v) for k, v in zip(ks, maj, strict=True)},
     }
-    anatomy = problem_anatomy(task, problem, completions, hit_budget)
-    if anatomy is not None:
-        record["anatomy"] = anatomy
+    if task.has_step_verifier:  # the anatomy's point: a false step told from a wrong plan
+        prompt, answer = problem["prompt"], problem["answer"]
+        record["anatomy"] = anatomy_counts(task, prompt, completions, answer, hit_budget, correct, answers)
     return record
 
 
@@ -157,5 +157,5 @@ def summarize(per_problem: Sequence[dict], n: int, ks: Sequence[int], taus: Sequ
     # not a per-problem mean: the share of all samples (problems weigh by their samples, all n here)
     out["answers_extracted"] = float(sum(p["n_extracted"] for p in per_problem) / (n * len(per_problem)))
     if all("anatomy" in p for p in per_problem):
-        out["anatomy"] = sum_counts(p["anatomy"] for p in per_problem)
+        out["anatomy"] = add_counts(p["anatomy"] for p in per_problem)
     return out
