@@ -6,7 +6,7 @@ import pytest
 from scripts import train
 from tests.test_bad_inputs import CONFIG, check_one_line, parse, run_train, written
 from tests.test_bad_inputs_3 import study_edit, yaml_alone
-from tests.test_study_driver import STUDY, _driver
+from tests.test_study_driver import STUDY, fresh_driver
 
 
 def study_run(old, new):
@@ -16,7 +16,7 @@ def study_run(old, new):
         path = tmp / "study.yaml"
         path.write_text(STUDY.read_text().replace(old, new, 1))
         try:
-            return _driver().main(["--study", str(path), "--out", str(tmp / "out")])
+            return fresh_driver().main(["--study", str(path), "--out", str(tmp / "out")])
         finally:
             assert not (tmp / "out").exists()  # refused before any run
 
