@@ -81,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time, one process each (default: 2)")
     parser.add_argument("--quick", action="store_true", help="every arm and the search on a tiny budget")
+    parser.add_argument(
+        "--rehearsal-tokenizer",
+        default=None,
+        help="--quick on a real base: build the rehearsal model on this tokenizer (and its chat template) instead of "
+        "the base's (a test without the real model)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument(
         "--estimate", action="store_true", help="print the study's cost at its budget's planning rates and exit"
@@ -123,6 +129,27 @@ def write_expectations(study, out: Path, picks: dict) -> dict:
     }
 
 
+def rehearsal_model(study, tokenizer: str | None, out: Path) -> str:
+    """The --quick rehearsal's base: a tiny random model (grpo_ext.methods.study.rehearsal) with the base's tokenizer
+    pipeline and chat template (or `tokenizer`'s), retrained on the study's task text (its baselines' prompts too) to
+    a small vocabulary. Kept in outputs/tiny_models/ (in the output folder when `tokenizer` is given)."""
+    from grpo_ext.methods.study.rehearsal import REHEARSAL_VOCAB, tiny_model_like
+    from grpo_ext.methods.study.runs import method_config_path, task_of
+    from grpo_ext.tasks import get_task
+
+    name, kwargs = task_of(method_config_path(study.arms[0].method, study.configs_dir))
+    tasks = [get_task(name, **kwargs), *(get_task(name, **{**kwargs, **b.task_kwargs}) for b in study.baselines)]
+    source = tokenizer or study.base
+    folder = out / "rehearsal_model" if tokenizer else TINY_MODELS / f"{Path(str(source)).name}-{REHEARSAL_VOCAB}"
+    path = str(tiny_model_like(source, folder, tasks=tasks))
+    print(
+        f"--quick: rehearsing on {path} (random weights; {Path(str(source)).name}'s tokenizer and chat template, "
+        f"retrained on the task's text to <= {REHEARSAL_VOCAB} tokens)",
+        flush=True,
+    )
+    return path
+
+
 def main(argv: list[str]) -> dict:
     args = build_parser().parse_args(argv)
     from grpo_ext.errors import UserError
@@ -146,12 +173,10 @@ def main(argv: list[str]) -> dict:
     rehearsal = args.quick and not args.model and study.base != "embedded"
     if args.model:
         study.base = args.model
-    elif rehearsal:  # a rehearsal of a real study: a tiny model with its tokenizer
-        from grpo_ext.methods.study.rehearsal import tiny_model_like
-
-        name = Path(str(study.base)).name
-        study.base = str(tiny_model_like(study.base, TINY_MODELS / name))
-        print(f"--quick: rehearsing on {study.base} (random weights, {name}'s tokenizer and chat template)", flush=True)
+    elif rehearsal:  # a rehearsal of a real study: a tiny model with its tokenizer, retrained on the task's text
+        study.base = rehearsal_model(study, args.rehearsal_tokenizer, Path(args.out))
+    elif args.rehearsal_tokenizer:
+        raise UserError("--rehearsal-tokenizer: only with --quick on a study whose base is not the embedded model")
     if args.arms:
         signal = study.signal
         study = study.only([a.strip() for a in args.arms.split(",") if a.strip()])
