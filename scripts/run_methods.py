@@ -53,16 +53,21 @@ QUICK = {
     "online": "--per_device_train_batch_size 16 --num_generations 4 --max_completion_length 32 "
     "--sample_max_new_tokens 32 --sample_budget 32 --curve_n 2",
 }
-# --quick on a real base's tokenizer (the rehearsal): a 49k-token vocabulary makes every logit row 49k wide, so the
-# batches are smaller than on the embedded model (same equal budgets: 16 samples, 2 steps)
+# --quick on a real base (the rehearsal, a tiny random model): every sample of a random model runs to its longest, so
+# the rehearsal samples 16 tokens everywhere (draws, GRPO's completions, learning curves and evaluations: a study's
+# costs are its sampling steps) and its batches are smaller than the embedded model's (same equal budgets: 16 samples,
+# 2 steps)
 QUICK_REHEARSAL = {
-    "sft": "--per_device_train_batch_size 4 --sample_budget 0",
-    "rft": "--per_device_train_batch_size 4 --samples_per_prompt 2 --sample_max_new_tokens 16 --sample_budget 16",
-    "dpo": "--per_device_train_batch_size 2 --samples_per_prompt 2 --sample_max_new_tokens 16 --sample_budget 16",
+    "sft": "--per_device_train_batch_size 4 --sample_budget 0 --sample_max_new_tokens 16 --curve_n 2",
+    "rft": "--per_device_train_batch_size 4 --samples_per_prompt 2 --sample_max_new_tokens 16 --sample_budget 16 "
+    "--curve_n 2",
+    "dpo": "--per_device_train_batch_size 2 --samples_per_prompt 2 --sample_max_new_tokens 16 --sample_budget 16 "
+    "--curve_n 2",
     "online": "--per_device_train_batch_size 8 --num_generations 4 --max_completion_length 16 "
     "--sample_max_new_tokens 16 --sample_budget 16 --curve_n 2",
 }
 QUICK_EVALUATION = {"limit": 6, "n": 4, "max_new_tokens": 32, "n_by": ()}
+QUICK_REHEARSAL_EVALUATION = {**QUICK_EVALUATION, "max_new_tokens": 16}
 # --quick on a real base: the rehearsal model (a tiny random model with the base's tokenizer), kept between runs
 TINY_MODELS = ROOT / "outputs" / "tiny_models"
 
@@ -165,12 +170,13 @@ def main(argv: list[str]) -> dict:
         result = estimate(study)
         print(render_estimate(result))
         return {"estimate": result}
+    rehearsal = args.quick and not args.model and study.base != "embedded"
     if args.quick:
         study = study.trimmed(values_per_axis=2, seeds=2)
         # fewer problems and samples, written into the study so its report says what was scored; a validation metric
         # these samples cannot report fails here, before any training
-        study.validation, study.test = (replace(e, **QUICK_EVALUATION) for e in (study.validation, study.test))
-    rehearsal = args.quick and not args.model and study.base != "embedded"
+        sizes = QUICK_REHEARSAL_EVALUATION if rehearsal else QUICK_EVALUATION
+        study.validation, study.test = (replace(e, **sizes) for e in (study.validation, study.test))
     if args.model:
         study.base = args.model
     elif rehearsal:  # a rehearsal of a real study: a tiny model with its tokenizer, retrained on the task's text

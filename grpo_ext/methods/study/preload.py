@@ -14,6 +14,7 @@ pages stay shared with the forkserver.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 
@@ -33,16 +34,12 @@ MODULES = (
 
 def _warm() -> None:
     for name in MODULES:
-        try:
+        with contextlib.suppress(ImportError):  # the job that needs it raises its own error
             importlib.import_module(name)
-        except ImportError:  # the job that needs it raises its own error
-            pass
-    try:  # built once for every architecture at the first from_pretrained, deep-copied per model
+    with contextlib.suppress(ImportError):  # built for every architecture at the first from_pretrained, then copied
         from transformers.conversion_mapping import get_checkpoint_conversion_mapping
 
         get_checkpoint_conversion_mapping("llama")
-    except ImportError:
-        pass
 
 
 _warm()

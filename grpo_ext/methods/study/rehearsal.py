@@ -61,11 +61,11 @@ def tiny_model_like(
     tasks: list | None = None,
     vocab_size: int = REHEARSAL_VOCAB,
 ) -> Path:
-    """A random Llama of :data:`TINY_SHAPE` in ``out`` with ``source``'s tokenizer (its chat template included), a
-    plain safetensors folder any loader of the project takes. With ``tasks``, the tokenizer is ``source``'s retrained
-    on their text (:func:`rehearsal_corpus`) to at most ``vocab_size`` tokens: the same pre-tokenizer, decoder,
-    special tokens and chat template, a vocabulary a tiny model's logits can afford. Kept when ``out`` already holds
-    one built from the same inputs (idempotent)."""
+    """A random Llama of :data:`TINY_SHAPE` in ``out`` with ``source``'s tokenizer (a model name or folder, or a
+    tokenizer's own folder; its chat template included), a plain safetensors folder any loader of the project takes.
+    With ``tasks``, the tokenizer is ``source``'s retrained on their text (:func:`rehearsal_corpus`) to at most
+    ``vocab_size`` tokens: the same pre-tokenizer, decoder, special tokens and chat template, a vocabulary a tiny
+    model's logits can afford. Kept when ``out`` already holds one built from the same inputs (idempotent)."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -78,7 +78,9 @@ def tiny_model_like(
         kept = json.loads((out / RECORD).read_text()) if (out / RECORD).is_file() else None
         if kept == record or (kept is None and not tasks):
             return out
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(str(source)))
+    folder = Path(str(source)).expanduser()  # a tokenizer's own folder, or a model's (a name resolved)
+    is_tokenizer = folder.is_dir() and (folder / "tokenizer_config.json").is_file()
+    tokenizer = AutoTokenizer.from_pretrained(str(folder) if is_tokenizer else resolve_model_path(str(source)))
     if tasks:
         corpus = rehearsal_corpus(tasks, tokenizer)
         tokenizer = tokenizer.train_new_from_iterator([corpus], vocab_size=vocab_size)
