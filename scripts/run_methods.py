@@ -22,8 +22,9 @@ validation beside the base (search.json) and on test beside the picks (baselines
 
 --estimate prints what the study will cost (every run and evaluation at the planning rates of its `budget` section,
 grpo_ext.methods.study.budget) and exits. --quick on a study whose base is not the embedded model rehearses it on a
-tiny random model with the base's tokenizer and chat template (outputs/tiny_models/), every path of the real study in
-minutes; its numbers mean nothing.
+tiny random model with the base's tokenizer pipeline and chat template, its vocabulary retrained on the task's text
+(outputs/tiny_models/; --rehearsal-tokenizer: another tokenizer's), every path of the real study in a minute; its
+numbers mean nothing.
 
 Resumable: signal.json is reused while its recorded settings are the current ones, a run folder holding
 training_cost.json is never trained again, and evaluations resume from their sample caches, so an interrupted

@@ -288,6 +288,11 @@ def test_driver_scores_the_baselines_beside_the_base_and_trains_nothing_for_them
     assert job_dir(final[1], tmp_path, load_study(STUDY)) == tmp_path / "baselines" / "fewshot8"
 
 
+def test_a_rehearsal_tokenizer_needs_the_quick_rehearsal(tmp_path):
+    with pytest.raises(UserError, match=r"--rehearsal-tokenizer: only with --quick"):
+        _driver().main(["--study", str(STUDY), "--out", str(tmp_path), "--rehearsal-tokenizer", str(tmp_path)])
+
+
 @pytest.mark.slow
 def test_quick_rehearsal_of_the_real_study_runs_every_stage(tmp_path, tiny_chat_tokenizer):
     """`make real-study-quick`: every arm, the base and the baseline through search, test and report on a tiny random
