@@ -48,10 +48,35 @@ def rehearsal_corpus(tasks, tokenizer=None, per_split: int = 64) -> list[str]:
     return texts
 
 
+def _never_a_number(model, tokenizer) -> None:
+    """Make a random model on a task-trained vocabulary as wrong as one on a real vocabulary. A task's text is mostly
+    numbers, so a near-uniform draw over its tokens writes one in nearly every sample, and the lenient answer (the last
+    number) of a few percent of them is right by chance: RFT and DPO would train or not by luck. Here every token
+    holding a digit gets a zero output row (logit 0) and every other token a random row of std 1 (logits spread like
+    N(0, 16) at the final norm's scale), so a digit is drawn about once in 10^5 tokens: the rehearsal's samples hold
+    no number, its RFT and DPO find no correct sample (the study's no-training-data path), as the real-vocabulary
+    rehearsal did. (Its samples are a random model's, peaked: text, never an answer.)"""
+    import torch
+
+    vocab = len(tokenizer)
+    digits = torch.tensor([any(c.isdigit() for c in tokenizer.decode([i])) for i in range(vocab)])
+    with torch.no_grad():
+        weight = model.get_output_embeddings().weight
+        weight.normal_(0.0, 1.0)
+        weight[digits[: weight.shape[0]]] = 0.0
+
+
 def _record(source, tasks, vocab_size, seed) -> dict:
     """What a rehearsal model is built from: its tokenizer's source, the task text (unrendered) and the shape."""
     digest = hashlib.sha256("\x00".join(rehearsal_corpus(tasks)).encode()).hexdigest() if tasks else None
-    return {"source": str(source), "vocab_size": vocab_size, "corpus_sha256": digest, "seed": seed, "shape": TINY_SHAPE}
+    return {
+        "source": str(source),
+        "vocab_size": vocab_size,
+        "corpus_sha256": digest,
+        "seed": seed,
+        "shape": TINY_SHAPE,
+        "output_layer": "untied, zero rows for digits" if tasks else "tied",
+    }
 
 
 def tiny_model_like(
@@ -92,11 +117,13 @@ def tiny_model_like(
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=tokenizer.bos_token_id,
-        tie_word_embeddings=True,
+        tie_word_embeddings=not tasks,  # retrained: an output layer of its own (below)
         **TINY_SHAPE,
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
+    if tasks:
+        _never_a_number(model, tokenizer)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
