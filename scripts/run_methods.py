@@ -22,8 +22,9 @@ validation beside the base (search.json) and on test beside the picks (baselines
 
 --estimate prints what the study will cost (every run and evaluation at the planning rates of its `budget` section,
 grpo_ext.methods.study.budget) and exits. --quick on a study whose base is not the embedded model rehearses it on a
-tiny random model with the base's tokenizer and chat template (outputs/tiny_models/), every path of the real study in
-minutes; its numbers mean nothing.
+tiny random model with the base's tokenizer pipeline and chat template, its vocabulary retrained on the task's text
+(outputs/tiny_models/; --rehearsal-tokenizer: another tokenizer's), every path of the real study in a minute; its
+numbers mean nothing.
 
 Resumable: signal.json is reused while its recorded settings are the current ones, a run folder holding
 training_cost.json is never trained again, and evaluations resume from their sample caches, so an interrupted
@@ -53,16 +54,21 @@ QUICK = {
     "online": "--per_device_train_batch_size 16 --num_generations 4 --max_completion_length 32 "
     "--sample_max_new_tokens 32 --sample_budget 32 --curve_n 2",
 }
-# --quick on a real base's tokenizer (the rehearsal): a 49k-token vocabulary makes every logit row 49k wide, so the
-# batches are smaller than on the embedded model (same equal budgets: 16 samples, 2 steps)
+# --quick on a real base (the rehearsal, a tiny random model): every sample of a random model runs to its longest, so
+# the rehearsal samples 16 tokens everywhere (draws, GRPO's completions, learning curves and evaluations: a study's
+# costs are its sampling steps) and its batches are smaller than the embedded model's (same equal budgets: 16 samples,
+# 2 steps)
 QUICK_REHEARSAL = {
-    "sft": "--per_device_train_batch_size 4 --sample_budget 0",
-    "rft": "--per_device_train_batch_size 4 --samples_per_prompt 2 --sample_max_new_tokens 16 --sample_budget 16",
-    "dpo": "--per_device_train_batch_size 2 --samples_per_prompt 2 --sample_max_new_tokens 16 --sample_budget 16",
+    "sft": "--per_device_train_batch_size 4 --sample_budget 0 --sample_max_new_tokens 16 --curve_n 2",
+    "rft": "--per_device_train_batch_size 4 --samples_per_prompt 2 --sample_max_new_tokens 16 --sample_budget 16 "
+    "--curve_n 2",
+    "dpo": "--per_device_train_batch_size 2 --samples_per_prompt 2 --sample_max_new_tokens 16 --sample_budget 16 "
+    "--curve_n 2",
     "online": "--per_device_train_batch_size 8 --num_generations 4 --max_completion_length 16 "
     "--sample_max_new_tokens 16 --sample_budget 16 --curve_n 2",
 }
 QUICK_EVALUATION = {"limit": 6, "n": 4, "max_new_tokens": 32, "n_by": ()}
+QUICK_REHEARSAL_EVALUATION = {**QUICK_EVALUATION, "max_new_tokens": 16}
 # --quick on a real base: the rehearsal model (a tiny random model with the base's tokenizer), kept between runs
 TINY_MODELS = ROOT / "outputs" / "tiny_models"
 
@@ -81,6 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time, one process each (default: 2)")
     parser.add_argument("--quick", action="store_true", help="every arm and the search on a tiny budget")
+    parser.add_argument(
+        "--rehearsal-tokenizer",
+        default=None,
+        help="--quick on a real base: build the rehearsal model on this tokenizer (and its chat template) instead of "
+        "the base's (a test without the real model)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument(
         "--estimate", action="store_true", help="print the study's cost at its budget's planning rates and exit"
@@ -123,6 +135,27 @@ def write_expectations(study, out: Path, picks: dict) -> dict:
     }
 
 
+def rehearsal_model(study, tokenizer: str | None, out: Path) -> str:
+    """The --quick rehearsal's base: a tiny random model (grpo_ext.methods.study.rehearsal) with the base's tokenizer
+    pipeline and chat template (or `tokenizer`'s), retrained on the study's task text (its baselines' prompts too) to
+    a small vocabulary. Kept in outputs/tiny_models/ (in the output folder when `tokenizer` is given)."""
+    from grpo_ext.methods.study.rehearsal import REHEARSAL_VOCAB, tiny_model_like
+    from grpo_ext.methods.study.runs import method_config_path, task_of
+    from grpo_ext.tasks import get_task
+
+    name, kwargs = task_of(method_config_path(study.arms[0].method, study.configs_dir))
+    tasks = [get_task(name, **kwargs), *(get_task(name, **{**kwargs, **b.task_kwargs}) for b in study.baselines)]
+    source = tokenizer or study.base
+    folder = out / "rehearsal_model" if tokenizer else TINY_MODELS / f"{Path(str(source)).name}-{REHEARSAL_VOCAB}"
+    path = str(tiny_model_like(source, folder, tasks=tasks))
+    print(
+        f"--quick: rehearsing on {path} (random weights; {Path(str(source)).name}'s tokenizer and chat template, "
+        f"retrained on the task's text to <= {REHEARSAL_VOCAB} tokens)",
+        flush=True,
+    )
+    return path
+
+
 def main(argv: list[str]) -> dict:
     args = build_parser().parse_args(argv)
     from grpo_ext.errors import UserError
@@ -138,20 +171,19 @@ def main(argv: list[str]) -> dict:
         result = estimate(study)
         print(render_estimate(result))
         return {"estimate": result}
+    rehearsal = args.quick and not args.model and study.base != "embedded"
     if args.quick:
         study = study.trimmed(values_per_axis=2, seeds=2)
         # fewer problems and samples, written into the study so its report says what was scored; a validation metric
         # these samples cannot report fails here, before any training
-        study.validation, study.test = (replace(e, **QUICK_EVALUATION) for e in (study.validation, study.test))
-    rehearsal = args.quick and not args.model and study.base != "embedded"
+        sizes = QUICK_REHEARSAL_EVALUATION if rehearsal else QUICK_EVALUATION
+        study.validation, study.test = (replace(e, **sizes) for e in (study.validation, study.test))
     if args.model:
         study.base = args.model
-    elif rehearsal:  # a rehearsal of a real study: a tiny model with its tokenizer
-        from grpo_ext.methods.study.rehearsal import tiny_model_like
-
-        name = Path(str(study.base)).name
-        study.base = str(tiny_model_like(study.base, TINY_MODELS / name))
-        print(f"--quick: rehearsing on {study.base} (random weights, {name}'s tokenizer and chat template)", flush=True)
+    elif rehearsal:  # a rehearsal of a real study: a tiny model with its tokenizer, retrained on the task's text
+        study.base = rehearsal_model(study, args.rehearsal_tokenizer, Path(args.out))
+    elif args.rehearsal_tokenizer:
+        raise UserError("--rehearsal-tokenizer: only with --quick on a study whose base is not the embedded model")
     if args.arms:
         signal = study.signal
         study = study.only([a.strip() for a in args.arms.split(",") if a.strip()])

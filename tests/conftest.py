@@ -54,3 +54,29 @@ def _tiny_char_llama(tie_word_embeddings: bool = False):
 def tiny_char_llama():
     """The factory :func:`_tiny_char_llama` (a fresh model per call)."""
     return _tiny_char_llama
+
+
+@pytest.fixture(scope="session")
+def tiny_chat_tokenizer(tmp_path_factory) -> Path:
+    """A folder holding a byte-level BPE tokenizer in SmolLM2's layout (its pre-tokenizer and decoder, the special
+    tokens ``<|endoftext|>`` / ``<|im_start|>`` / ``<|im_end|>`` as unk / bos / eos and pad, a ChatML chat template),
+    with no merges: every byte one token. What the real study's rehearsal needs of the real model's tokenizer, without
+    ``make real-model``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from tests.gguf_fixture import CHAT_TEMPLATE, SPECIALS, _byte_chars
+
+    vocab = {token: i for i, token in enumerate([*SPECIALS, *_byte_chars()])}
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
+    backend.decoder = decoders.ByteLevel(add_prefix_space=True, trim_offsets=True, use_regex=True)
+    backend.add_special_tokens(list(SPECIALS))
+    unk, bos, eos = SPECIALS
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token=unk, bos_token=bos, eos_token=eos, pad_token=eos
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    folder = tmp_path_factory.mktemp("tiny_chat_tokenizer")
+    tokenizer.save_pretrained(folder)
+    return folder

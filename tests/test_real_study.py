@@ -280,20 +280,24 @@ def test_driver_scores_the_baselines_beside_the_base_and_trains_nothing_for_them
     assert job_dir(final[1], tmp_path, load_study(STUDY)) == tmp_path / "baselines" / "fewshot8"
 
 
+def test_a_rehearsal_tokenizer_needs_the_quick_rehearsal(tmp_path):
+    with pytest.raises(UserError, match=r"--rehearsal-tokenizer: only with --quick"):
+        _driver().main(["--study", str(STUDY), "--out", str(tmp_path), "--rehearsal-tokenizer", str(tmp_path)])
+
+
 @pytest.mark.slow
-def test_quick_rehearsal_of_the_real_study_runs_every_stage(tmp_path):
+def test_quick_rehearsal_of_the_real_study_runs_every_stage(tmp_path, tiny_chat_tokenizer):
     """`make real-study-quick`: every arm, the base and the baseline through search, test and report on a tiny random
-    model with SmolLM2's tokenizer; the expectations (slices included) are judged with the baseline's result."""
+    model with a chat tokenizer in SmolLM2's layout (the real one's with `make real-model`; a test-made one here, so the
+    test needs no download), retrained on the task's text; the expectations (slices included) are judged with the
+    baseline's result."""
     import os
     import subprocess
     import sys
 
-    from grpo_ext.real_model import MAKE_COMMAND, is_complete, real_model_dir
-
-    if not is_complete(real_model_dir("smollm2-135m-instruct")):
-        pytest.skip(f"the real model's tokenizer is needed: `{MAKE_COMMAND}`")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     cmd = [sys.executable, "scripts/run_methods.py", "--study", str(STUDY), "--quick", "--jobs", "2"]
+    cmd += ["--rehearsal-tokenizer", str(tiny_chat_tokenizer)]
     proc = subprocess.run(
         [*cmd, "--out", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800
     )
@@ -310,3 +314,10 @@ def test_quick_rehearsal_of_the_real_study_runs_every_stage(tmp_path):
         (cost,) = [json.loads(p.read_text()) for p in (tmp_path / "runs" / arm).glob("*/seed0/training_cost.json")]
         assert cost["optimizer_steps"] == 0 and "no_training_data" in cost["details"]
     assert (tmp_path / "report.md").is_file()
+    # the rehearsal model: the tokenizer's pipeline and chat template, a vocabulary of the task's text
+    from transformers import AutoTokenizer
+
+    from grpo_ext.methods.study.rehearsal import REHEARSAL_VOCAB
+
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "rehearsal_model")
+    assert 259 < len(tokenizer) <= REHEARSAL_VOCAB and tokenizer.chat_template and tokenizer.eos_token == "<|im_end|>"

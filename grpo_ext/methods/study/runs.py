@@ -260,11 +260,12 @@ def run_jobs(jobs: list[Job], out: Path, study: Study, options: dict, workers: i
     import multiprocessing
 
     # A fresh process per job (max_tasks_per_child=1: no memory or global state carried from one run to the next),
-    # forked from a server that has already imported torch, transformers and TRL (seconds a job otherwise).
+    # forked from a server that has already imported torch, transformers, TRL's trainers and PEFT (seconds a job
+    # otherwise; grpo_ext.methods.study.preload).
     method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
     context = multiprocessing.get_context(method)
     if method == "forkserver":
-        context.set_forkserver_preload(["grpo_ext.methods.runners", "grpo_ext.evaluation.harness"])
+        context.set_forkserver_preload(["grpo_ext.methods.study.preload"])
     with ProcessPoolExecutor(max_workers=workers, mp_context=context, max_tasks_per_child=1) as pool:
         futures = [pool.submit(_run_job, job, out, study, options) for job in pending]
         for future in futures:
