@@ -282,7 +282,7 @@ def test_driver_scores_the_baselines_beside_the_base_and_trains_nothing_for_them
 
 def test_a_rehearsal_tokenizer_needs_the_quick_rehearsal(tmp_path):
     with pytest.raises(UserError, match=r"--rehearsal-tokenizer: only with --quick"):
-        _driver().main(["--study", str(STUDY), "--out", str(tmp_path), "--rehearsal-tokenizer", str(tmp_path)])
+        fresh_driver().main(["--study", str(STUDY), "--out", str(tmp_path), "--rehearsal-tokenizer", str(tmp_path)])
 
 
 @pytest.mark.slow
