@@ -6,6 +6,7 @@ import pytest
 from grpo_ext.evaluation.harness import score_samples, validate_problems
 from grpo_ext.methods.compare.slices import arm_slices, arm_slices_markdown
 from grpo_ext.tasks import get_task
+from grpo_ext.tasks.arithmetic import Problem
 
 TASK = get_task("arithmetic")
 PROMPTS = ["1+2=", "3+4=", "5+1=", "9-2=", "8-3=", "7-5="]  # three additions, three subtractions
@@ -13,7 +14,7 @@ N = 4
 
 
 def _result(n_correct: list[int]) -> dict:
-    problems = validate_problems([{"prompt": p, "answer": str(eval(p[:-1]))} for p in PROMPTS], TASK)
+    problems = validate_problems([{"prompt": p, "answer": str(Problem.from_prompt(p).answer)} for p in PROMPTS], TASK)
     completions = [[f"#{p['answer']}"] * c + ["#999"] * (N - c) for p, c in zip(problems, n_correct, strict=True)]
     summary, per_problem = score_samples(TASK, problems, completions, [1, 4])
     return {"model": "m", "n": N, "ks": [1, 4], "taus": [0.5], **summary, "per_problem": per_problem}

@@ -21,6 +21,7 @@ from grpo_ext.evaluation.sampling import SamplingParams, derive_seed
 from grpo_ext.evaluation.scoring import score_problem, summarize
 from grpo_ext.evaluation.slices import check_by, comparison_slices, model_slices, with_attributes
 from grpo_ext.tasks import get_task
+from grpo_ext.tasks.arithmetic import Problem
 from tests.harness_results import harness_result
 
 TASK = get_task("arithmetic")
@@ -30,7 +31,7 @@ N = 4
 
 def _result(name: str, prompts: list[str], n_correct: list[int], n: int = N, ks=(1, 2, 4)) -> dict:
     """A harness-shaped result of the arithmetic task: problem i has n_correct[i] right samples, the rest 999."""
-    problems = [{"prompt": p, "answer": str(eval(p[:-1]))} for p in prompts]
+    problems = [{"prompt": p, "answer": str(Problem.from_prompt(p).answer)} for p in prompts]
     completions = [[f"#{p['answer']}"] * c + ["#999"] * (n - c) for p, c in zip(problems, n_correct, strict=True)]
     return harness_result(name, TASK, problems, completions, ks, taus=[0.5])
 
@@ -209,14 +210,14 @@ class _Backend(Backend):
         self.drawn += len(prompts) * params.n
         out = []
         for prompt in prompts:
-            right = eval(prompt[:-1])
+            right = Problem.from_prompt(prompt).answer
             kinds = [derive_seed(prompt, params.seed, j) % 3 for j in range(params.n)]
             out.append([[f"#{right}", f"#{right + 1}", "1+1=2;1+"][k] for k in kinds])
         return out
 
 
 def test_the_excerpt_is_the_same_file_from_the_cache_as_fresh_and_the_anatomy_is_summed(tmp_path):
-    problems = [{"prompt": p, "answer": str(eval(p[:-1]))} for p in PROMPTS]
+    problems = [{"prompt": p, "answer": str(Problem.from_prompt(p).answer)} for p in PROMPTS]
     params = SamplingParams(n=N, temperature=1.0, max_new_tokens=8, batch_size=2)
     cache = tmp_path / "samples.jsonl"
     fresh_backend, cached_backend = _Backend(), _Backend()

@@ -59,9 +59,9 @@ def _never_a_number(model, tokenizer) -> None:
     import torch
 
     vocab = len(tokenizer)
-    digits = torch.tensor([any(c.isdigit() for c in tokenizer.decode([i])) for i in range(vocab)])
+    weight = model.get_output_embeddings().weight
+    digits = torch.tensor([any(c.isdigit() for c in tokenizer.decode([i])) for i in range(vocab)], device=weight.device)
     with torch.no_grad():
-        weight = model.get_output_embeddings().weight
         weight.normal_(0.0, 1.0)
         weight[digits[: weight.shape[0]]] = 0.0
 
