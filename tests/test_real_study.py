@@ -313,7 +313,13 @@ def test_quick_rehearsal_of_the_real_study_runs_every_stage(tmp_path, tiny_chat_
     for arm in ("rft", "dpo"):  # a random model is never right: no data, GC 0, the base kept (and evaluated)
         (cost,) = [json.loads(p.read_text()) for p in (tmp_path / "runs" / arm).glob("*/seed0/training_cost.json")]
         assert cost["optimizer_steps"] == 0 and "no_training_data" in cost["details"]
-    assert (tmp_path / "report.md").is_file()
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert set(report["baselines"]) == {"fewshot8"} and "fewshot8" in report["answers"]  # beside the base
+    judged = {r["name"]: r for r in report["expectations"]}
+    assert judged["outcome_above_prompting"]["held"] is not None  # the report judges against the baseline too
+    assert set(report["answers"]["grpo_outcome"]["by"]) == {"+", "-"} and report["slice_attribute"] == "operation"
+    assert "| fewshot8 (baseline) | - |" in (tmp_path / "report.md").read_text()
+    assert (tmp_path / "passk_majk_by_slice.png").stat().st_size > 0
     # the rehearsal model: the tokenizer's pipeline and chat template, a vocabulary of the task's text
     from transformers import AutoTokenizer
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from grpo_ext.io import figure_png
 
-__all__ = ["describe_task", "plot_passk_majk", "plot_problem_accuracy", "short_label"]
+__all__ = ["describe_task", "plot_passk_majk", "plot_passk_majk_panels", "plot_problem_accuracy", "short_label"]
 
 
 def describe_task(results: Sequence[dict]) -> str:
@@ -54,12 +54,51 @@ def plot_passk_majk(
     shaded band: its bootstrap interval over problems at each K, drawn with ``bootstrap`` (its settings, named in
     the title)."""
     plt = _pyplot()
-    from matplotlib.lines import Line2D
+    fig, ax = plt.subplots(figsize=(9.0, 5.0), dpi=120)
+    colours = _colours(plt, len(results))
+    _draw_passk_majk(ax, results, intervals, colours)
+    caption = title or f"Pass@K vs Maj@K: {describe_task(results)}"
+    if intervals and bootstrap:
+        caption += (
+            f"\nbands: {bootstrap['confidence']:.0%} bootstrap intervals over problems "
+            f"({bootstrap['n_resamples']} resamples, seed {bootstrap['seed']})"
+        )
+    ax.set_title(caption, fontsize=11)
+    handles, labels = ax.get_legend_handles_labels()
+    if len(results) > 1:  # one entry per model (its colour) plus one per line style reads best
+        handles, labels = _legend(results, colours)
+    # outside the axes, on the right: curves can sit anywhere in [0, 1]
+    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, fontsize=9)
+    fig.tight_layout()
+    return figure_png(fig)
+
+
+def plot_passk_majk_panels(panels: Sequence[tuple[str, Sequence[dict], Sequence[dict] | None]], title: str) -> bytes:
+    """:func:`plot_passk_majk` for several subsets of the same models side by side (e.g. one panel per operation):
+    ``panels`` is ``(panel title, results, intervals)``, the same models in the same order in every panel, so one
+    colour is one model throughout and one legend serves all."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels) + 2.6, 5.0), dpi=120, squeeze=False)
+    colours = _colours(plt, len(panels[0][1]))
+    for ax, (name, results, intervals) in zip(axes[0], panels, strict=True):
+        _draw_passk_majk(ax, results, intervals, colours)
+        ax.set_title(name, fontsize=11)
+    handles, labels = _legend(panels[0][1], colours)
+    axes[0][-1].legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, fontsize=9)
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    return figure_png(fig)
+
+
+def _colours(plt, count: int) -> tuple:
+    # ten distinct colours cover a harness report; a study draws more curves (the base and every arm)
+    return plt.get_cmap("tab10" if count <= 10 else "tab20").colors
+
+
+def _draw_passk_majk(ax, results: Sequence[dict], intervals: Sequence[dict] | None, colours: tuple) -> None:
+    """Pass@K (solid, circles) and Maj@K (dashed, squares) of every result on ``ax``, with its bands."""
     from matplotlib.ticker import FixedLocator, NullLocator
 
-    fig, ax = plt.subplots(figsize=(9.0, 5.0), dpi=120)
-    # ten distinct colours cover a harness report; a study draws more curves (the base and every arm)
-    colours = plt.get_cmap("tab10" if len(results) <= 10 else "tab20").colors
     all_ks = sorted({k for r in results for k in r["ks"]})
     for i, r in enumerate(results):
         colour = colours[i % len(colours)]
@@ -93,26 +132,19 @@ def plot_passk_majk(
     ax.grid(True, which="major", alpha=0.3)
     ax.set_xlabel("K (samples per problem)")
     ax.set_ylabel("accuracy")
-    caption = title or f"Pass@K vs Maj@K: {describe_task(results)}"
-    if intervals and bootstrap:
-        caption += (
-            f"\nbands: {bootstrap['confidence']:.0%} bootstrap intervals over problems "
-            f"({bootstrap['n_resamples']} resamples, seed {bootstrap['seed']})"
-        )
-    ax.set_title(caption, fontsize=11)
-    handles, labels = ax.get_legend_handles_labels()
-    if len(results) > 1:  # one entry per model (its colour) plus one per line style reads best
-        handles = [Line2D([], [], color=colours[i % len(colours)], linewidth=2.2) for i in range(len(results))]
-        labels = [short_label(r["model"]) for r in results]
-        handles += [
-            Line2D([], [], color="0.3", linestyle="-", marker="o"),
-            Line2D([], [], color="0.3", linestyle="--", marker="s"),
-        ]
-        labels += ["Pass@K", "Maj@K"]
-    # outside the axes, on the right: curves can sit anywhere in [0, 1]
-    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, fontsize=9)
-    fig.tight_layout()
-    return figure_png(fig)
+
+
+def _legend(results: Sequence[dict], colours: tuple) -> tuple[list, list[str]]:
+    """One entry per model (its colour), then one per line style."""
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=colours[i % len(colours)], linewidth=2.2) for i in range(len(results))]
+    labels = [short_label(r["model"]) for r in results]
+    handles += [
+        Line2D([], [], color="0.3", linestyle="-", marker="o"),
+        Line2D([], [], color="0.3", linestyle="--", marker="s"),
+    ]
+    return handles, [*labels, "Pass@K", "Maj@K"]
 
 
 def plot_problem_accuracy(pairs: Sequence[tuple[str, str, np.ndarray, np.ndarray]]) -> bytes:

@@ -1,11 +1,13 @@
-"""The report of a study: report.md, report.json, and two plots, from the picked runs' test results.
+"""The report of a study: report.md, report.json, and three plots, from the picked runs' test results.
 
 The expectations written in the study config before the run come first, each with its measured difference and
 whether it held; then the learning signal at the base (stage 0, when the study measures it); then every number
 comes with its interval (see :mod:`grpo_ext.methods.study.stats`); the search grid, every validation score and the
 picks are printed before any test number, so a reader sees that settings were chosen on validation. Below the test
 table, pass@1 per slice of the test problems (:mod:`grpo_ext.methods.compare.slices`: each arm against the base per
-operation, number of operands...), so a gain that is one kind of problem only shows as such.
+operation, number of operands...), so a gain that is one kind of problem only shows as such; then what the samples
+say (the answer format and the content-first failure anatomy, whole and per slice: :mod:`.answers`) and a few samples.
+The baselines (the base at another prompt: no training) sit beside the base in every table, plot and expectation.
 """
 
 from __future__ import annotations
@@ -15,13 +17,15 @@ from pathlib import Path
 
 import numpy as np
 
-from grpo_ext.evaluation import plots
-from grpo_ext.io import atomic_write_bytes, atomic_write_json, atomic_write_text, figure_png
+from grpo_ext.evaluation.slices import known_attributes
+from grpo_ext.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from grpo_ext.methods.compare.slices import arm_slices, arm_slices_markdown
 from grpo_ext.methods.cost import CURVE_FILE, read_json_file
 from grpo_ext.methods.study.anatomy import render_anatomy, study_anatomy
+from grpo_ext.methods.study.answers import answers_markdown, sample_rows, samples_markdown, study_answers
 from grpo_ext.methods.study.config import Setting, Study
 from grpo_ext.methods.study.expectations import judge_expectations, render_expectations
+from grpo_ext.methods.study.plots import by_k, plot_curves, plot_passk_majk, plot_passk_majk_by_slice
 from grpo_ext.methods.study.signal.section import read_signal, render_signal
 from grpo_ext.methods.study.stats import (
     BOOTSTRAP,
@@ -38,7 +42,8 @@ __all__ = ["collect", "write_study_report"]
 
 
 def collect(study: Study, out: Path, picks: dict[str, Setting]) -> dict:
-    """Test results and learning curves of every picked run, and the base's test result."""
+    """Test results and learning curves of every picked run, and the test results of the base and the baselines
+    (those a run of some arms left unscored are left out)."""
     arms = {}
     for arm in study.arms:
         folders = [study.run_dir(out, arm, picks[arm.name], seed) for seed in study.seeds]
@@ -47,7 +52,9 @@ def collect(study: Study, out: Path, picks: dict[str, Setting]) -> dict:
             "curves": [read_json_file(f, CURVE_FILE) for f in folders],
         }
     base = json.loads((Path(out) / "base" / f"{study.test.split}.json").read_text())
-    return {"arms": arms, "base": base}
+    files = {b.name: Path(out) / "baselines" / b.name / f"{study.test.split}.json" for b in study.baselines}
+    baselines = {name: json.loads(f.read_text()) for name, f in files.items() if f.is_file()}
+    return {"arms": arms, "base": base, "baselines": baselines}
 
 
 def _fmt(entry: dict, digits: int = 3) -> str:
@@ -67,6 +74,7 @@ def compute(study: Study, data: dict) -> dict:
     k_max = min(r["n"] for a in data["arms"].values() for r in a["results"])
     metrics = headline_metrics(k_max)
     base = {m: v for m, v in arm_summary([data["base"]], metrics).items()}
+    baselines = {name: arm_summary([result], metrics) for name, result in data.get("baselines", {}).items()}
     arms = {}
     for name, entry in data["arms"].items():
         budgets = [_budget(r) for r in entry["results"]]
@@ -89,20 +97,36 @@ def compute(study: Study, data: dict) -> dict:
             **reach,
         }
     results = {name: entry["results"] for name, entry in data["arms"].items()}
+    singles = {name: [result] for name, result in data.get("baselines", {}).items()}
+    models = {"base": [data["base"]], **singles, **results}
+    attribute = slice_attribute(study, data["base"])
     # the arms a run left out (--arms) are not findings of it: only measured ones are listed
     findings = [f for f in paper_findings(results, data["base"], k_max) if f["verdict"] != "not measured"]
     return {
-        "expectations": judge_expectations(study.expectations, results, data["base"]),
+        "expectations": judge_expectations(study.expectations, results, data["base"], data.get("baselines")),
         "k_max": k_max,
         "metrics": metrics,
         "base": base,
+        "baselines": baselines,
         "arms": arms,
         "extensions": extensions,
         "findings": findings,
         # pass@1 per slice of the test problems (the operation, the operands...): every attribute they carry
-        "slices": arm_slices(results, data["base"]),
+        "slices": arm_slices({**singles, **results}, data["base"]),
+        "slice_attribute": attribute,
+        "answers": study_answers(models, attribute),
+        "strict_form": data["base"].get("strict_form"),
+        "samples": sample_rows(models, attribute),
         "bootstrap": BOOTSTRAP,
     }
+
+
+def slice_attribute(study: Study, base: dict) -> str | None:
+    """The attribute the answers section and the per-slice plot split by: the one the expectations judge on each
+    value of (``slices``), else the first one the test problems carry; None without any."""
+    known = known_attributes([base])
+    wanted = [e.slices for e in study.expectations.values() if e.slices] + known
+    return next((a for a in wanted if a in known), None)
 
 
 def _reach(curves_a: list, curves_b: list) -> dict:
@@ -193,6 +217,8 @@ def render(
     ]
     if "base" in search:  # studies searched before the base was scored on validation lack it
         lines.append(f"| base | - | {search['base']:.3f} |")
+    for name, score in search.get("baselines", {}).items():
+        lines.append(f"| {name} (baseline) | - | {score:.3f} |")
     for arm, scores in search["scores"].items():
         reference = search.get("rate_of", {}).get(arm)
         label = f"{arm} (at {reference['arm']}'s rate)" if reference else arm
@@ -208,6 +234,10 @@ def render(
         f"| base | - | {_fmt(stats['base']['pass@1'])} | {_fmt(stats['base'][f'maj@{k}'])} | "
         f"{_fmt(stats['base'][f'pass@{k}'])} | - | - |",
     ]
+    for name, m in stats.get("baselines", {}).items():
+        lines.append(
+            f"| {name} (baseline) | - | {_fmt(m['pass@1'])} | {_fmt(m[f'maj@{k}'])} | {_fmt(m[f'pass@{k}'])} | - | - |"
+        )
     for name, arm in stats["arms"].items():
         m = arm["metrics"]
         flag = " (below base)" if arm["below_base"] else ""
@@ -256,8 +286,10 @@ def render(
     for f in stats["findings"]:
         lines.append(f"| {f['claim']} | **{f['verdict']}** | {finding_text(f)} |")
     lines.append("")
+    lines += answers_markdown(stats.get("answers") or {}, stats.get("slice_attribute"), stats.get("strict_form"))
     if anatomy is not None:
         lines += render_anatomy(anatomy)
+    lines += samples_markdown(stats.get("samples") or [], stats.get("slice_attribute"))
     lines += [
         "## Plots",
         "",
@@ -266,64 +298,9 @@ def render(
         "![pass@k and maj@k of the picks](passk_majk.png)",
         "",
     ]
+    if stats.get("slice_attribute"):
+        lines += [f"![pass@k and maj@k of the picks per {stats['slice_attribute']}](passk_majk_by_slice.png)", ""]
     return "\n".join(lines)
-
-
-def plot_curves(study: Study, data: dict) -> bytes:
-    """Learning curves (pass@1 on the curve's validation prompts) against generated samples: seed mean, min-max
-    band."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for name, entry in data["arms"].items():
-        curves = [c for c in entry["curves"] if c and "samples_generated" in c["points"][-1]]
-        if not curves or all(
-            c["points"][1:] and c["points"][1]["samples_generated"] == c["points"][-1]["samples_generated"]
-            for c in curves
-        ):
-            continue  # offline arms: their samples were all drawn before training (none during it)
-        grid = np.linspace(0, max(c["points"][-1]["samples_generated"] for c in curves), 50)
-        ys = np.stack(
-            [
-                np.interp(grid, [p["samples_generated"] for p in c["points"]], [p["eval/pass@1"] for p in c["points"]])
-                for c in curves
-            ]
-        )
-        (line,) = ax.plot(grid, ys.mean(axis=0), label=name)
-        ax.fill_between(grid, ys.min(axis=0), ys.max(axis=0), color=line.get_color(), alpha=0.15)
-    ax.set(
-        xlabel="generated samples",
-        ylabel="pass@1 (curve prompts, validation split)",
-        title="Online arms: mean over seeds, band min-max over seeds",
-    )
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return figure_png(fig)
-
-
-def plot_passk_majk(stats_by_k: dict) -> bytes:
-    """Pass@K and Maj@K of the base and every pick (seed means; bands: 95% bootstrap over problems), drawn by the
-    harness's plotter (:func:`grpo_ext.evaluation.plots.plot_passk_majk`), the one Pass@K plot of the project."""
-    series, bands = [], []
-    for name, rows in stats_by_k.items():
-        ks = sorted(rows["pass"])
-        entry = {"model": name, "ks": ks}
-        band = {}
-        for metric in ("pass", "maj"):
-            entry[f"{metric}@k"] = {str(k): rows[metric][k]["mean"] for k in ks}
-            band[f"{metric}@k"] = {str(k): [rows[metric][k]["low"], rows[metric][k]["high"]] for k in ks}
-        series.append(entry)
-        bands.append(band)
-    title = "Pass@K and Maj@K of the picks (mean over seeds; band: 95% bootstrap over problems)"
-    return plots.plot_passk_majk(series, bands, title=title)
-
-
-def _by_k(results: list[dict], ks: list[int]) -> dict:
-    summary = arm_summary(results, [f"{m}@{k}" for m in ("pass", "maj") for k in ks])
-    return {m: {k: summary[f"{m}@{k}"] for k in ks} for m in ("pass", "maj")}
 
 
 def write_study_report(study: Study, out: str | Path, picks: dict[str, Setting], options: dict | None = None) -> dict:
@@ -336,13 +313,21 @@ def write_study_report(study: Study, out: str | Path, picks: dict[str, Setting],
     # only a study that measures the signal shows it: a file a run of other arms left in `out` is not this run's
     signal = read_signal(out) if study.signal is not None else None
     ks = [k for k in data["base"]["ks"] if k <= stats["k_max"]]
-    by_k = {"base": _by_k([data["base"]], ks), **{n: _by_k(e["results"], ks) for n, e in data["arms"].items()}}
+    models = {
+        "base": [data["base"]],
+        **{name: [result] for name, result in data["baselines"].items()},
+        **{name: entry["results"] for name, entry in data["arms"].items()},
+    }
+    stats_by_k = {name: by_k(results, ks) for name, results in models.items()}
     paths = {
         "md": atomic_write_text(out / "report.md", render(study, search, stats, command, anatomy, signal)),
         "json": atomic_write_json(
-            out / "report.json", {"search": search, **stats, "by_k": by_k, "anatomy": anatomy, "signal": signal}
+            out / "report.json", {"search": search, **stats, "by_k": stats_by_k, "anatomy": anatomy, "signal": signal}
         ),
-        "curves": atomic_write_bytes(out / "curves.png", plot_curves(study, data)),
-        "passk_majk": atomic_write_bytes(out / "passk_majk.png", plot_passk_majk(by_k)),
+        "curves": atomic_write_bytes(out / "curves.png", plot_curves(data)),
+        "passk_majk": atomic_write_bytes(out / "passk_majk.png", plot_passk_majk(stats_by_k)),
     }
+    if stats["slice_attribute"]:
+        figure = plot_passk_majk_by_slice(models, stats["slice_attribute"], ks)
+        paths["passk_majk_by_slice"] = atomic_write_bytes(out / "passk_majk_by_slice.png", figure)
     return paths
