@@ -170,6 +170,11 @@ def main(argv: list[str]) -> dict:
 
         result = estimate(study)
         print(render_estimate(result))
+        if Path(args.out, "search.json").is_file() or Path(args.out, "runs").is_dir():  # a study under way: its cost
+            from grpo_ext.methods.study.spent import render_spent, spent
+
+            print(f"\nMeasured in {args.out} (one core a job; see grpo_ext.methods.study.spent):\n")
+            print(render_spent(spent(study, args.out), result))
         return {"estimate": result}
     rehearsal = args.quick and not args.model and study.base != "embedded"
     if args.quick:

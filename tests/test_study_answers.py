@@ -75,3 +75,37 @@ def test_samples_show_each_model_on_the_first_problem_of_each_operation():
     md = "\n".join(samples_markdown(rows, "operation"))
     assert "(operation = -, answer 12): Leo has 34 apples. Then Leo sells 22 apples." in md
     assert "| grpo | - | 34 + 22 = 56 |" in md and "34 + 22 = 56 ⏎ #### 56" in md  # new lines shown as ⏎
+
+
+def test_the_measured_cost_adds_each_runs_records_by_hand(tmp_path):
+    import json
+    from pathlib import Path
+
+    from grpo_ext.methods.study.budget import estimate
+    from grpo_ext.methods.study.config import load_study
+    from grpo_ext.methods.study.spent import render_spent, spent
+
+    study = load_study(Path(__file__).resolve().parents[1] / "configs" / "real" / "study.yaml")
+
+    def write(folder, cost=None, seconds=None):
+        folder.mkdir(parents=True)
+        if cost is not None:
+            (folder / "training_cost.json").write_text(json.dumps(cost))
+        if seconds is not None:
+            record = {"study_evaluation": {"run": "x"}, "samples": {"seconds": seconds, "scoring_seconds": 10.0}}
+            (folder / "validation.json").write_text(json.dumps(record))
+
+    # two SFT search runs: 600 s + 100 s of curve, 290 + 10 s of evaluation each; one run unfinished (no cost file)
+    write(tmp_path / "runs/sft/lr0.001/seed100", {"wall_seconds": 600.0, "curve_seconds": 100.0}, 290.0)
+    write(tmp_path / "runs/sft/lr0.0003/seed100", {"wall_seconds": 600.0, "curve_seconds": 100.0}, 290.0)
+    write(tmp_path / "runs/rft/lr0.001/seed100")
+    write(tmp_path / "base", seconds=3590.0)
+    (tmp_path / "base" / "other.json").write_text("[1, 2]")  # not an evaluation: ignored
+    result = spent(study, tmp_path)
+    rows = {r["what"]: r for r in result["rows"]}
+    assert rows["sft"] == {"what": "sft", "runs": 2, "train_core_seconds": 1400.0, "eval_core_seconds": 600.0}
+    assert rows["rft"]["runs"] == 0 and rows["fewshot8 (no training)"]["runs"] == 0
+    assert rows["base (no training)"]["eval_core_seconds"] == 3600.0
+    assert result["core_hours"] == pytest.approx((1400 + 600 + 3600) / 3600)
+    table = render_spent(result, estimate(study))
+    assert "| sft | 2 | 0.39 | 0.17 | 5 | 1.12 |" in table and "Measured: 1.6 core-hours" in table

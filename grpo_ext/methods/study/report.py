@@ -23,10 +23,12 @@ from grpo_ext.methods.compare.slices import arm_slices, arm_slices_markdown
 from grpo_ext.methods.cost import CURVE_FILE, read_json_file
 from grpo_ext.methods.study.anatomy import render_anatomy, study_anatomy
 from grpo_ext.methods.study.answers import answers_markdown, sample_rows, samples_markdown, study_answers
+from grpo_ext.methods.study.budget import estimate
 from grpo_ext.methods.study.config import Setting, Study
 from grpo_ext.methods.study.expectations import judge_expectations, render_expectations
 from grpo_ext.methods.study.plots import by_k, plot_curves, plot_passk_majk, plot_passk_majk_by_slice
 from grpo_ext.methods.study.signal.section import read_signal, render_signal
+from grpo_ext.methods.study.spent import render_spent, spent
 from grpo_ext.methods.study.stats import (
     BOOTSTRAP,
     arm_summary,
@@ -190,6 +192,7 @@ def render(
     command: str | None,
     anatomy: dict | None = None,
     signal: dict | None = None,
+    cost: str | None = None,
 ) -> str:
     k = stats["k_max"]
     lines = [
@@ -290,6 +293,8 @@ def render(
     if anatomy is not None:
         lines += render_anatomy(anatomy)
     lines += samples_markdown(stats.get("samples") or [], stats.get("slice_attribute"))
+    if cost:
+        lines += ["## Cost (measured)", "", cost, ""]
     lines += [
         "## Plots",
         "",
@@ -312,6 +317,7 @@ def write_study_report(study: Study, out: str | Path, picks: dict[str, Setting],
     anatomy = study_anatomy(study, out, picks, options["configs"]) if options and "configs" in options else None
     # only a study that measures the signal shows it: a file a run of other arms left in `out` is not this run's
     signal = read_signal(out) if study.signal is not None else None
+    cost = render_spent(spent(study, out), estimate(study) if study.budget else None)
     ks = [k for k in data["base"]["ks"] if k <= stats["k_max"]]
     models = {
         "base": [data["base"]],
@@ -320,7 +326,7 @@ def write_study_report(study: Study, out: str | Path, picks: dict[str, Setting],
     }
     stats_by_k = {name: by_k(results, ks) for name, results in models.items()}
     paths = {
-        "md": atomic_write_text(out / "report.md", render(study, search, stats, command, anatomy, signal)),
+        "md": atomic_write_text(out / "report.md", render(study, search, stats, command, anatomy, signal, cost)),
         "json": atomic_write_json(
             out / "report.json", {"search": search, **stats, "by_k": stats_by_k, "anatomy": anatomy, "signal": signal}
         ),
