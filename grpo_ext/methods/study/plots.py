@@ -17,38 +17,47 @@ __all__ = ["by_k", "plot_curves", "plot_passk_majk", "plot_passk_majk_by_slice"]
 
 
 def plot_curves(data: dict) -> bytes:
-    """Learning curves (pass@1 on the curve's validation prompts) against generated samples: seed mean, min-max
-    band."""
+    """Learning curves (pass@1 on the curve's validation prompts), seed mean with a min-max band: against generated
+    samples for the online arms (left: the budget they share), against optimizer steps for every arm (right: the
+    offline arms drew all their samples before training, so only steps show their course)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for name, entry in data["arms"].items():
-        curves = [c for c in entry["curves"] if c and "samples_generated" in c["points"][-1]]
-        if not curves or all(
+    fig, (by_samples, by_steps) = plt.subplots(1, 2, figsize=(14, 5))
+    colours = plt.get_cmap("tab10").colors
+    for i, (name, entry) in enumerate(data["arms"].items()):
+        curves = [c for c in entry["curves"] if c and c.get("points")]
+        if not curves:
+            continue
+        colour = colours[i % len(colours)]
+        _band(by_steps, curves, "step", name, colour)
+        online = "samples_generated" in curves[0]["points"][-1] and not all(
             c["points"][1:] and c["points"][1]["samples_generated"] == c["points"][-1]["samples_generated"]
             for c in curves
-        ):
-            continue  # offline arms: their samples were all drawn before training (none during it)
-        grid = np.linspace(0, max(c["points"][-1]["samples_generated"] for c in curves), 50)
-        ys = np.stack(
-            [
-                np.interp(grid, [p["samples_generated"] for p in c["points"]], [p["eval/pass@1"] for p in c["points"]])
-                for c in curves
-            ]
         )
-        (line,) = ax.plot(grid, ys.mean(axis=0), label=name)
-        ax.fill_between(grid, ys.min(axis=0), ys.max(axis=0), color=line.get_color(), alpha=0.15)
-    ax.set(
-        xlabel="generated samples",
-        ylabel="pass@1 (curve prompts, validation split)",
-        title="Online arms: mean over seeds, band min-max over seeds",
-    )
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+        if online:
+            _band(by_samples, curves, "samples_generated", name, colour)
+    by_samples.set(xlabel="generated samples", ylabel="pass@1 (curve prompts, validation split)", title="Online arms")
+    by_steps.set(xlabel="optimizer steps", ylabel="pass@1 (curve prompts, validation split)", title="Every arm")
+    for ax in (by_samples, by_steps):
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("Learning curves: mean over seeds, band min-max over seeds")
+    fig.tight_layout()
     return figure_png(fig)
+
+
+def _band(ax, curves: Sequence[dict], x: str, name: str, colour) -> None:
+    """The seed mean of ``curves``' pass@1 against ``x`` on a common grid, and its min-max band."""
+    grid = np.linspace(0, max(c["points"][-1][x] for c in curves), 50)
+    ys = np.stack(
+        [np.interp(grid, [p[x] for p in c["points"]], [p["eval/pass@1"] for p in c["points"]]) for c in curves]
+    )
+    ax.plot(grid, ys.mean(axis=0), label=name, color=colour)
+    ax.fill_between(grid, ys.min(axis=0), ys.max(axis=0), color=colour, alpha=0.15)
 
 
 def _series(stats_by_k: Mapping[str, dict]) -> tuple[list[dict], list[dict]]:
