@@ -9,12 +9,10 @@ from trl import GRPOConfig
 
 from grpo_ext.advantages import get_gradient_coefficient
 from grpo_ext.errors import UserError
-from grpo_ext.kl_control import KL_CONTROLLERS as KL_CONTROLLER_REGISTRY
 from grpo_ext.kl_control import get_kl_controller
 from grpo_ext.validation import check_training_ranges
 
 ZERO_STD_GROUPS = ("keep", "skip", "refill")
-KL_CONTROLLERS = tuple(KL_CONTROLLER_REGISTRY)  # the registry's names, for the field's choices
 GENERATION_BACKENDS = ("trl", "sampler")
 #: Why `stop_strings` needs `generation_backend: sampler` (the config's error, and the trainer's when the args change).
 STOP_STRINGS_NEED_SAMPLER = (
@@ -104,8 +102,9 @@ class GRPOExtConfig(GRPOConfig):
         > Parameters that control the KL coefficient β (Ziegler et al. 2019)
 
         kl_controller (`str`, *optional*, defaults to `"fixed"`):
-            `"fixed"` (TRL: `beta` stays constant) or `"adaptive"` (`beta` is the initial value, > 0, and moves each
-            optimizer step so the logged per-token `kl` tracks `target_kl`).
+            β controller: a name in the registry `grpo_ext.kl_control.KL_CONTROLLERS`. `"fixed"` (TRL: `beta` stays
+            constant) or `"adaptive"` (`beta` is the initial value, > 0, and moves each optimizer step so the logged
+            per-token `kl` tracks `target_kl`); any name added with `register_kl_controller` is accepted.
         target_kl (`float`, *optional*, defaults to `0.05`):
             Adaptive controller: the KL to steer towards, in the units TRL logs `kl` (mean per-token KL), > 0.
         kl_horizon (`float`, *optional*, defaults to `10000`):
@@ -228,8 +227,8 @@ class GRPOExtConfig(GRPOConfig):
     kl_controller: str = field(
         default="fixed",
         metadata={
-            "help": "`fixed` (TRL: constant beta) or `adaptive` (beta tracks target_kl).",
-            "choices": list(KL_CONTROLLERS),
+            "help": "KL controller, a name in grpo_ext.kl_control.KL_CONTROLLERS: `fixed` (TRL: constant beta), "
+            "`adaptive` (beta tracks target_kl), or any name added with register_kl_controller.",
         },
     )
     target_kl: float = field(

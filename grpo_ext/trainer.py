@@ -36,7 +36,7 @@ from grpo_ext.checkpoints import (
 )
 from grpo_ext.config import GRPOExtConfig
 from grpo_ext.errors import UserError, check_weights, user_input
-from grpo_ext.kl_control import AdaptiveKLController
+from grpo_ext.kl_control import get_kl_controller
 from grpo_ext.modeling import prepare_quantized_policy
 from grpo_ext.rewards import load_callable
 from grpo_ext.rewards.checked import checked_reward_func
@@ -116,6 +116,7 @@ class GRPOExtTrainer(StagedCheckpointsMixin, GRPOTrainer):
         overflow = context_overflow(self)
         if overflow:  # TRL takes it; scripts/train.py refuses it
             logger.warning("%s", overflow)
+        self.kl_spec = get_kl_controller(config.kl_controller)  # its registry entry: whether it moves beta
         self.kl_control = new_kl_controller(config)
         self._kl_window: list[tuple[float, float]] = []  # (KL x tokens, tokens) per micro-batch
         refill_pool = self.train_dataset if refill_dataset is None else refill_dataset
@@ -378,9 +379,10 @@ class GRPOExtTrainer(StagedCheckpointsMixin, GRPOTrainer):
         return local * slots / kept.to(torch.float32)
 
     def _update_beta(self, inputs) -> None:
-        """Once per optimizer step: the window's token-weighted mean KL (as TRL logs it) updates β."""
-        adaptive = isinstance(self.kl_control, AdaptiveKLController)
-        if adaptive and self.beta != 0.0 and self._metrics["train"]["kl"]:
+        """Once per optimizer step: the window's token-weighted mean KL (as TRL logs it) updates β. A controller that
+        does not move β (TRL's fixed one) is fed nothing: no reduction across processes for it."""
+        moves_beta = self.kl_spec.moves_beta
+        if moves_beta and self.beta != 0.0 and self._metrics["train"]["kl"]:
             # TRL appended this micro-batch's global per-token KL mean; weight it by its global token count, so
             # a micro-batch whose rows were all skipped (no tokens, KL reported as 0) does not pull β down.
             tokens = self.accelerator.reduce(inputs["completion_mask"].sum().float(), reduction="sum").item()
@@ -397,7 +399,7 @@ class GRPOExtTrainer(StagedCheckpointsMixin, GRPOTrainer):
             self.kl_control.update(sum(k for k, _ in self._kl_window) / total_tokens, n_samples)
             self.beta = self.kl_control.beta
         self._kl_window = []
-        if adaptive:  # a constant beta is not logged, as TRL does not: with the extensions off the logs are TRL's
+        if moves_beta:  # a constant beta is not logged, as TRL does not: with the extensions off the logs are TRL's
             self._metrics["train"]["beta"].append(self.beta)
 
     # ---- the run as a whole ---------------------------------------------------------------------------------
@@ -462,8 +464,8 @@ class GRPOExtTrainer(StagedCheckpointsMixin, GRPOTrainer):
         when it matters."""
         self._scored_completions = None  # what the first part of the run scored is unknown
         lost = []
-        if self.args.kl_controller == "adaptive":
-            lost.append(f"the adaptive beta starts again at the config's beta={self.kl_control.beta}")
+        if self.kl_spec.moves_beta:
+            lost.append(f"the {self.kl_spec.name} beta starts again at the config's beta={self.kl_control.beta}")
         if self.args.zero_std_groups == "refill":
             lost.append("refill draws start again from the first")
         if lost:

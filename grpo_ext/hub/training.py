@@ -9,7 +9,8 @@ The config's reader: a summary dict built from it next to the checkpoint (`train
 (`trainer_summary`).
 
 How the gradient coefficient was computed is the registry record's own text (`GradientCoefficient.description`),
-so a mode added with `register_gradient_coefficient` is described on the card without editing this file.
+and the KL controller's line and tag are its registry entry's (`KLControllerSpec.card`, `.tag`), so a mode or a
+controller added to its registry is described on the card without editing this file.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from grpo_ext.checkpoints import write_run_status
 from grpo_ext.cli import one_line
 from grpo_ext.errors import UserError
 from grpo_ext.io import atomic_write_text, portable_path
+from grpo_ext.kl_control import KLControllerSpec, get_kl_controller
 
 __all__ = [
     "CONFIG_FILE",
@@ -125,6 +127,13 @@ def _registry_record(mode: str) -> GradientCoefficient | None:
         return None
 
 
+def _kl_record(name: str) -> KLControllerSpec | None:
+    try:
+        return get_kl_controller(name)
+    except ValueError:  # registered by code this process has not imported: the card says nothing of it
+        return None
+
+
 def _gradient_coefficient(mode: str, record: GradientCoefficient | None, training: dict) -> str:
     """The card's sentence on how each token's gradient coefficient was computed."""
     if record is None:
@@ -179,12 +188,10 @@ def summarize_training(resolved: dict, steps: int | None = None, hardware: str |
     if zero_std != "keep":
         extra = f", up to {training.get('max_refill_rounds')} refill rounds" if zero_std == "refill" else ""
         extensions.append(f"zero-std groups: {zero_std}{extra}")
-    adaptive_kl = (training.get("kl_controller") or "fixed") == "adaptive"
-    if adaptive_kl:
-        extensions.append(
-            f"adaptive KL coefficient (Ziegler et al. 2019): target_kl {training.get('target_kl')}, "
-            f"horizon {training.get('kl_horizon')}, initial beta {training.get('beta')}"
-        )
+    kl_controller = _kl_record(training.get("kl_controller") or "fixed")
+    kl_text = kl_controller.card(training) if kl_controller else None
+    if kl_text:
+        extensions.append(kl_text)
 
     tags = ["trl", "grpo", "grpo-ext"]
     if use_peft:
@@ -193,8 +200,8 @@ def summarize_training(resolved: dict, steps: int | None = None, hardware: str |
         tags.append("qlora")
     if _mode_tag(mode, record):
         tags.append(_mode_tag(mode, record))
-    if adaptive_kl:
-        tags.append("adaptive-kl")
+    if kl_controller and kl_controller.tag:
+        tags.append(kl_controller.tag)
 
     if hardware is None:
         hardware = "CPU" if training.get("use_cpu") else "GPU"
