@@ -357,19 +357,21 @@ class GRPOExtConfig(GRPOConfig):
             unused += ["process_reward_model_load_in_4bit"] if self.process_reward_model_load_in_4bit else []
             if unused:
                 raise UserError(f"{unused[0]}: set without process_reward_model")
-        if self.process_reward_model_format is not None:
+        named = self.process_reward_model_format
+        if named is not None:
             # imported here: the PRM loader's module (and its imports) only when a PRM format is named
             from grpo_ext.rewards.prm import PRM_FORMATS
 
-            _choice("process_reward_model_format", self.process_reward_model_format, PRM_FORMATS)
+            _choice("process_reward_model_format", named, tuple(PRM_FORMATS))
         for name in step_tag_fields:
             value = getattr(self, name)
             if value is None:
                 continue
             if not isinstance(value, str) or not value.strip():
                 raise UserError(f"{name}: must be a non-empty string, got {value!r}")
-            if self.process_reward_model_format not in (None, "step_tag"):
+            option = name.removeprefix("process_reward_model_")
+            if named is not None and option not in PRM_FORMATS[named].options:  # the registry says who reads it
+                readers = " or ".join(f"`{f.name}`" for f in PRM_FORMATS.values() if option in f.options)
                 raise UserError(
-                    f"{name}: only the `step_tag` format reads it (process_reward_model_format is "
-                    f"`{self.process_reward_model_format}`)"
+                    f"{name}: only the {readers} format reads it (process_reward_model_format is `{named}`)"
                 )

@@ -77,3 +77,77 @@ def test_a_registered_kl_controller_is_checked_trained_checkpointed_and_carded(t
 
     summary = summarize_training({"training": args.to_dict()})
     assert "beta halved every step from 0.1" in summary["extensions"] and "halving-kl" in summary["tags"]
+
+
+# ---- a PRM format ---------------------------------------------------------------------------------------------------
+
+
+class LengthPRM:
+    """Toy PRM: a step scores its length over `scale` characters (at most 1); no weights read."""
+
+    def __init__(self, folder, step_separator: str = "\n", scale: float = 10.0, **placement):
+        self.step_separator, self.scale, self.__name__ = step_separator, scale, "prm_length"
+
+    def __call__(self, prompts, completions, **kwargs):
+        from grpo_ext.steps import step_texts
+        from grpo_ext.tasks.base import completion_text
+
+        return [
+            [min(len(step) / self.scale, 1.0) for step in step_texts(completion_text(c), self.step_separator)]
+            for c in completions
+        ]
+
+
+@pytest.fixture
+def length_prm(tmp_path):
+    """The toy format registered, and a folder in it (config.json naming its architecture, safetensors weights)."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    from grpo_ext.rewards.prm import PRM_FORMATS, PRMFormat, register_prm_format
+
+    register_prm_format(
+        PRMFormat("length", lambda config: config.get("architectures") == ["LengthPRM"], ("scale",), LengthPRM)
+    )
+    folder = tmp_path / "length-prm"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"architectures": ["LengthPRM"]}))
+    save_file({"unused": torch.zeros(1)}, str(folder / "model.safetensors"))
+    yield folder
+    del PRM_FORMATS["length"]
+
+
+def test_a_registered_prm_format_is_detected_checked_and_trained_with(tmp_path, length_prm):
+    from grpo_ext.config import GRPOExtConfig
+    from grpo_ext.rewards.prm import detect_prm_format, load_process_reward_model
+    from tests.trainer_utils import tiny_args, tiny_trainer
+
+    assert detect_prm_format(length_prm) == "length"
+    prm = load_process_reward_model(length_prm, step_separator=";", scale=4.0)  # its own option, detected format
+    assert prm(prompts=["p"], completions=["ab;abcdefgh"]) == [[0.5, 1.0]]
+    with pytest.raises(TypeError, match="format 'length' takes no good_token"):
+        load_process_reward_model(length_prm, "length", good_token="+")
+    with pytest.raises(UserError, match="process_reward_model_step_tag: only the `step_tag` format reads it"):
+        GRPOExtConfig(
+            output_dir=str(tmp_path),
+            use_cpu=True,
+            report_to="none",
+            process_reward_model=str(length_prm),
+            process_reward_model_format="length",
+            process_reward_model_step_tag="t",
+        )
+
+    args = tiny_args(
+        tmp_path=tmp_path / "run",
+        max_steps=1,
+        advantage_mode="process",
+        process_reward_model=str(length_prm),
+        process_reward_model_format="length",
+    )
+    trainer = tiny_trainer(args=args)
+    assert trainer.process_reward_funcs[0].__name__ == "prm_length"
+    trainer.train()
+    logged = next(h for h in trainer.state.log_history if "process/step_reward_mean" in h)
+    assert 0.0 < logged["process/step_reward_mean"] <= 1.0
