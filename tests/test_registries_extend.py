@@ -151,3 +151,77 @@ def test_a_registered_prm_format_is_detected_checked_and_trained_with(tmp_path, 
     trainer.train()
     logged = next(h for h in trainer.state.log_history if "process/step_reward_mean" in h)
     assert 0.0 < logged["process/step_reward_mean"] <= 1.0
+
+
+# ---- a method of the paradigm ---------------------------------------------------------------------------------------
+
+TOY_METHOD_CONFIG = """\
+method: toy_sft
+task: arithmetic
+train_size: 8
+model_name_or_path: embedded
+use_cpu: true
+bf16: false
+max_steps: 1
+per_device_train_batch_size: 8
+max_length: 64
+save_strategy: "no"
+report_to: none
+disable_tqdm: true
+sample_budget: 0
+"""
+
+
+def build_toy_sft(ctx):
+    """Toy: the SFT trainer, saying in the run's details that it was this builder."""
+    from grpo_ext.methods.trainers import build_sft
+
+    ctx.details["built_by"] = "toy"
+    return build_sft(ctx)
+
+
+@pytest.fixture
+def toy_method(monkeypatch):
+    from grpo_ext.methods import paradigm
+    from grpo_ext.methods.trainers import sft_config
+
+    monkeypatch.setattr(paradigm, "METHODS", dict(paradigm.METHODS))
+    return paradigm.register_method(
+        paradigm.Method(
+            "toy_sft",
+            "Toy SFT",
+            "q, o ~ P_sft(Q, O)",
+            "-",
+            "1",
+            online=False,
+            advantage_mode=None,
+            trainer="trl.SFTTrainer",
+            runner="toy",
+            build=build_toy_sft,
+            config_class=sft_config,
+            quick_flags="--per_device_train_batch_size 2",
+        )
+    )
+
+
+def test_a_registered_method_is_parsed_trained_recorded_and_tabled(tmp_path, toy_method):
+    import json
+
+    from trl import SFTConfig
+
+    from grpo_ext.methods import paradigm_markdown, run_method
+    from grpo_ext.methods.config import parse_method_args
+
+    config = tmp_path / "toy_sft.yaml"
+    config.write_text(TOY_METHOD_CONFIG)
+    assert isinstance(parse_method_args(["--config", str(config)])[2], SFTConfig)  # its config class
+    cost = run_method(["--config", str(config), "--output_dir", str(tmp_path / "run")])
+    assert cost["method"] == "toy_sft" and cost["optimizer_steps"] == 1 and cost["details"]["built_by"] == "toy"
+    record = json.loads((tmp_path / "run" / "method_run.json").read_text())
+    assert record["method"]["runner"] == "toy" and "build" not in record["method"]
+    assert "| Toy SFT | q, o ~ P_sft(Q, O) | - | 1 |" in paradigm_markdown()
+
+    from tests.test_study_driver import fresh_driver
+
+    # the study's --quick flags (scripts/run_methods.py) come from the entry
+    assert fresh_driver().quick_method_flags(rehearsal=False)["toy"] == "--per_device_train_batch_size 2"
