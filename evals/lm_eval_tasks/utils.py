@@ -27,8 +27,7 @@ import sys
 
 from datasets import DatasetDict
 
-from grpo_ext.cli import one_line
-from grpo_ext.errors import UserError
+from grpo_ext.errors import UserError, one_line
 from grpo_ext.evaluation.registry import keyed_metrics
 from grpo_ext.evaluation.scoring import score_problem
 from grpo_ext.evaluation.stops import cut_at_stop

@@ -84,7 +84,7 @@ def train_method(method_args, task_args, training_args, model_args) -> dict:
         training_args,
         generated=(lambda: counters[0].samples) if counters else (lambda: ctx.cost.get("samples_generated", 0)),
     )
-    from grpo_ext.hub.training import training_run
+    from grpo_ext.run_record import training_run
 
     # the run's record (status, resolved config), as every runner writes it
     with training_run(trainer, task_args, model_args):
