@@ -225,3 +225,47 @@ def test_a_registered_method_is_parsed_trained_recorded_and_tabled(tmp_path, toy
 
     # the study's --quick flags (scripts/run_methods.py) come from the entry
     assert fresh_driver().quick_method_flags(rehearsal=False)["toy"] == "--per_device_train_batch_size 2"
+
+
+# ---- a harness metric -----------------------------------------------------------------------------------------------
+
+
+def _fail_at_k(n, records, key):
+    """Toy: P(all k samples are wrong) = 1 - pass@k, per problem."""
+    import numpy as np
+
+    from grpo_ext.evaluation.metrics import pass_at_k_many
+
+    return 1.0 - pass_at_k_many(n, np.array([r["n_correct"] for r in records]), int(key))
+
+
+@pytest.fixture
+def fail_metric():
+    from grpo_ext.evaluation.registry import METRICS, Metric, register_metric
+
+    yield register_metric(Metric("fail@k", "k", _fail_at_k, "fail@k"))
+    del METRICS["fail@k"]
+
+
+def test_a_registered_metric_is_scored_reported_read_and_paired(tmp_path, fail_metric):
+    import json
+
+    from grpo_ext.evaluation.analysis import BootstrapSettings
+    from grpo_ext.evaluation.report import write_reports
+    from grpo_ext.evaluation.results import EvalResult
+    from grpo_ext.methods.study.stats import per_problem
+    from tests.harness_results import harness_result
+    from tests.trainer_utils import TASK
+
+    problems = list(TASK.load("test", 3))
+    right = [p["solution"] for p in problems]
+    completions = [[right[0]] * 4, [right[1], "x", "x", "x"], ["x"] * 4]  # 4, 1 and 0 right samples of 4
+    result = harness_result("toy", TASK, problems, completions, ks=[1, 2, 4])
+    assert result["fail@k"] == pytest.approx({"1": (0 + 0.75 + 1) / 3, "2": (0 + 0.5 + 1) / 3, "4": 1 / 3})
+    assert EvalResult.of(result).value("fail@2") == pytest.approx(0.5)
+    assert per_problem(result, "fail@4").tolist() == pytest.approx([0.0, 0.0, 1.0])
+
+    paths = write_reports([result], tmp_path, bootstrap=BootstrapSettings(n_resamples=200))
+    assert "| k | pass@k | maj@k | pass^k | fail@k |" in paths["md"].read_text()  # its column, with intervals
+    (model,) = json.loads(paths["json"].read_text())["models"]
+    assert set(model["intervals"]["fail@k"]) == {"1", "2", "4"}
