@@ -37,8 +37,9 @@ from transformers import set_seed
 
 from benchmarks import _common as C
 from benchmarks.overhead import base_settings, make_batches, one_step
+from grpo_ext.rewards.prm import PRM_FORMATS
 
-FORMATS = ("token_classification", "step_tag", "qwen_prm")
+FORMATS = tuple(PRM_FORMATS)  # every registered format (build_prm makes a random-weight folder of each)
 CHARS = string.ascii_letters + string.digits + " \n+-*=;#?:.,$'\\{}|_<>/"
 QWEN_TEMPLATE = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
 POLICY_SHAPE = {
@@ -73,6 +74,8 @@ def build_prm(fmt: str, folder: Path) -> Path:
     from safetensors.torch import save_file
     from transformers import LlamaConfig, LlamaForCausalLM, LlamaForTokenClassification, Qwen2Config, Qwen2Model
 
+    if fmt not in ("token_classification", "step_tag", "qwen_prm"):  # the architectures this benchmark can build
+        raise ValueError(f"benchmarks.prm_scoring: no random-weight {fmt!r} PRM to build; add its folder here")
     torch.manual_seed(0)
     if fmt == "qwen_prm":
         tok = char_tokenizer(special=("<|im_start|>", "<|im_end|>", "<extra_0>"))

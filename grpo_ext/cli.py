@@ -11,25 +11,13 @@ import contextlib
 import sys
 from collections.abc import Callable, Sequence
 
-from grpo_ext.errors import UserError, read_yaml, user_file, user_input
+from grpo_ext.errors import UserError, one_line, read_yaml, user_file, user_input
 
-__all__ = ["one_line", "parse_trl_config", "run_cli"]
+__all__ = ["parse_trl_config", "run_cli"]
 
 
 def _is_user_side(err: BaseException) -> bool:
     return isinstance(err, (UserError, OSError)) or type(err).__name__ == "SafetensorError"
-
-
-def one_line(err: BaseException) -> str:
-    """The message `run_cli` prints: the first line of the error, with the file an `OSError` names."""
-    if isinstance(err, OSError) and err.filename is not None:
-        reason = err.strerror or type(err).__name__
-        message = f"{err.filename}: {reason}"
-    else:
-        message = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        if not isinstance(err, UserError):  # an OSError without a file, a SafetensorError: say which kind
-            message = f"{type(err).__name__}: {message}" if message else type(err).__name__
-    return message or type(err).__name__
 
 
 def run_cli(main: Callable[[list[str]], object], argv: list[str] | None = None) -> None:

@@ -9,12 +9,10 @@ from trl import GRPOConfig
 
 from grpo_ext.advantages import get_gradient_coefficient
 from grpo_ext.errors import UserError
-from grpo_ext.kl_control import KL_CONTROLLERS as KL_CONTROLLER_REGISTRY
 from grpo_ext.kl_control import get_kl_controller
 from grpo_ext.validation import check_training_ranges
 
 ZERO_STD_GROUPS = ("keep", "skip", "refill")
-KL_CONTROLLERS = tuple(KL_CONTROLLER_REGISTRY)  # the registry's names, for the field's choices
 GENERATION_BACKENDS = ("trl", "sampler")
 #: Why `stop_strings` needs `generation_backend: sampler` (the config's error, and the trainer's when the args change).
 STOP_STRINGS_NEED_SAMPLER = (
@@ -104,8 +102,9 @@ class GRPOExtConfig(GRPOConfig):
         > Parameters that control the KL coefficient β (Ziegler et al. 2019)
 
         kl_controller (`str`, *optional*, defaults to `"fixed"`):
-            `"fixed"` (TRL: `beta` stays constant) or `"adaptive"` (`beta` is the initial value, > 0, and moves each
-            optimizer step so the logged per-token `kl` tracks `target_kl`).
+            β controller: a name in the registry `grpo_ext.kl_control.KL_CONTROLLERS`. `"fixed"` (TRL: `beta` stays
+            constant) or `"adaptive"` (`beta` is the initial value, > 0, and moves each optimizer step so the logged
+            per-token `kl` tracks `target_kl`); any name added with `register_kl_controller` is accepted.
         target_kl (`float`, *optional*, defaults to `0.05`):
             Adaptive controller: the KL to steer towards, in the units TRL logs `kl` (mean per-token KL), > 0.
         kl_horizon (`float`, *optional*, defaults to `10000`):
@@ -228,8 +227,8 @@ class GRPOExtConfig(GRPOConfig):
     kl_controller: str = field(
         default="fixed",
         metadata={
-            "help": "`fixed` (TRL: constant beta) or `adaptive` (beta tracks target_kl).",
-            "choices": list(KL_CONTROLLERS),
+            "help": "KL controller, a name in grpo_ext.kl_control.KL_CONTROLLERS: `fixed` (TRL: constant beta), "
+            "`adaptive` (beta tracks target_kl), or any name added with register_kl_controller.",
         },
     )
     target_kl: float = field(
@@ -358,19 +357,21 @@ class GRPOExtConfig(GRPOConfig):
             unused += ["process_reward_model_load_in_4bit"] if self.process_reward_model_load_in_4bit else []
             if unused:
                 raise UserError(f"{unused[0]}: set without process_reward_model")
-        if self.process_reward_model_format is not None:
+        named = self.process_reward_model_format
+        if named is not None:
             # imported here: the PRM loader's module (and its imports) only when a PRM format is named
             from grpo_ext.rewards.prm import PRM_FORMATS
 
-            _choice("process_reward_model_format", self.process_reward_model_format, PRM_FORMATS)
+            _choice("process_reward_model_format", named, tuple(PRM_FORMATS))
         for name in step_tag_fields:
             value = getattr(self, name)
             if value is None:
                 continue
             if not isinstance(value, str) or not value.strip():
                 raise UserError(f"{name}: must be a non-empty string, got {value!r}")
-            if self.process_reward_model_format not in (None, "step_tag"):
+            option = name.removeprefix("process_reward_model_")
+            if named is not None and option not in PRM_FORMATS[named].options:  # the registry says who reads it
+                readers = " or ".join(f"`{f.name}`" for f in PRM_FORMATS.values() if option in f.options)
                 raise UserError(
-                    f"{name}: only the `step_tag` format reads it (process_reward_model_format is "
-                    f"`{self.process_reward_model_format}`)"
+                    f"{name}: only the {readers} format reads it (process_reward_model_format is `{named}`)"
                 )

@@ -19,7 +19,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["UserError", "check_tokenizer", "check_weights", "read_yaml", "user_file", "user_input"]
+__all__ = ["UserError", "check_tokenizer", "check_weights", "one_line", "read_yaml", "user_file", "user_input"]
 
 
 #: The files a saved tokenizer is made of: what an export copies and a sample cache fingerprints.
@@ -41,6 +41,19 @@ TOKENIZER_MAIN_FILES = TOKENIZER_FILES[:5]
 
 class UserError(ValueError):
     """Bad input from the user: one line naming the culprit and what was expected (`run_cli`: exit code 2)."""
+
+
+def one_line(err: BaseException) -> str:
+    """The message `grpo_ext.cli.run_cli` prints (and a failed run's record keeps): the first line of the error, with
+    the file an `OSError` names."""
+    if isinstance(err, OSError) and err.filename is not None:
+        reason = err.strerror or type(err).__name__
+        message = f"{err.filename}: {reason}"
+    else:
+        message = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        if not isinstance(err, UserError):  # an OSError without a file, a SafetensorError: say which kind
+            message = f"{type(err).__name__}: {message}" if message else type(err).__name__
+    return message or type(err).__name__
 
 
 @contextlib.contextmanager

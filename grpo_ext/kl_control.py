@@ -16,9 +16,11 @@ so a single noisy KL estimate cannot swing beta far; ``horizon`` (in samples) se
 
 The controllers are a small registry, like the gradient coefficients of :mod:`grpo_ext.advantages`:
 :data:`KL_CONTROLLERS` maps the config's ``kl_controller`` value (also the ``type`` of a saved state) to a
-:class:`KLControllerSpec`, and every reader (the config's choices, the trainer's construction, the resume rule) goes
-through it. A new controller is a class with ``update`` / ``state_dict`` / ``load_state_dict`` / ``resume`` plus one
-line in :data:`KL_CONTROLLERS`.
+:class:`KLControllerSpec`, which carries everything the rest of the package asks of a controller: how to build it,
+whether it moves beta (the trainer feeds it the KL only then), the ranges and checks of its config fields
+(`grpo_ext.validation`), and its model-card line and tag (`grpo_ext.hub.training`). No reader compares against a
+controller's name. A new controller is a class with ``update`` / ``state_dict`` / ``load_state_dict`` / ``resume``
+plus one :func:`register_kl_controller` call.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ __all__ = [
     "KLControllerSpec",
     "get_kl_controller",
     "new_kl_controller",
+    "register_kl_controller",
 ]
 
 KL_ERROR_CLIP = 0.2
@@ -237,16 +240,45 @@ class AdaptiveKLController:
 # ---- the registry ---------------------------------------------------------------------------------------------------
 
 
+def _no_ranges(config) -> dict[str, dict]:
+    return {}
+
+
+def _no_check(config) -> str | None:
+    return None
+
+
+def _no_card(training: dict) -> str | None:
+    return None
+
+
 @dataclass(frozen=True)
 class KLControllerSpec:
-    """A registry entry. ``from_config`` builds the controller at its initial beta from a config holding the KL fields
-    (``beta``, ``target_kl``, ``kl_horizon``, ``beta_min``, ``beta_max``); ``moves_beta``: beta changes during training
-    (so it needs beta > 0 to start, and a checkpoint without its state loses where it had got to)."""
+    """A registry entry: what the config, the trainer and the model card need of one controller.
+
+    Attributes:
+        name: the ``kl_controller`` value that selects it (and the ``type`` of its saved state).
+        from_config: builds the controller at its initial beta from a config holding the KL fields (``beta``,
+            ``target_kl``, ``kl_horizon``, ``beta_min``, ``beta_max``).
+        moves_beta: beta changes during training, so it needs beta > 0 to start, the trainer feeds it the measured
+            KL and logs beta, and a checkpoint without its state loses where it had got to.
+        description: one phrase for the config's help.
+        ranges: config -> {field: `grpo_ext.validation.check_number` keywords} for the fields it reads, checked
+            with TRL's (pure data here: the check and its message are validation.py's).
+        check: config -> a message (naming the field) for a combination of its fields the ranges cannot express,
+            or None.
+        card: the resolved config's ``training`` section -> the model card's line on it, or None (nothing to say).
+        tag: a Hub tag for a run that used it, or None.
+    """
 
     name: str
     from_config: Callable[[Any], Any]
     moves_beta: bool
     description: str
+    ranges: Callable[[Any], dict[str, dict]] = _no_ranges
+    check: Callable[[Any], str | None] = _no_check
+    card: Callable[[dict], str | None] = _no_card
+    tag: str | None = None
 
 
 def _adaptive_from_config(config) -> AdaptiveKLController:
@@ -256,11 +288,69 @@ def _adaptive_from_config(config) -> AdaptiveKLController:
     )
 
 
+def _adaptive_ranges(config) -> dict[str, dict]:
+    # beta_min > 0: a beta clamped to 0 would stop TRL computing the reference log-probs the KL is measured with
+    rules = {
+        "target_kl": dict(low=0, low_open=True),
+        "kl_horizon": dict(low=0, low_open=True),
+        "beta_min": dict(low=0, low_open=True),
+    }
+    if getattr(config, "beta_max", None) is not None:
+        rules["beta_max"] = dict(low=config.beta_min)
+    return rules
+
+
+def _adaptive_check(config) -> str | None:
+    beta_max = config.beta_max if config.beta_max is not None else math.inf
+    if config.beta_min <= config.beta <= beta_max:
+        return None
+    return (
+        f"beta: the adaptive controller starts at beta, which must lie in [beta_min, beta_max] = "
+        f"[{config.beta_min}, {beta_max}], got {config.beta}"
+    )
+
+
+def _adaptive_card(training: dict) -> str:
+    return (
+        f"adaptive KL coefficient (Ziegler et al. 2019): target_kl {training.get('target_kl')}, "
+        f"horizon {training.get('kl_horizon')}, initial beta {training.get('beta')}"
+    )
+
+
+def _qualified_name(fn: Callable) -> str:
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
 #: ``kl_controller`` value -> its entry; the first is the default (TRL's constant beta).
-KL_CONTROLLERS: dict[str, KLControllerSpec] = {
-    "fixed": KLControllerSpec("fixed", lambda c: FixedKLController(c.beta), False, "beta stays constant (TRL)"),
-    "adaptive": KLControllerSpec("adaptive", _adaptive_from_config, True, "Ziegler et al. 2019, eq. 2"),
-}
+KL_CONTROLLERS: dict[str, KLControllerSpec] = {}
+
+
+def register_kl_controller(spec: KLControllerSpec) -> KLControllerSpec:
+    """Add ``spec`` to :data:`KL_CONTROLLERS`: ``kl_controller: <spec.name>`` is then a valid config value, and the
+    trainer, the resume rule, the range checks and the model card read the entry. A taken name is a ``ValueError``
+    unless the entry is built by the same function (its module reloaded, as `register_gradient_coefficient` allows)."""
+    existing = KL_CONTROLLERS.get(spec.name)
+    if existing is not None and _qualified_name(existing.from_config) != _qualified_name(spec.from_config):
+        raise ValueError(f"KL controller {spec.name!r} is already registered")
+    KL_CONTROLLERS[spec.name] = spec
+    return spec
+
+
+register_kl_controller(
+    KLControllerSpec("fixed", lambda config: FixedKLController(config.beta), False, "beta stays constant (TRL)")
+)
+register_kl_controller(
+    KLControllerSpec(
+        "adaptive",
+        _adaptive_from_config,
+        True,
+        "Ziegler et al. 2019, eq. 2",
+        ranges=_adaptive_ranges,
+        check=_adaptive_check,
+        card=_adaptive_card,
+        tag="adaptive-kl",
+    )
+)
 
 
 def get_kl_controller(name: str) -> KLControllerSpec:

@@ -223,7 +223,7 @@ def trained_quantization(checkpoint_dir):
     elsewhere). A QLoRA adapter learns on the quantised base, rounding error included, so it is scored on that."""
     from trl import ModelConfig
 
-    from grpo_ext.hub.training import resolved_config
+    from grpo_ext.run_record import resolved_config
 
     model = (resolved_config(checkpoint_dir) or {}).get("model") or {}
     if not isinstance(model, dict) or not (model.get("load_in_4bit") or model.get("load_in_8bit")):

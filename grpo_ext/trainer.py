@@ -11,7 +11,8 @@ each calling `super()` first:
 - `_generate` / `_generate_single_turn` draw the completions with grpo-ext's sampler (`generation_backend: sampler`,
   `grpo_ext.rollouts`) instead of transformers' `generate`.
 
-Checkpoints are saved whole, with grpo-ext's state, by `grpo_ext.checkpoints.StagedCheckpointsMixin`.
+Checkpoints are saved whole, with grpo-ext's state (`grpo_ext.trainer_state`: the β controller, refill draws, scored
+completions), by `grpo_ext.checkpoints.StagedCheckpointsMixin`.
 """
 
 from __future__ import annotations
@@ -27,21 +28,16 @@ from trl.models.utils import unwrap_model_for_generation
 from trl.trainer.utils import is_async_callable
 
 from grpo_ext.advantages import get_gradient_coefficient, zero_std_mask
-from grpo_ext.batching import KEPT_NORMALISER, RefillPrompts, replace_rows
-from grpo_ext.checkpoints import (
-    CHECKPOINT_STATE_FILE,
-    StagedCheckpointsMixin,
-    new_kl_controller,
-    restore_kl_controller,
-)
+from grpo_ext.batching import KEPT_NORMALISER, replace_rows
+from grpo_ext.checkpoints import CHECKPOINT_STATE_FILE, StagedCheckpointsMixin
 from grpo_ext.config import GRPOExtConfig
-from grpo_ext.errors import UserError, check_weights, user_input
-from grpo_ext.kl_control import AdaptiveKLController
+from grpo_ext.errors import check_weights, user_input
 from grpo_ext.modeling import prepare_quantized_policy
 from grpo_ext.rewards import load_callable
 from grpo_ext.rewards.checked import checked_reward_func
 from grpo_ext.rewards.process import build_step_rewards, score_steps
 from grpo_ext.rollouts import rollout_seed, sample_completions, sampler_settings_of
+from grpo_ext.trainer_state import TrainingStateMixin
 from grpo_ext.validation import check_combinations, check_training_ranges, context_overflow
 
 __all__ = ["CHECKPOINT_STATE_FILE", "KEPT_NORMALISER", "GRPOExtTrainer"]
@@ -79,7 +75,7 @@ def _as_ext_config(config, model) -> GRPOExtConfig:
     raise TypeError(f"GRPOExtTrainer: args must be a GRPOConfig or GRPOExtConfig, got {type(config).__name__}")
 
 
-class GRPOExtTrainer(StagedCheckpointsMixin, GRPOTrainer):
+class GRPOExtTrainer(StagedCheckpointsMixin, TrainingStateMixin, GRPOTrainer):
     """GRPOTrainer plus `GRPOExtConfig`'s extensions; with them off it trains exactly as GRPOTrainer.
 
     `process_reward_funcs`: callables with TRL's reward signature returning one score per step for each
@@ -116,14 +112,7 @@ class GRPOExtTrainer(StagedCheckpointsMixin, GRPOTrainer):
         overflow = context_overflow(self)
         if overflow:  # TRL takes it; scripts/train.py refuses it
             logger.warning("%s", overflow)
-        self.kl_control = new_kl_controller(config)
-        self._kl_window: list[tuple[float, float]] = []  # (KL x tokens, tokens) per micro-batch
-        refill_pool = self.train_dataset if refill_dataset is None else refill_dataset
-        self._refill = RefillPrompts(refill_pool, config.seed)  # its draw count is checkpointed
-        # Completions of this process with a reward (or a step score, in process mode) the gradient can use: a run
-        # that scores none learns nothing from rewards and must not end like one that did. None: unknown (resumed
-        # from a checkpoint that did not count).
-        self._scored_completions: int | None = 0
+        self._init_extension_state(config, self.train_dataset if refill_dataset is None else refill_dataset)
         # What `_calculate_rewards` scored for the batch being built, read back in `_score_batch`: the gathered
         # `rewards_per_func` and, with process rewards, this process's `steps` (one ScoredSteps per completion).
         self._batch_rewards: dict[str, Any] = {}
@@ -310,10 +299,6 @@ class GRPOExtTrainer(StagedCheckpointsMixin, GRPOTrainer):
             return torch.stack([zero_std_mask(per_func[:, i], group) for i in range(per_func.shape[1])]).all(dim=0)
         return zero_std_mask(rewards, group)
 
-    def _count_scored(self, scored_rows: torch.Tensor) -> None:
-        if self._scored_completions is not None:
-            self._scored_completions += int(scored_rows.sum().item())
-
     def _log_step_metrics(self, local_steps: torch.Tensor, mode: str) -> None:
         present = ~torch.isnan(local_steps)
         stats = torch.stack(
@@ -377,99 +362,9 @@ class GRPOExtTrainer(StagedCheckpointsMixin, GRPOTrainer):
             return 0.0  # nothing kept anywhere: every row is masked, the loss is 0 times TRL's (finite) value
         return local * slots / kept.to(torch.float32)
 
-    def _update_beta(self, inputs) -> None:
-        """Once per optimizer step: the window's token-weighted mean KL (as TRL logs it) updates β."""
-        adaptive = isinstance(self.kl_control, AdaptiveKLController)
-        if adaptive and self.beta != 0.0 and self._metrics["train"]["kl"]:
-            # TRL appended this micro-batch's global per-token KL mean; weight it by its global token count, so
-            # a micro-batch whose rows were all skipped (no tokens, KL reported as 0) does not pull β down.
-            tokens = self.accelerator.reduce(inputs["completion_mask"].sum().float(), reduction="sum").item()
-            self._kl_window.append((self._metrics["train"]["kl"][-1] * tokens, tokens))
-        if not self.accelerator.sync_gradients:
-            return
-        total_tokens = sum(t for _, t in self._kl_window)
-        if total_tokens > 0:
-            n_samples = (
-                self.args.per_device_train_batch_size
-                * self.current_gradient_accumulation_steps
-                * self.accelerator.num_processes
-            )
-            self.kl_control.update(sum(k for k, _ in self._kl_window) / total_tokens, n_samples)
-            self.beta = self.kl_control.beta
-        self._kl_window = []
-        if adaptive:  # a constant beta is not logged, as TRL does not: with the extensions off the logs are TRL's
-            self._metrics["train"]["beta"].append(self.beta)
-
     # ---- the run as a whole ---------------------------------------------------------------------------------
     def train(self, *args, **kwargs):
         output = super().train(*args, **kwargs)
         if not self.rewards_were_scored():  # as TRL: a warning (TRL's own per batch), the run ends normally
             logger.warning("%s", self._unscored_message())
         return output
-
-    def rewards_were_scored(self) -> bool:
-        """Whether some completion of the run got a usable reward (a step score in process mode); True when unknown
-        (no step yet, or resumed from a checkpoint that did not count)."""
-        if self._scored_completions is None or self.state.global_step == 0:
-            return True
-        local = torch.tensor(float(self._scored_completions), device=self.accelerator.device)
-        return self.accelerator.reduce(local, reduction="sum").item() > 0
-
-    def check_rewards_were_scored(self) -> None:
-        """For command lines (scripts/train.py, the method runners): a run in which no completion got a usable reward
-        learned nothing from its rewards, so it fails (recorded `failed`) instead of saving a model like a run that
-        did. The Python API keeps TRL's contract: `train()` only warns."""
-        if not self.rewards_were_scored():
-            raise UserError(self._unscored_message())
-
-    def _unscored_message(self) -> str:
-        if self.gradient_coefficient.needs_step_rewards:
-            what = "process_reward_funcs: no step of any completion was scored"
-        else:
-            what = "reward_funcs: no completion was scored (every reward function returned None or NaN)"
-        return (
-            f"{what} in {self.state.global_step} steps, so the run learned nothing from rewards; check that the "
-            "reward functions read the dataset's columns and the task's completion format"
-        )
-
-    # ---- checkpoints (saved whole by StagedCheckpointsMixin) -------------------------------------------------
-    def extension_state(self) -> dict:
-        """What a checkpoint keeps of grpo-ext, as JSON: the β controller, the refill draws, the scored count."""
-        return {
-            "kl_controller": self.kl_control.state_dict(),
-            "refill_draws": self._refill.draws,
-            "scored_completions": self._scored_completions,
-            "sampler_rollouts": self._rollouts,
-        }
-
-    def restore_extension_state(self, state: dict | None, checkpoint: str) -> None:
-        """Resume from `extension_state()`'s record (None: a checkpoint without one, saved by TRL's GRPOTrainer)."""
-        if state is None:
-            self._resume_without_state(checkpoint)
-            return
-        if not isinstance(state.get("kl_controller"), dict):
-            raise UserError(f"resume_from_checkpoint: {checkpoint}/{CHECKPOINT_STATE_FILE} has no kl_controller")
-        self.kl_control, notes = restore_kl_controller(self.args, state["kl_controller"])
-        for note in notes:
-            logger.warning("resuming from %s: %s", checkpoint, note)
-        self.beta = self.kl_control.beta
-        self._refill.draws = int(state.get("refill_draws", 0))
-        self._rollouts = int(state.get("sampler_rollouts", 0))
-        self._scored_completions = state.get("scored_completions")
-
-    def _resume_without_state(self, checkpoint: str) -> None:
-        """Everything TRL needs is in a TRL checkpoint; what only grpo-ext keeps starts from the config, said out loud
-        when it matters."""
-        self._scored_completions = None  # what the first part of the run scored is unknown
-        lost = []
-        if self.args.kl_controller == "adaptive":
-            lost.append(f"the adaptive beta starts again at the config's beta={self.kl_control.beta}")
-        if self.args.zero_std_groups == "refill":
-            lost.append("refill draws start again from the first")
-        if lost:
-            logger.warning(
-                "resuming from %s, which has no %s (a TRL checkpoint?): %s",
-                checkpoint,
-                CHECKPOINT_STATE_FILE,
-                "; ".join(lost),
-            )

@@ -13,6 +13,7 @@ import math
 
 from grpo_ext.batching import KEPT_NORMALISER
 from grpo_ext.errors import UserError
+from grpo_ext.kl_control import KLControllerSpec, get_kl_controller
 
 __all__ = ["check_number", "check_training_ranges", "context_overflow"]
 
@@ -107,15 +108,16 @@ def _rules(config) -> dict[str, dict]:
         rules["logging_steps"] = dict(low=0, low_open=True)
     if config.save_strategy == "steps":
         rules["save_steps"] = dict(low=0, low_open=True)
-    if getattr(config, "kl_controller", "fixed") == "adaptive":
-        rules |= {
-            "target_kl": dict(low=0, low_open=True),
-            "kl_horizon": dict(low=0, low_open=True),
-            "beta_min": dict(low=0, low_open=True),
-        }
-        if getattr(config, "beta_max", None) is not None:
-            rules["beta_max"] = dict(low=config.beta_min)
+    rules |= _kl_controller(config).ranges(config)  # the fields the config's KL controller reads
     return {name: kwargs for name, kwargs in rules.items() if hasattr(config, name)}
+
+
+def _kl_controller(config) -> KLControllerSpec:
+    """The registry entry of the config's `kl_controller` (a config without one, DPO's or SFT's: the fixed beta)."""
+    try:
+        return get_kl_controller(getattr(config, "kl_controller", "fixed"))
+    except ValueError as err:  # a name changed after the config checked it
+        raise UserError(str(err)) from None
 
 
 def _is_dpo(config) -> bool:
@@ -149,13 +151,9 @@ def check_training_ranges(config) -> None:
     scale = getattr(config, "scale_rewards", "group")
     if scale not in SCALE_REWARDS:
         raise UserError(f"scale_rewards: unknown value {scale!r}; expected one of {', '.join(SCALE_REWARDS)}")
-    if getattr(config, "kl_controller", "fixed") == "adaptive":
-        beta_max = config.beta_max if config.beta_max is not None else math.inf
-        if not config.beta_min <= config.beta <= beta_max:
-            raise UserError(
-                f"beta: the adaptive controller starts at beta, which must lie in [beta_min, beta_max] = "
-                f"[{config.beta_min}, {beta_max}], got {config.beta}"
-            )
+    message = _kl_controller(config).check(config)
+    if message:
+        raise UserError(message)
     _check_loss_type(config)
 
 

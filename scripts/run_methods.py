@@ -42,35 +42,23 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# --quick: 2 optimizer steps on 8 train prompts, budgets equal (32 samples), a tiny evaluation.
+# --quick: 2 optimizer steps on 8 train prompts, then each method's own quick (or rehearsal) flags, which its paradigm
+# entry holds (grpo_ext.methods.paradigm), and a tiny evaluation.
 QUICK_COMMON = (
     "--max_steps 2 --train_size 8 --warmup_steps 0 --logging_steps 1 --curve_every 1 --curve_prompts 4 "
     "--gradient_accumulation_steps 1"
 )
-QUICK = {
-    "sft": "--per_device_train_batch_size 16 --sample_budget 0",
-    "rft": "--per_device_train_batch_size 16 --samples_per_prompt 4 --sample_max_new_tokens 32 --sample_budget 32",
-    "dpo": "--per_device_train_batch_size 8 --samples_per_prompt 4 --sample_max_new_tokens 32 --sample_budget 32",
-    "online": "--per_device_train_batch_size 16 --num_generations 4 --max_completion_length 32 "
-    "--sample_max_new_tokens 32 --sample_budget 32 --curve_n 2",
-}
-# --quick on a real base (the rehearsal, a tiny random model): every sample of a random model runs to its longest, so
-# the rehearsal samples 16 tokens everywhere (draws, GRPO's completions, learning curves and evaluations: a study's
-# costs are its sampling steps) and its batches are smaller than the embedded model's (same equal budgets: 16 samples,
-# 2 steps)
-QUICK_REHEARSAL = {
-    "sft": "--per_device_train_batch_size 4 --sample_budget 0 --sample_max_new_tokens 16 --curve_n 2",
-    "rft": "--per_device_train_batch_size 4 --samples_per_prompt 2 --sample_max_new_tokens 16 --sample_budget 16 "
-    "--curve_n 2",
-    "dpo": "--per_device_train_batch_size 2 --samples_per_prompt 2 --sample_max_new_tokens 16 --sample_budget 16 "
-    "--curve_n 2",
-    "online": "--per_device_train_batch_size 8 --num_generations 4 --max_completion_length 16 "
-    "--sample_max_new_tokens 16 --sample_budget 16 --curve_n 2",
-}
 QUICK_EVALUATION = {"limit": 6, "n": 4, "max_new_tokens": 32, "n_by": ()}
 QUICK_REHEARSAL_EVALUATION = {**QUICK_EVALUATION, "max_new_tokens": 16}
 # --quick on a real base: the rehearsal model (a tiny random model with the base's tokenizer), kept between runs
 TINY_MODELS = ROOT / "outputs" / "tiny_models"
+
+
+def quick_method_flags(rehearsal: bool) -> dict[str, str]:
+    """--quick's flags by runner (the study looks them up by its methods' runner), from the paradigm's entries."""
+    from grpo_ext.methods import METHODS
+
+    return {m.runner: m.rehearsal_flags if rehearsal else m.quick_flags for m in METHODS.values()}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -203,7 +191,7 @@ def main(argv: list[str]) -> dict:
         "quick": args.quick,
         "progress": not (args.no_progress or args.quick),
         "quick_flags": QUICK_COMMON,
-        "quick_method_flags": QUICK_REHEARSAL if args.quick and rehearsal else QUICK,
+        "quick_method_flags": quick_method_flags(args.quick and rehearsal),
     }
     from grpo_ext.methods.study.runs import check_stop_support
 

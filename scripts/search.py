@@ -269,7 +269,7 @@ def main(argv: list[str]) -> dict:
 
 def _parse_args(argv: list[str]) -> argparse.Namespace:
     from grpo_ext.errors import UserError
-    from grpo_ext.evaluation.scoring import default_ks
+    from grpo_ext.evaluation.registry import default_ks
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--config", required=True, help="the training YAML (scripts/train.py's --config)")

@@ -58,7 +58,7 @@ def _loaded_paths(model_args, training_args) -> dict[str, str | None]:
 def _train(task_args, training_args, model_args) -> None:
     from grpo_ext.assembly import build_grpo_trainer
     from grpo_ext.errors import UserError, user_input
-    from grpo_ext.hub.training import training_run
+    from grpo_ext.run_record import training_run
     from grpo_ext.tasks import get_task
     from grpo_ext.validation import context_overflow
 
@@ -93,7 +93,7 @@ def _train(task_args, training_args, model_args) -> None:
             seed=training_args.seed,
             trainer=trainer,
         )
-    # the run's record (status, resolved config), as every runner writes it: grpo_ext.hub.training.training_run
+    # the run's record (status, resolved config), as every runner writes it: grpo_ext.run_record.training_run
     with training_run(trainer, task_args, model_args) as run:
         trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
         trainer.check_rewards_were_scored()  # a run that scored no reward fails here, before a model is saved

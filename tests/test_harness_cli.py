@@ -346,7 +346,7 @@ def test_read_report_gives_back_what_the_harness_wrote(small_run, tmp_path):
 
 def test_harness_flags_are_checked_before_any_model_is_loaded():
     from grpo_ext.evaluation.cli import HarnessArgumentParser, add_harness_arguments, harness_settings, task_kwargs_flag
-    from grpo_ext.evaluation.scoring import default_ks
+    from grpo_ext.evaluation.registry import default_ks
 
     assert default_ks(64) == [1, 2, 4, 8, 16, 32, 64] and default_ks(6) == [1, 2, 4, 6] and default_ks(1) == [1]
     with pytest.raises(ValueError, match="must be a JSON object"):

@@ -10,8 +10,9 @@ import yaml
 from grpo_ext.advantages import GRADIENT_COEFFICIENTS, get_gradient_coefficient
 from grpo_ext.methods import METHODS, Method, get_method, paradigm_markdown, paradigm_rows
 from grpo_ext.methods.config import check_budget, parse_method_args, sampling_budget
+from grpo_ext.methods.draws import dpo_pairs, rft_examples
 from grpo_ext.methods.paradigm import PARADIGM_COLUMNS, register_method
-from grpo_ext.methods.runners import dpo_pairs, rft_examples
+from grpo_ext.methods.trainers import build_online, grpo_config
 from grpo_ext.tasks import get_task
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,23 +98,29 @@ def test_paradigm_table_is_generated_from_the_registry():
     assert "`online_rft`" in table and "`process`" in table
 
 
+# How an entry trains (its trainer builder and config class): these tests are about what it is.
+HOW = (build_online, grpo_config)
+
+
 def test_a_new_method_shows_up_in_the_table(monkeypatch):
     monkeypatch.setattr("grpo_ext.methods.paradigm.METHODS", dict(METHODS))
     from grpo_ext.methods import paradigm
 
-    register_method(Method("toy", "Toy RL", "q ~ P(Q), o ~ pi_theta", "rule", "+-1", True, "outcome", "x", "online"))
+    register_method(
+        Method("toy", "Toy RL", "q ~ P(Q), o ~ pi_theta", "rule", "+-1", True, "outcome", "x", "online", *HOW)
+    )
     assert "| Toy RL | q ~ P(Q), o ~ pi_theta | rule | +-1 |" in paradigm.paradigm_markdown()
     with pytest.raises(ValueError, match="already registered"):
-        register_method(Method("toy", "T", "d", "r", "g", True, "outcome", "x", "online"))
+        register_method(Method("toy", "T", "d", "r", "g", True, "outcome", "x", "online", *HOW))
 
 
 def test_an_online_method_must_name_a_registered_gradient_coefficient():
     with pytest.raises(ValueError, match="not a registered gradient coefficient"):
-        Method("bad", "Bad", "d", "r", "g", True, "no_such_mode", "x", "online")
+        Method("bad", "Bad", "d", "r", "g", True, "no_such_mode", "x", "online", *HOW)
     with pytest.raises(ValueError, match="needs an advantage_mode"):
-        Method("bad", "Bad", "d", "r", "g", True, None, "x", "online")
+        Method("bad", "Bad", "d", "r", "g", True, None, "x", "online", *HOW)
     with pytest.raises(ValueError, match="offline method has no advantage_mode"):
-        Method("bad", "Bad", "d", "r", "g", False, "outcome", "x", "sft")
+        Method("bad", "Bad", "d", "r", "g", False, "outcome", "x", "sft", *HOW)
 
 
 def test_unknown_method_is_named():

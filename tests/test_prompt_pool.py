@@ -106,11 +106,11 @@ def test_every_online_arm_of_the_study_reads_its_prompts_once_and_the_offline_ar
 
 
 def test_a_study_refill_arm_draws_its_refill_prompts_after_its_own(root, tmp_path):
-    """The study's online runner (`run_online`, what outcome_refill and process_refill train with) gets the same
+    """The study's online runner (`build_online`, what outcome_refill and process_refill train with) gets the same
     reserve as `build_grpo_trainer(train_size=...)`: refill rounds never draw one of the arm's 6 prompts."""
     from grpo_ext.methods.config import parse_method_args
     from grpo_ext.methods.paradigm import get_method
-    from grpo_ext.methods.runners import RUNNERS, RunContext
+    from grpo_ext.methods.trainers import RunContext
 
     flags = ["--zero_std_groups", "refill", "--max_refill_rounds", "2", "--train_size", "6", "--max_steps", "3"]
     flags += ["--per_device_train_batch_size", "8", "--num_generations", "4", "--output_dir", str(tmp_path)]
@@ -121,7 +121,7 @@ def test_a_study_refill_arm_draws_its_refill_prompts_after_its_own(root, tmp_pat
     task = TASK.__class__(**task_args.task_kwargs)
     run = task.load("train", 6)
     ctx = RunContext(get_method("grpo_outcome"), method_args, task_args, training_args, model_args, task, run)
-    trainer = RUNNERS["online"](ctx)
+    trainer = ctx.method.build(ctx)
     assert trainer.train_dataset["prompt"] == run["prompt"]
     assert trainer._refill.dataset["prompt"] == task.load("train", 18)["prompt"][6:]  # 3 batches x 2 rounds x 2
 

@@ -15,9 +15,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import ModelConfig
 
 from grpo_ext.evaluation.report import write_reports
-from grpo_ext.hub.training import save_resolved_config
 from grpo_ext.modeling import ALL_LINEAR
 from grpo_ext.models import EMBEDDED_MODEL_DIR
+from grpo_ext.run_record import save_resolved_config
 from grpo_ext.script_args import TaskArguments
 from scripts import publish
 from tests.trainer_utils import TASK, tiny_args

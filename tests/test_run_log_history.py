@@ -10,7 +10,7 @@ import pytest
 
 from grpo_ext.checkpoints import RUN_STATUS_FILE, read_run_status
 from grpo_ext.errors import UserError
-from grpo_ext.hub.training import compact_log_history
+from grpo_ext.run_record import compact_log_history
 from scripts import train
 from tests.trainer_utils import TRAIN_ARGV
 

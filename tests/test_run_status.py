@@ -8,7 +8,7 @@ import yaml
 
 from grpo_ext.checkpoints import RUN_STATUS_FILE, read_run_status
 from grpo_ext.errors import UserError
-from grpo_ext.hub import CONFIG_FILE
+from grpo_ext.run_record import CONFIG_FILE
 from scripts import publish, train
 from tests.trainer_utils import TRAIN_ARGV
 
@@ -96,7 +96,8 @@ class _FakeTrainer:
 def test_training_run_writes_the_same_record_for_any_runner(tmp_path):
     from trl import ModelConfig
 
-    from grpo_ext.hub.training import trained_with, training_run
+    from grpo_ext.hub.training import trained_with
+    from grpo_ext.run_record import training_run
     from grpo_ext.script_args import TaskFields
 
     trainer = _FakeTrainer(tmp_path / "ok")

@@ -53,7 +53,7 @@ def test_every_runner_trains_a_lora_policy_on_the_chat_task(method, tiny_chat_mo
     """The real study's own method configs (LoRA r16, bf16 base, word_arithmetic chat prompts) on the tiny model:
     one step each. RFT and DPO draw hand-made samples (a random model is never right): a right and a wrong one per
     prompt, so both have data in the chat format; DPO's pairs go through TRL's DPOTrainer."""
-    import grpo_ext.methods.runners as runners
+    import grpo_ext.methods.draws as draws
     from grpo_ext.methods import run_method
 
     def draw(ctx):
@@ -61,7 +61,7 @@ def test_every_runner_trains_a_lora_policy_on_the_chat_task(method, tiny_chat_mo
         ctx.cost.update(samples_generated=8, generated_tokens=80, sampling_seconds=0.0)
         return prompts, answers, [[f"#### {a}", f"#### {int(a) + 1}"] for a in answers]
 
-    monkeypatch.setattr(runners, "draw_from_base", draw)
+    monkeypatch.setattr(draws, "draw_from_base", draw)
     config = ROOT / "configs" / "real" / "methods" / f"{method}.yaml"
     flags = ["--model_name_or_path", str(tiny_chat_model), "--output_dir", str(tmp_path), *RUN_FLAGS]
     flags += ["--task_kwargs", json.dumps({**TASK_KWARGS, "num_fewshot": 0})]  # byte tokens: keep prompts short

@@ -27,17 +27,18 @@ import sys
 
 from datasets import DatasetDict
 
-from grpo_ext.cli import one_line
-from grpo_ext.errors import UserError
-from grpo_ext.evaluation.registry import keyed_metrics
+from grpo_ext.errors import UserError, one_line
+from grpo_ext.evaluation.registry import default_ks, headline_entries
 from grpo_ext.evaluation.scoring import score_problem
 from grpo_ext.evaluation.stops import cut_at_stop
 from grpo_ext.tasks import TASKS, Task, get_task
 
-#: The k of the reported metrics; each metric at each k must also be listed in the YAML's metric_list.
-KS = (1, 2, 4, 8, 16)
-#: The metrics reported: those a model card lists (pass@k, maj@k), one value per k.
-REPORTED = [m for m in keyed_metrics("k") if m.in_card]
+#: The largest k the YAMLs' metric_list names (their `repeats`: 16).
+MAX_K = 16
+#: The k of the reported metrics, by the registry's rule (powers of two); each metric at each k is in `metric_list()`.
+KS = tuple(default_ks(MAX_K, with_n=False))
+#: The metrics reported: the registry's headline metrics (pass@k, maj@k), one value per k.
+REPORTED = headline_entries()
 #: The metadata key naming the task, and the column that carries it in every document (see ``process_results``).
 TASK_KEY = "grpo_ext_task"
 
@@ -119,6 +120,11 @@ def sample_metrics(task: Task, generations: list[str], doc: dict, ks=KS) -> dict
     ks = [k for k in ks if k <= n]
     record = score_problem(task, {"problem_id": None, **doc}, generations, ks)  # lm-eval's documents have no id
     return {m.at(k): float(m.per_problem(n, [record], str(k))[0]) for m in REPORTED for k in ks}
+
+
+def metric_list() -> list[dict]:
+    """The YAMLs' ``metric_list`` as the registry makes it (lm-eval reads a static YAML: a test keeps the two equal)."""
+    return [{"metric": m.at(k), "aggregation": "mean", "higher_is_better": True} for m in REPORTED for k in KS]
 
 
 def _generations(results) -> list[str]:

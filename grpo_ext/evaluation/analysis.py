@@ -30,12 +30,9 @@ from grpo_ext.evaluation.bootstrap import (
     crossover_k,
     solved_overlap,
 )
-from grpo_ext.evaluation.registry import get_metric, keyed_metrics, scalar_metrics
-from grpo_ext.evaluation.scoring import default_ks
+from grpo_ext.evaluation.registry import default_ks, get_metric, keyed_metrics, scalar_metrics
 
 __all__ = [
-    "KEYED_METRICS",
-    "SCALAR_METRICS",
     "SOLVED_THRESHOLD",
     "DEFAULT_BOOTSTRAP",
     "BootstrapSettings",
@@ -48,10 +45,6 @@ __all__ = [
 
 #: A model *solves* a problem at k when its pass@k there is at least this (see bootstrap.solved_overlap).
 SOLVED_THRESHOLD = 0.5
-#: Metrics with one value per k (or per tau for Cover@tau), and metrics with one value per problem: the registry's
-#: (:mod:`grpo_ext.evaluation.registry`), in its order.
-KEYED_METRICS = tuple(m.name for m in keyed_metrics())
-SCALAR_METRICS = tuple(m.name for m in scalar_metrics())
 
 
 @dataclass(frozen=True)
@@ -116,8 +109,8 @@ def metric_keys(result: dict, metric: str) -> list[str]:
 
 
 def per_problem_values(result: dict, metric: str, keys: Sequence[str] = (), ids: Sequence[str] | None = None):
-    """Each problem's value of ``metric``: shape (problems, len(keys)) for :data:`KEYED_METRICS` (``keys``: ks or
-    taus as strings), (problems,) for :data:`SCALAR_METRICS`; rows in ``ids`` order (default: the result's order).
+    """Each problem's value of ``metric``: shape (problems, len(keys)) for a keyed metric (``keys``: ks or
+    taus as strings), (problems,) for a one-number metric; rows in ``ids`` order (default: the result's order).
     None when the result lacks what the metric needs.
 
     pass@k, pass^k and Cover@tau come from ``n_correct`` and ``n`` (exact, any k <= n); maj@k, distinct answers and
@@ -148,14 +141,14 @@ def model_intervals(result: dict, settings: BootstrapSettings = DEFAULT_BOOTSTRA
     ``{metric: [low, high]}`` for the others; ``{}`` for a result without per-problem records. All metrics see the
     same resamples (same seed, same problems)."""
     out: dict = {}
-    for metric in KEYED_METRICS:
+    for metric in (m.name for m in keyed_metrics()):
         keys = metric_keys(result, metric)
         values = per_problem_values(result, metric, keys) if keys else None
         if values is None:
             continue
         ci = bootstrap_mean_ci(values, **settings.kwargs())
         out[metric] = {key: [float(ci.low[j]), float(ci.high[j])] for j, key in enumerate(keys)}
-    for metric in SCALAR_METRICS:
+    for metric in (m.name for m in scalar_metrics()):
         values = per_problem_values(result, metric)
         if values is not None:
             ci = bootstrap_mean_ci(values, **settings.kwargs())
@@ -212,7 +205,7 @@ def compare_models(
     n = min(int(a["n"]), int(b["n"]))
     out = {"a": a["model"], "b": b["model"], "n_problems": len(ids), "n": n, "solved_threshold": solved_threshold}
     difference: dict = {}
-    for metric in KEYED_METRICS:
+    for metric in (m.name for m in keyed_metrics()):
         keys = [key for key in metric_keys(a, metric) if key in set(metric_keys(b, metric))]
         if get_metric(metric).keyed_by == "k":
             keys = [key for key in keys if int(key) <= n]
@@ -220,7 +213,7 @@ def compare_models(
         vb = per_problem_values(b, metric, keys, ids) if keys else None
         if va is not None and vb is not None:
             difference[metric] = _difference(vb, va, settings, keys)
-    for metric in SCALAR_METRICS:
+    for metric in (m.name for m in scalar_metrics()):
         va, vb = per_problem_values(a, metric, ids=ids), per_problem_values(b, metric, ids=ids)
         if va is not None and vb is not None:
             difference[metric] = _difference(vb, va, settings, None)

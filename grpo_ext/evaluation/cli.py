@@ -206,8 +206,8 @@ def harness_settings(args: argparse.Namespace) -> HarnessSettings:
     every k must be <= n (the command line refuses what the harness would drop with a warning), every --by an
     attribute the task declares."""
     from grpo_ext.evaluation.harness import check_ks
+    from grpo_ext.evaluation.registry import default_ks
     from grpo_ext.evaluation.sampling import SamplingParams
-    from grpo_ext.evaluation.scoring import default_ks
     from grpo_ext.evaluation.slices import check_by
     from grpo_ext.tasks import get_task
 

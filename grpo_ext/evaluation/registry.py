@@ -5,7 +5,11 @@ per k, ``"tau"``: per threshold, ``None``: one number) and a per-problem functio
 the per-problem values over problems (:func:`grpo_ext.evaluation.scoring.summarize`), the report's interval is a
 bootstrap of them (:mod:`grpo_ext.evaluation.analysis`), and the report, the model card and the method comparison
 read the tables through the same entries. Adding a metric is its per-problem function (a file, or
-:mod:`grpo_ext.evaluation.metrics`) plus one line in :data:`METRICS`.
+:mod:`grpo_ext.evaluation.metrics`) plus one :func:`register_metric` call.
+
+The registry also says which metrics lead (``headline``: the model card's, lm-eval's, the ones a study or a search
+picks runs by; :func:`headline_at`, :func:`headline_forms`) and which k a result reports for n samples a problem
+(:func:`default_ks`). No reader spells a metric's name or its own k rule.
 
 A per-problem function is ``f(n, records, key) -> array | None``: ``n`` samples per problem, the problems' records
 (:func:`grpo_ext.evaluation.scoring.score_problem`), ``key`` the k or tau as the JSON key (a string; None for an
@@ -22,7 +26,19 @@ import numpy as np
 
 from grpo_ext.evaluation.metrics import cover_at_many, pass_at_k_many, pass_hat_k_many
 
-__all__ = ["METRICS", "Metric", "get_metric", "keyed_metrics", "metric_at", "scalar_metrics"]
+__all__ = [
+    "METRICS",
+    "Metric",
+    "default_ks",
+    "get_metric",
+    "headline_at",
+    "headline_forms",
+    "headline_entries",
+    "keyed_metrics",
+    "metric_at",
+    "register_metric",
+    "scalar_metrics",
+]
 
 PerProblem = Callable[[int, Sequence[dict], "str | None"], "np.ndarray | None"]
 
@@ -37,7 +53,8 @@ class Metric:
         per_problem: see the module docstring.
         title: how a sentence names it (``answer entropy (bits)``).
         legend: the report's legend line for it; None to leave it out (a line another entry's covers).
-        in_card: the model card's ``model-index`` lists it, one entry per k.
+        headline: a metric reports lead with: the model card's ``model-index`` lists it (one entry per k), the lm-eval
+            tasks report it, and a study or a search may pick runs by it (keyed by k only).
     """
 
     name: str
@@ -45,7 +62,7 @@ class Metric:
     per_problem: PerProblem
     title: str
     legend: str | None = None
-    in_card: bool = False
+    headline: bool = False
 
     def sort_keys(self, keys) -> list[str]:
         """A result's keys of this metric in order: ks as integers, taus as numbers."""
@@ -128,20 +145,30 @@ _LEGEND_STRICT = (
 _LEGEND_DIVERSITY = "- **answer diversity**: distinct answers per problem and the entropy (bits) of their distribution."
 
 #: name -> entry, in the order reports list them (keyed metrics first, then the one-number ones).
-METRICS: dict[str, Metric] = {
-    m.name: m
-    for m in (
-        Metric("pass@k", "k", _pass_at_k, "pass@k", _LEGEND_PASS, in_card=True),
-        Metric("maj@k", "k", _maj_at_k, "maj@k", _LEGEND_MAJ, in_card=True),
-        Metric("pass^k", "k", _pass_hat_k, "pass^k", _LEGEND_HAT),
-        Metric("cover@tau", "tau", _cover_at, "Cover@tau", _LEGEND_COVER),
-        Metric("mean_accuracy", None, _mean_accuracy, "mean accuracy"),
-        Metric("distinct_answers", None, _recorded("distinct_answers"), "distinct answers", _LEGEND_DIVERSITY),
-        Metric("answer_entropy", None, _recorded("answer_entropy"), "answer entropy (bits)"),
-        Metric("strict_accuracy", None, _share("n_correct_strict"), "strict pass@1", _LEGEND_STRICT),
-        Metric("strict_share", None, _share("n_strict"), "strict share"),
-    )
-}
+METRICS: dict[str, Metric] = {}
+
+
+def register_metric(metric: Metric) -> Metric:
+    """Add ``metric`` to :data:`METRICS` (after the registered ones: a keyed metric belongs before the one-number ones
+    for reports to list it in that order); a taken name is a ``ValueError``."""
+    if metric.name in METRICS:
+        raise ValueError(f"metric {metric.name!r} is already registered")
+    METRICS[metric.name] = metric
+    return metric
+
+
+for _metric in (
+    Metric("pass@k", "k", _pass_at_k, "pass@k", _LEGEND_PASS, headline=True),
+    Metric("maj@k", "k", _maj_at_k, "maj@k", _LEGEND_MAJ, headline=True),
+    Metric("pass^k", "k", _pass_hat_k, "pass^k", _LEGEND_HAT),
+    Metric("cover@tau", "tau", _cover_at, "Cover@tau", _LEGEND_COVER),
+    Metric("mean_accuracy", None, _mean_accuracy, "mean accuracy"),
+    Metric("distinct_answers", None, _recorded("distinct_answers"), "distinct answers", _LEGEND_DIVERSITY),
+    Metric("answer_entropy", None, _recorded("answer_entropy"), "answer entropy (bits)"),
+    Metric("strict_accuracy", None, _share("n_correct_strict"), "strict pass@1", _LEGEND_STRICT),
+    Metric("strict_share", None, _share("n_strict"), "strict share"),
+):
+    register_metric(_metric)
 
 
 def get_metric(name: str) -> Metric:
@@ -178,3 +205,37 @@ def keyed_metrics(by: str | None = None) -> list[Metric]:
 def scalar_metrics() -> list[Metric]:
     """The metrics with one value per result."""
     return [m for m in METRICS.values() if m.keyed_by is None]
+
+
+def headline_entries() -> list[Metric]:
+    """The headline metrics, keyed by k (pass@k, maj@k), in the registry's order."""
+    return [m for m in keyed_metrics("k") if m.headline]
+
+
+def headline_forms(key: str = "k") -> str:
+    """The headline metrics as a message names them: ``pass@k or maj@k`` (``key``: the letter a message uses)."""
+    return " or ".join(m.at(key) for m in headline_entries())
+
+
+def headline_at(text: str) -> tuple[Metric, int] | None:
+    """``maj@16`` -> (the ``maj@k`` entry, 16) for a headline metric at a k written in digits; None for anything
+    else (a study's or a search's pick metric is one of these)."""
+    for metric in headline_entries():
+        prefix, key = metric.at(""), str(text)[len(metric.at("")) :]
+        if str(text).startswith(prefix) and key.isdigit():
+            return metric, int(key)
+    return None
+
+
+def default_ks(n: int, *, with_n: bool = True) -> list[int]:
+    """Which k a result reports for ``n`` samples a problem: the powers of two up to ``n`` (the ks of DeepSeekMath's
+    Figure 7), then ``n`` itself unless ``with_n`` is False. The harness's default ``--k`` (and where the pass@k
+    crossover is searched) has ``n``; a study's evaluation, the lm-eval tasks and the ``evaluate`` module stop at the
+    last power of two."""
+    ks, k = [], 1
+    while k < n:
+        ks.append(k)
+        k *= 2
+    if with_n:
+        return [*ks, n]
+    return [*ks, n] if k == n else ks  # n is itself a power of two

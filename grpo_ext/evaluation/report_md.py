@@ -20,9 +20,6 @@ from grpo_ext.evaluation.slices import MIN_SLICE_PROBLEMS, slices_markdown
 
 __all__ = ["crossover_text", "render_markdown"]
 
-# the legend's lines: the registry's, in its order (a metric without one is covered by another's line)
-_LEGEND = [m.legend for m in METRICS.values() if m.legend]
-
 
 def _model_section(r: dict, iv: dict) -> list[str]:
     keys = [str(k) for k in r["ks"]]
@@ -179,7 +176,9 @@ def render_markdown(
     ``paired``: per comparison ``{"a", "b", "moved", "slices"}`` (what :func:`~grpo_ext.evaluation.report.write_reports`
     adds to it); ``notes``: paragraphs shown first, under the command, each as a "Note" quote."""
     intervals = analysis["intervals"] if analysis else [{} for _ in results]
-    lines = [f"# Pass@K vs Maj@K: {describe_task(results)}", "", *_LEGEND, ""]
+    # the legend's lines: the registry's, in its order (a metric without one is covered by another's line)
+    legend = [m.legend for m in METRICS.values() if m.legend]
+    lines = [f"# Pass@K vs Maj@K: {describe_task(results)}", "", *legend, ""]
     lines.append("Every value is a mean over problems, from the same n samples per problem.")
     if analysis:
         b = analysis["bootstrap"]

@@ -38,22 +38,12 @@ from grpo_ext.evaluation.registry import METRICS
 if TYPE_CHECKING:  # grpo_ext.tasks imports datasets: not needed to score
     from grpo_ext.tasks.base import Task
 
-__all__ = ["DEFAULT_TAUS", "TOP_ANSWERS", "check_taus", "default_ks", "score_problem", "summarize", "tau_key"]
+__all__ = ["DEFAULT_TAUS", "TOP_ANSWERS", "check_taus", "score_problem", "summarize", "tau_key"]
 
 #: Cover@tau thresholds reported by default: solved at least sometimes (0.1), usually (0.5), reliably (0.9).
 DEFAULT_TAUS = (0.1, 0.5, 0.9)
 #: Answers kept with their counts per problem: enough to show a shortcut ("56 in 62 of 64") beside the runner-up.
 TOP_ANSWERS = 3
-
-
-def default_ks(n: int) -> list[int]:
-    """The powers of two below ``n``, then ``n``: the ks of DeepSeekMath's Figure 7 (the
-    default --k, and where the pass@k crossover is searched)."""
-    ks, k = [], 1
-    while k < n:
-        ks.append(k)
-        k *= 2
-    return [*ks, n]
 
 
 def check_taus(taus: Iterable[float]) -> list[float]:

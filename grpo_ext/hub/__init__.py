@@ -1,8 +1,9 @@
-"""Publishing to the Hugging Face Hub: what a checkpoint's training was (`training`: the run's record and its
-reader), its model card (`card`), and the folder that is uploaded (`export`, behind scripts/publish.py).
+"""Publishing to the Hugging Face Hub: what a checkpoint's training was (`training`: the card's reading of the run's
+record, which `grpo_ext.run_record` writes), its model card (`card`), and the folder that is uploaded (`export`,
+behind scripts/publish.py).
 
-The names below are loaded on first use: a runner that writes a training record (`grpo_ext.hub.training`) does
-not load the model card's report stack.
+The names below are loaded on first use: reading how a checkpoint was trained does not load the model card's report
+stack.
 """
 
 import importlib
@@ -12,14 +13,11 @@ _EXPORTS = {
     "build_model_card": "card",
     "eval_results": "card",
     "trainer_model_card": "card",
-    "CONFIG_FILE": "training",
     "hardware_summary": "training",
-    "save_resolved_config": "training",
     "summarize_training": "training",
     "task_dataset": "training",
     "trained_with": "training",
     "trainer_summary": "training",
-    "training_run": "training",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from grpo_ext.evaluation.registry import METRICS
+from grpo_ext.evaluation.registry import headline_entries
 from grpo_ext.evaluation.report import metric_table, read_report
 from grpo_ext.hub.training import is_embedded, is_hub_id, task_dataset, trained_with, trainer_summary
 
@@ -32,9 +32,9 @@ def eval_results(report: dict, dataset: str | None = None) -> list[EvalResult]:
     params = _sampling(report)
     args = {"n": report.get("n"), **params}
     results = []
-    for metric in (m.name for m in METRICS.values() if m.in_card):  # the registry says which metrics a card lists
-        for k, value in metric_table(report, metric).items():
-            name = metric.replace("@k", f"@{k}")
+    for metric in headline_entries():  # the registry says which metrics a card lists
+        for k, value in metric_table(report, metric.name).items():
+            name = metric.at(k)
             results.append(
                 EvalResult(
                     task_type="text-generation",
@@ -173,7 +173,7 @@ def _text(value) -> str:
 def _eval_section(report: dict | None) -> str:
     if report is None:
         return ""
-    tables = {m.name: metric_table(report, m.name) for m in METRICS.values() if m.in_card}
+    tables = {m.name: metric_table(report, m.name) for m in headline_entries()}
     rows = []
     for k in sorted(set().union(*tables.values())):
         whole = all(k in t for t in tables.values())  # a k some metric lacks is shown as written, "–" where missing

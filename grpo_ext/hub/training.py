@@ -1,64 +1,35 @@
-"""A training run's record and what a checkpoint's model card says about it.
-
-The record, written by every runner (scripts/train.py, the method runners, the iterative loop) through
-`training_run`: `grpo_ext_run.json` (`running`, then `complete` or `failed`; see `grpo_ext.checkpoints`) and the
-resolved config `grpo_ext_config.yaml` (`save_resolved_config`). `grpo_ext_run.json` also keeps the trainer's
-`log_history` (`compact_log_history`: every logged step's loss, reward, reward_std, frac_reward_zero_std, completion
-lengths, kl, beta...), so the learning curve can be plotted from a committed record after the checkpoints are gone.
-The config's reader: a summary dict built from it next to the checkpoint (`trained_with`) or from a live trainer
-(`trainer_summary`).
+"""What a checkpoint's model card says of how it was trained, read from the run's record (`grpo_ext.run_record`:
+the resolved config next to the checkpoint, `trained_with`) or from a live trainer (`trainer_summary`).
 
 How the gradient coefficient was computed is the registry record's own text (`GradientCoefficient.description`),
-so a mode added with `register_gradient_coefficient` is described on the card without editing this file.
+and the KL controller's line and tag are its registry entry's (`KLControllerSpec.card`, `.tag`), so a mode or a
+controller added to its registry is described on the card without editing this file.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import json
-import math
 import os
 import platform
-import signal
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import yaml
-from transformers import TrainerCallback
-
 from grpo_ext.advantages import GradientCoefficient, get_gradient_coefficient
-from grpo_ext.checkpoints import write_run_status
-from grpo_ext.cli import one_line
-from grpo_ext.errors import UserError
-from grpo_ext.io import atomic_write_text, portable_path
+from grpo_ext.kl_control import KLControllerSpec, get_kl_controller
+from grpo_ext.run_record import resolved_config
 
 __all__ = [
-    "CONFIG_FILE",
-    "LOG_DIGITS",
     "TRAINER_STATE_FILE",
-    "compact_log_history",
     "hardware_summary",
     "is_embedded",
     "is_hub_id",
-    "resolved_config",
-    "save_resolved_config",
     "summarize_training",
     "task_dataset",
     "trained_with",
     "trainer_summary",
-    "training_run",
 ]
 
-#: The resolved config every training run writes into its output folder (`{task, training, model}` sections).
-CONFIG_FILE = "grpo_ext_config.yaml"
 TRAINER_STATE_FILE = "trainer_state.json"
-#: Significant digits a logged float keeps in the run record: a learning curve reads the same, the record stays small.
-LOG_DIGITS = 4
-# Path-valued fields of the resolved config, recorded relative to the output folder or the repository.
-_PATH_FIELDS = {"training": ("output_dir", "logging_dir", "resume_from_checkpoint"), "model": ("model_name_or_path",)}
 
 # Training fields shown in the card when set (label, key); the grpo-ext ones are listed only when not at TRL's default.
 _GRPO_FIELDS = (
@@ -125,6 +96,13 @@ def _registry_record(mode: str) -> GradientCoefficient | None:
         return None
 
 
+def _kl_record(name: str) -> KLControllerSpec | None:
+    try:
+        return get_kl_controller(name)
+    except ValueError:  # registered by code this process has not imported: the card says nothing of it
+        return None
+
+
 def _gradient_coefficient(mode: str, record: GradientCoefficient | None, training: dict) -> str:
     """The card's sentence on how each token's gradient coefficient was computed."""
     if record is None:
@@ -179,12 +157,10 @@ def summarize_training(resolved: dict, steps: int | None = None, hardware: str |
     if zero_std != "keep":
         extra = f", up to {training.get('max_refill_rounds')} refill rounds" if zero_std == "refill" else ""
         extensions.append(f"zero-std groups: {zero_std}{extra}")
-    adaptive_kl = (training.get("kl_controller") or "fixed") == "adaptive"
-    if adaptive_kl:
-        extensions.append(
-            f"adaptive KL coefficient (Ziegler et al. 2019): target_kl {training.get('target_kl')}, "
-            f"horizon {training.get('kl_horizon')}, initial beta {training.get('beta')}"
-        )
+    kl_controller = _kl_record(training.get("kl_controller") or "fixed")
+    kl_text = kl_controller.card(training) if kl_controller else None
+    if kl_text:
+        extensions.append(kl_text)
 
     tags = ["trl", "grpo", "grpo-ext"]
     if use_peft:
@@ -193,8 +169,8 @@ def summarize_training(resolved: dict, steps: int | None = None, hardware: str |
         tags.append("qlora")
     if _mode_tag(mode, record):
         tags.append(_mode_tag(mode, record))
-    if adaptive_kl:
-        tags.append("adaptive-kl")
+    if kl_controller and kl_controller.tag:
+        tags.append(kl_controller.tag)
 
     if hardware is None:
         hardware = "CPU" if training.get("use_cpu") else "GPU"
@@ -246,22 +222,6 @@ def trained_with(checkpoint_dir: str | os.PathLike) -> dict | None:
     return summarize_training(resolved, steps=_global_step(Path(checkpoint_dir)), hardware=resolved.get("hardware"))
 
 
-def resolved_config(checkpoint_dir: str | os.PathLike) -> dict | None:
-    """The resolved config a run wrote next to `checkpoint_dir` (`grpo_ext_config.yaml`, or its parent's for a
-    `checkpoint-N` folder); None if there is none."""
-    folder = Path(checkpoint_dir)
-    for candidate in (folder / CONFIG_FILE, folder.parent / CONFIG_FILE):
-        if candidate.is_file():
-            try:
-                resolved = yaml.safe_load(candidate.read_text()) or {}
-            except yaml.YAMLError as err:
-                raise UserError(f"{candidate}: not valid YAML ({err})") from err
-            if not isinstance(resolved, dict):
-                raise UserError(f"{candidate}: expected a mapping with task/training/model sections")
-            return resolved
-    return None
-
-
 def trainer_summary(trainer, dataset_name: str | None = None) -> dict:
     """The same summary as `trained_with`, from a live (GRPOExt)Trainer: its args, its model, its state."""
     from accelerate.utils import is_peft_model
@@ -292,147 +252,3 @@ def trainer_summary(trainer, dataset_name: str | None = None) -> dict:
     if trainer.state.max_steps and trainer.state.max_steps > 0:  # epochs resolved to steps by the Trainer
         summary["planned_steps"] = trainer.state.max_steps
     return summary
-
-
-# ---- writing the record ---------------------------------------------------------------------------------------------
-
-
-def _compact(value):
-    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return None  # JSON has no NaN: a null, which a plot reads back as a gap (float("nan") in numpy)
-        if value.is_integer():
-            return value  # counts logged as floats (num_tokens, total_flos) stay exact
-        return float(f"{value:.{LOG_DIGITS}g}")
-    if isinstance(value, dict):
-        return {str(k): _compact(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_compact(v) for v in value]
-    try:  # numpy / torch scalars
-        return _compact(value.item())
-    except (AttributeError, ValueError):
-        return str(value)
-
-
-def compact_log_history(log_history: list[dict]) -> list[dict]:
-    """TRL's ``trainer.state.log_history`` as the run record keeps it: every entry and key, floats rounded to
-    :data:`LOG_DIGITS` significant digits (integral ones, counts such as ``num_tokens``, kept exact), NaN and
-    infinities as null (strict JSON)."""
-    return [_compact(entry) for entry in log_history]
-
-
-def save_resolved_config(output_dir: str | os.PathLike, task_args, training_args, model_args) -> Path:
-    """All three argument groups as one YAML, next to the model (what was really run). Paths are recorded relative to
-    the output folder or the repository (the shipped base model as `embedded`, a real model by its name), so the
-    record names no folder of the machine that ran it. ``task_args``: any dataclass holding the task fields
-    (`grpo_ext.script_args.TaskFields`)."""
-    from grpo_ext.models import known_model_name
-
-    task = dataclasses.asdict(task_args)
-    task.pop("overwrite_output_dir", None)  # what happened to an earlier run's folder, not how this one trained
-    resolved = {
-        "task": task,
-        "training": training_args.to_dict(),
-        "model": {k: v for k, v in dataclasses.asdict(model_args).items()},
-    }
-    for section, fields in _PATH_FIELDS.items():
-        for field in fields:
-            value = resolved[section].get(field)
-            if isinstance(value, str) and value:
-                resolved[section][field] = known_model_name(value) or portable_path(value, base=output_dir)
-    return atomic_write_text(
-        Path(output_dir) / CONFIG_FILE, yaml.safe_dump(resolved, sort_keys=False, default_flow_style=False)
-    )
-
-
-class TrainingRun:
-    """What `training_run` yields: ``save_config()`` writes the resolved config now (before a model card that reads
-    it); otherwise it is written when the block ends without an error. ``write_status(status, **info)`` records the
-    run's status with its log history so far (main process only)."""
-
-    def __init__(self, trainer, task_args, model_args, main_process: bool):
-        self.trainer, self.task_args, self.model_args, self.main_process = trainer, task_args, model_args, main_process
-        self.config_saved = False
-
-    def write_status(self, status: str, **info) -> None:
-        if self.main_process:
-            history = compact_log_history(self.trainer.state.log_history)
-            write_run_status(self.output_dir, status, **info, log_history=history)
-
-    @property
-    def output_dir(self) -> str:
-        return self.trainer.args.output_dir
-
-    def save_config(self) -> None:
-        if self.main_process:
-            save_resolved_config(self.output_dir, self.task_args, self.trainer.args, self.model_args)
-        self.config_saved = True
-
-
-@contextlib.contextmanager
-def _sigterm_as_exit() -> Iterator[None]:
-    """SIGTERM (a scheduler's or `kill`'s stop) raises `SystemExit(143)` in the main thread, as Ctrl-C raises
-    `KeyboardInterrupt`: the run's record then says `failed` instead of `running` forever, and the exit code stays
-    a signal's (128 + 15). Elsewhere (not the main thread) the handler cannot be set and nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum, frame):
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _stopped_by(err: BaseException) -> str:
-    if isinstance(err, SystemExit):
-        return f"stopped (exit {err.code}{', SIGTERM' if err.code == 128 + signal.SIGTERM else ''})"
-    if isinstance(err, KeyboardInterrupt):
-        return "stopped (KeyboardInterrupt)"
-    return one_line(err)
-
-
-@contextlib.contextmanager
-def training_run(trainer, task_args, model_args) -> Iterator[TrainingRun]:
-    """The lifecycle of one training run in ``trainer.args.output_dir``, the same whichever runner trains:
-
-    on entry the run status `running` (with ``max_steps``); when the block (train, save) ends without an error, the
-    resolved config (unless ``save_config()`` wrote it already) and the status `complete` (with the global step);
-    when it raises, the status `failed` with the error in one line and the step reached, and the error goes on.
-    Only the main process writes. The status is written last, so a run whose record is half-written is never
-    `complete`. Every status carries the trainer's log history so far (`compact_log_history`), and the `running`
-    record is rewritten with each checkpoint saved, so a run killed outright keeps its curve up to its last checkpoint.
-    """
-    run = TrainingRun(trainer, task_args, model_args, trainer.accelerator.is_main_process)
-    callback = _StatusAtCheckpoints(run)
-    with _sigterm_as_exit():  # set before `running` is written: no kill leaves the record saying `running`
-        run.write_status("running", max_steps=trainer.args.max_steps)
-        trainer.add_callback(callback)
-        try:
-            yield run
-            if not run.config_saved:
-                run.save_config()
-        except (Exception, KeyboardInterrupt, SystemExit) as err:  # a kill (SIGTERM) or Ctrl-C ends the run too
-            # best effort: with a full disk even this can fail, and the status stays `running`
-            with contextlib.suppress(OSError):
-                run.write_status("failed", error=_stopped_by(err), step=trainer.state.global_step)
-            raise
-        finally:
-            trainer.remove_callback(callback)
-    run.write_status("complete", global_step=trainer.state.global_step)
-
-
-class _StatusAtCheckpoints(TrainerCallback):
-    """Rewrites the `running` record with each checkpoint saved."""
-
-    def __init__(self, run: TrainingRun):
-        self.run = run
-
-    def on_save(self, args, state, control, **kwargs):
-        self.run.write_status("running", max_steps=args.max_steps, step=state.global_step)

@@ -139,9 +139,11 @@ class Setting:
             cache_path=cache_path,
             progress=False,
         )
-        read = EvalResult.of(result)
+        from grpo_ext.evaluation.registry import METRICS
+
+        read, pass_at, maj_at = EvalResult.of(result), METRICS["pass@k"], METRICS["maj@k"]
         return {
-            **{name: read.value(name) for name in ("pass@1", f"pass@{k}", f"maj@{k}")},  # the arms report's names
+            **{name: read.value(name) for name in (pass_at.at(1), pass_at.at(k), maj_at.at(k))},  # the report's names
             "test_n_correct": [int(p["n_correct"]) for p in result["per_problem"]],
-            f"test_maj@{k}": [float(p["maj@k"][str(k)]) for p in result["per_problem"]],
+            f"test_{maj_at.at(k)}": [float(p[maj_at.name][str(k)]) for p in result["per_problem"]],
         }

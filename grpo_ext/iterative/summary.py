@@ -17,7 +17,10 @@ from __future__ import annotations
 import numpy as np
 
 from grpo_ext.evaluation.bootstrap import bootstrap_mean_ci, bootstrap_paired_difference_ci
+from grpo_ext.evaluation.registry import METRICS
 from grpo_ext.iterative.policy import gap_of
+
+PASS_AT_K, MAJ_AT_K = METRICS["pass@k"], METRICS["maj@k"]  # the report's names: pass@1, maj@k
 
 __all__ = ["BOOTSTRAP", "TARGET_GAIN", "summarize", "training_gap_curve"]
 
@@ -38,11 +41,15 @@ def training_gap_curve(history: list[dict]) -> list[tuple[int, float]]:
     return out
 
 
-def _per_problem(row: dict, metric: str, k: int) -> np.ndarray | None:
-    if metric == "pass@1":
-        counts = row.get("test_n_correct")
-        return None if counts is None else np.asarray(counts, dtype=float) / k
-    values = row.get(f"test_maj@{k}")
+def _accuracy(row: dict, k: int) -> np.ndarray | None:
+    """Per test problem, pass@1 (its right samples over the k drawn), from the iteration's row."""
+    counts = row.get("test_n_correct")
+    return None if counts is None else np.asarray(counts, dtype=float) / k
+
+
+def _majority(row: dict, k: int) -> np.ndarray | None:
+    """Per test problem, maj@k as the harness computed it, from the iteration's row."""
+    values = row.get(f"test_{MAJ_AT_K.at(k)}")
     return None if values is None else np.asarray(values, dtype=float)
 
 
@@ -75,8 +82,8 @@ def _series(history: list[dict], k: int) -> list[dict]:
     out = []
     for row in history:
         entry = {"iteration": row["iteration"], "seconds": row.get("seconds")}
-        entry["pass@1"] = _interval(_per_problem(row, "pass@1", k))
-        entry[f"maj@{k}"] = _interval(_per_problem(row, "maj", k))
+        entry[PASS_AT_K.at(1)] = _interval(_accuracy(row, k))
+        entry[MAJ_AT_K.at(k)] = _interval(_majority(row, k))
         for key, value in row.items():
             if key.startswith(("rm_", "train_")) or key in ("policy_sample_accuracy", "guard_stopped_at", "grpo_steps"):
                 entry[key] = value
@@ -95,13 +102,13 @@ def _targets(states: dict, seeds: list[int], k: int) -> list[dict]:
         if iterative is None or len(iterative["history"]) < 2:
             continue
         first, last = iterative["history"][0], iterative["history"][-1]
-        gain = _difference(_per_problem(last, "pass@1", k), _per_problem(first, "pass@1", k))
+        gain = _difference(_accuracy(last, k), _accuracy(first, k))
         entry = {"seed": seed, "iteration": last["iteration"], "start": first["pass@1"], "end": last["pass@1"]}
         entry["gain"] = gain
         entry["gain_target_met"] = gain is not None and gain["estimate"] >= TARGET_GAIN
         same = frozen is not None and len(frozen["history"]) == len(iterative["history"])
         if same:
-            vs = _difference(_per_problem(last, "pass@1", k), _per_problem(frozen["history"][-1], "pass@1", k))
+            vs = _difference(_accuracy(last, k), _accuracy(frozen["history"][-1], k))
             entry["vs_frozen"] = vs
             entry["above_frozen_beyond_noise"] = vs is not None and vs["low"] > 0
         rows.append(entry)
@@ -118,8 +125,8 @@ def _against_base(states: dict, arms: list[str], seeds: list[int], k: int) -> di
         runs = [(seed, run["history"]) for seed, run in runs if run is not None and len(run["history"]) >= 2]
         if not runs:
             continue
-        ends = [_per_problem(history[-1], "pass@1", k) for _, history in runs]
-        starts = [_per_problem(history[0], "pass@1", k) for _, history in runs]
+        ends = [_accuracy(history[-1], k) for _, history in runs]
+        starts = [_accuracy(history[0], k) for _, history in runs]
         entry = {
             "iterations": [history[-1]["iteration"] for _, history in runs],
             "per_seed": {str(seed): _difference(a, b) for (seed, _), a, b in zip(runs, ends, starts, strict=True)},

@@ -1,8 +1,9 @@
 """Method configs: ``configs/methods/<name>.yaml`` parsed by ``trl.TrlParser`` into four groups.
 
 ``MethodArguments`` (which method, its sampling budget, the learning curve), the task (``TaskArguments``), the
-TRL config of the method's trainer (``SFTConfig`` for SFT/RFT, ``DPOConfig`` for DPO, ``GRPOExtConfig`` for the
-online methods) and TRL's ``ModelConfig``. Command-line flags override the YAML, as in ``scripts/train.py``.
+TRL config of the method's trainer (its paradigm entry's ``config_class``: ``SFTConfig`` for SFT/RFT, ``DPOConfig``
+for DPO, ``GRPOExtConfig`` for the online methods) and TRL's ``ModelConfig``. Command-line flags override the YAML,
+as in ``scripts/train.py``.
 
 The sampling budget is part of the config: ``sample_budget`` is the number of completions the method generates
 (online methods: ``max_steps x`` samples per step; RFT and DPO: ``train_size x samples_per_prompt`` drawn once
@@ -73,19 +74,8 @@ class MethodArguments:
 
 
 def config_class(method_name: str):
-    """The TRL config dataclass of a method's trainer."""
-    method = get_method(method_name)
-    if method.online:
-        from grpo_ext.config import GRPOExtConfig
-
-        return GRPOExtConfig
-    if method.trainer == "trl.DPOTrainer":
-        from trl import DPOConfig
-
-        return DPOConfig
-    from trl import SFTConfig
-
-    return SFTConfig
+    """The TRL config dataclass of a method's trainer (its paradigm entry's)."""
+    return get_method(method_name).config_class()
 
 
 def _method_name(argv: list[str]) -> str:
@@ -124,11 +114,8 @@ def parse_method_args(argv: list[str]):
 
 def trained_sequences_per_step(method_name: str, training_args, world_size: int = 1) -> int:
     """Sequences one optimizer step computes the gradient on (a DPO pair is two sequences)."""
-    method = get_method(method_name)
     per_step = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps * world_size
-    if method.online:
-        return per_step
-    return 2 * per_step if method.trainer == "trl.DPOTrainer" else per_step
+    return get_method(method_name).sequences_per_example * per_step
 
 
 def sampling_budget(

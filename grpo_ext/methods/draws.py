@@ -39,7 +39,7 @@ def draw_from_base(ctx) -> tuple[list[str], list[str], list[list[str]]]:
     cut at the task's stop strings (a base that answers and then writes a new ``Question:`` is judged, and trained
     on, by its answer).
 
-    ``ctx``: the runner's context (:class:`grpo_ext.methods.runners.RunContext`). Records the draw's cost in
+    ``ctx``: the runner's context (:class:`grpo_ext.methods.trainers.RunContext`). Records the draw's cost in
     ``ctx.cost`` (samples, tokens with the EOS of a completion that stopped, seconds).
     """
     import torch

@@ -9,15 +9,23 @@ names its entry in the gradient-coefficient registry (:func:`grpo_ext.advantages
 ``GRPOExtConfig.advantage_mode`` selects); the name is checked when the method is created, so the table and the
 code that trains cannot drift apart. The offline methods' coefficients are what their TRL trainers' losses imply
 (SFT: cross-entropy, GC = 1; RFT: cross-entropy on the correct samples only, see
-:func:`grpo_ext.methods.runners.rft_examples`; DPO: the sigmoid loss); the table describes them.
+:func:`grpo_ext.methods.draws.rft_examples`; DPO: the sigmoid loss); the table describes them.
+
+An entry also owns how it trains: its TRL config class, the function that builds its trainer
+(:mod:`grpo_ext.methods.trainers`), how many sequences one example is, and the flags of the study's ``--quick``
+rehearsal. A new method is one :func:`register_method` call (and its ``configs/methods/<name>.yaml``); nothing else
+reads a method's name.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from grpo_ext.advantages import get_gradient_coefficient
 from grpo_ext.errors import UserError
+from grpo_ext.methods import trainers
 
 __all__ = [
     "BASE_RUN",
@@ -47,8 +55,17 @@ class Method:
         advantage_mode: the name of the gradient-coefficient registry entry that ``GRPOExtTrainer`` applies
             (online methods); None for the offline methods, whose coefficient is what the TRL trainer's loss
             implies (SFT: 1; DPO: the sigmoid of the implicit reward margin).
-        trainer: the TRL trainer the runner is thin over.
-        runner: the runner in :mod:`grpo_ext.methods.runners` (``run_<runner>``).
+        trainer: the TRL trainer the runner is thin over (the table's text).
+        runner: the name of the way it trains, shared by the methods that train alike (the online ones): the key of
+            the study's cost rates (`grpo_ext.methods.study.budget`) and ``--quick`` flags.
+        build: ``build(ctx: RunContext) -> trainer`` (:mod:`grpo_ext.methods.trainers`), trained by
+            :func:`grpo_ext.methods.runners.train_method`.
+        config_class: ``() -> type``, the TRL config dataclass its config file is parsed into.
+        sequences_per_example: sequences one training example is (a DPO pair: 2).
+        quick_flags, rehearsal_flags: what the study's ``--quick`` adds to a run of it (scripts/run_methods.py: the
+            embedded base; a rehearsal on a tiny random model of a real base).
+
+    The fields after ``runner`` are how it trains, not what it is: :meth:`description` leaves them out.
     """
 
     name: str
@@ -60,6 +77,11 @@ class Method:
     advantage_mode: str | None
     trainer: str
     runner: str
+    build: Callable[[Any], Any] = field(metadata={"how": True})
+    config_class: Callable[[], type] = field(metadata={"how": True})
+    sequences_per_example: int = field(default=1, metadata={"how": True})
+    quick_flags: str = field(default="", metadata={"how": True})
+    rehearsal_flags: str = field(default="", metadata={"how": True})
 
     def __post_init__(self):
         if self.online:
@@ -71,6 +93,10 @@ class Method:
                 raise ValueError(f"method {self.name!r}: not a registered gradient coefficient ({err})") from None
         elif self.advantage_mode is not None:
             raise ValueError(f"method {self.name!r}: an offline method has no advantage_mode")
+
+    def description(self) -> dict[str, Any]:
+        """What the method is (the paradigm's fields), as a run's record keeps it (`method_run.json`)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if not f.metadata.get("how")}
 
     @property
     def samples_from(self) -> str:
@@ -99,6 +125,49 @@ def get_method(name: str) -> Method:
         raise UserError(f"unknown method {name!r}; known methods: {', '.join(METHODS)}") from None
 
 
+# How each way of training runs (shared by the methods that train alike). The quick flags: 2 optimizer steps on 8 train
+# prompts (scripts/run_methods.py adds those), budgets equal (32 samples). A rehearsal on a real base's tiny random
+# model: every sample of a random model runs to its longest, so it samples 16 tokens everywhere (draws, GRPO's
+# completions, learning curves and evaluations: a study's costs are its sampling steps) and its batches are smaller
+# than the embedded model's (same equal budgets: 16 samples, 2 steps).
+_SFT = dict(
+    trainer="trl.SFTTrainer",
+    runner="sft",
+    build=trainers.build_sft,
+    config_class=trainers.sft_config,
+    quick_flags="--per_device_train_batch_size 16 --sample_budget 0",
+    rehearsal_flags="--per_device_train_batch_size 4 --sample_budget 0 --sample_max_new_tokens 16 --curve_n 2",
+)
+_RFT = dict(
+    trainer="trl.SFTTrainer",
+    runner="rft",
+    build=trainers.build_rft,
+    config_class=trainers.sft_config,
+    quick_flags="--per_device_train_batch_size 16 --samples_per_prompt 4 --sample_max_new_tokens 32 --sample_budget 32",
+    rehearsal_flags="--per_device_train_batch_size 4 --samples_per_prompt 2 --sample_max_new_tokens 16 "
+    "--sample_budget 16 --curve_n 2",
+)
+_DPO = dict(
+    trainer="trl.DPOTrainer",
+    runner="dpo",
+    build=trainers.build_dpo,
+    config_class=trainers.dpo_config,
+    sequences_per_example=2,  # a (chosen, rejected) pair
+    quick_flags="--per_device_train_batch_size 8 --samples_per_prompt 4 --sample_max_new_tokens 32 --sample_budget 32",
+    rehearsal_flags="--per_device_train_batch_size 2 --samples_per_prompt 2 --sample_max_new_tokens 16 "
+    "--sample_budget 16 --curve_n 2",
+)
+_ONLINE = dict(
+    trainer="GRPOExtTrainer (trl.GRPOTrainer)",
+    runner="online",
+    build=trainers.build_online,
+    config_class=trainers.grpo_config,
+    quick_flags="--per_device_train_batch_size 16 --num_generations 4 --max_completion_length 32 "
+    "--sample_max_new_tokens 32 --sample_budget 32 --curve_n 2",
+    rehearsal_flags="--per_device_train_batch_size 8 --num_generations 4 --max_completion_length 16 "
+    "--sample_max_new_tokens 16 --sample_budget 16 --curve_n 2",
+)
+
 # Notation: P_sft(Q, O) is the task's training set of questions with reference solutions; pi_sft is the starting
 # (SFT'd) model, the embedded base model by default; pi_theta the policy being trained; pi_ref the frozen start.
 register_method(
@@ -110,8 +179,7 @@ register_method(
         gradient_coefficient="1",
         online=False,
         advantage_mode=None,
-        trainer="trl.SFTTrainer",
-        runner="sft",
+        **_SFT,
     )
 )
 register_method(
@@ -123,8 +191,7 @@ register_method(
         gradient_coefficient="1 if o is correct else 0 (correct samples kept, deduplicated)",
         online=False,
         advantage_mode=None,
-        trainer="trl.SFTTrainer",
-        runner="rft",
+        **_RFT,
     )
 )
 register_method(
@@ -136,8 +203,7 @@ register_method(
         gradient_coefficient="1 if o is correct else 0",
         online=True,
         advantage_mode="online_rft",
-        trainer="GRPOExtTrainer (trl.GRPOTrainer)",
-        runner="online",
+        **_ONLINE,
     )
 )
 register_method(
@@ -150,8 +216,7 @@ register_method(
         "+ on o+ tokens, - on o- tokens",
         online=False,
         advantage_mode=None,
-        trainer="trl.DPOTrainer",
-        runner="dpo",
+        **_DPO,
     )
 )
 register_method(
@@ -163,8 +228,7 @@ register_method(
         gradient_coefficient="A_i,t = (r_i - mean(r)) / std(r) over the group",
         online=True,
         advantage_mode="outcome",
-        trainer="GRPOExtTrainer (trl.GRPOTrainer)",
-        runner="online",
+        **_ONLINE,
     )
 )
 register_method(
@@ -177,8 +241,7 @@ register_method(
         "(all steps of the group)",
         online=True,
         advantage_mode="process",
-        trainer="GRPOExtTrainer (trl.GRPOTrainer)",
-        runner="online",
+        **_ONLINE,
     )
 )
 

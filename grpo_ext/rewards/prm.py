@@ -1,7 +1,7 @@
 """A process reward model (PRM) as a process reward source: one score in [0, 1] per reasoning step.
 
-:func:`load_process_reward_model` loads a PRM folder in any of :data:`PRM_FORMATS` (detected from its config.json
-when not given) as a callable with TRL's reward signature:
+:func:`load_process_reward_model` loads a PRM folder in any format of the registry :data:`PRM_FORMATS` (detected
+from its config.json when not given) as a callable with TRL's reward signature:
 
 - ``token_classification``: TRL's PRM format (``PRMTrainer``), :class:`ProcessRewardModel` below. A
   token-classification model reads ``prompt + completion`` (each tokenized without special tokens) and is labelled
@@ -11,6 +11,10 @@ when not given) as a callable with TRL's reward signature:
   scores sit on the same tokens.
 - ``step_tag`` (Math-Shepherd) and ``qwen_prm`` (Qwen2.5-Math-PRM): :mod:`grpo_ext.rewards.prm_formats`; the steps
   are re-joined in the PRM's own input format and each tag's score maps back to the policy's step.
+
+Each format is one :class:`PRMFormat` entry (how its config.json is recognised, its own options, its loader): a new
+format is one :func:`register_prm_format` call, and the detection, the option check, the config's choices
+(`grpo_ext.config`) and the config's option fields (``process_reward_model_<option>``) read the entry.
 
 :func:`process_reward_model_from_config` is what the trainer builds from ``process_reward_model`` and its
 ``process_reward_model_*`` fields, on the process's device. The iterative loop builds :class:`ProcessRewardModel`
@@ -22,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -41,20 +46,22 @@ from grpo_ext.steps import step_end_token_indices
 from grpo_ext.tasks.base import completion_text
 
 __all__ = [
+    "COMMON_OPTIONS",
     "PRM_FORMATS",
+    "PRMFormat",
     "PRMOutcomeReward",
     "ProcessRewardModel",
     "detect_prm_format",
+    "get_prm_format",
     "load_process_reward_model",
     "process_reward_model_from_config",
+    "register_prm_format",
     "step_end_positions",
     "step_scores",
 ]
 
-PRM_FORMATS = ("token_classification", "step_tag", "qwen_prm")
-# Options every format takes, then each format's own (load_process_reward_model's **format_kwargs).
+#: Options every format takes (load_process_reward_model's **format_kwargs); each format adds its own.
 COMMON_OPTIONS = ("step_separator", "batch_size", "device", "dtype", "load_in_4bit")
-FORMAT_OPTIONS = {"token_classification": (), "step_tag": tuple(STEP_TAG_DEFAULTS), "qwen_prm": ("system_prompt",)}
 
 
 def step_end_positions(tokenizer, prompt: str, completion: str, step_separator: str) -> tuple[list[int], list[int]]:
@@ -155,23 +162,90 @@ class PRMOutcomeReward:
         return [min(steps) if steps else 0.0 for steps in self.prm(prompts=prompts, completions=completions, **kwargs)]
 
 
+# ---- the registry of formats ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PRMFormat:
+    """A registry entry: one PRM format.
+
+    Attributes:
+        name: the ``process_reward_model_format`` value that selects it.
+        detect: a folder's config.json (as a dict) -> whether the folder is in this format.
+        options: its own keyword options, beyond :data:`COMMON_OPTIONS` (a config field
+            ``process_reward_model_<option>``, where there is one, is passed on as the option).
+        load: ``(folder, **options) -> prm``, the callable
+            ``prm(prompts=, completions=, **kwargs) -> list[list[float]]``.
+    """
+
+    name: str
+    detect: Callable[[dict], bool]
+    options: tuple[str, ...]
+    load: Callable[..., Callable]
+
+
+#: ``process_reward_model_format`` value -> its entry, in the order the error messages list them.
+PRM_FORMATS: dict[str, PRMFormat] = {}
+
+
+def register_prm_format(entry: PRMFormat) -> PRMFormat:
+    """Add ``entry`` to :data:`PRM_FORMATS`: a taken name is a ``ValueError`` unless it is loaded by the same function
+    (its module reloaded)."""
+    existing = PRM_FORMATS.get(entry.name)
+    if existing is not None and _qualified_name(existing.load) != _qualified_name(entry.load):
+        raise ValueError(f"PRM format {entry.name!r} is already registered")
+    PRM_FORMATS[entry.name] = entry
+    return entry
+
+
+def _qualified_name(fn: Callable) -> str:
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
+def get_prm_format(name: str) -> PRMFormat:
+    """The registry entry for ``name``; a `UserError` naming the field and the registered formats."""
+    try:
+        return PRM_FORMATS[name]
+    except KeyError:
+        raise UserError(
+            f"process_reward_model_format: unknown value {name!r}; expected one of {', '.join(PRM_FORMATS)}"
+        ) from None
+
+
+def architecture_ends_with(suffix: str) -> Callable[[dict], bool]:
+    """A ``detect`` rule: some entry of config.json's ``architectures`` ends with ``suffix``."""
+    return lambda config: any(a.endswith(suffix) for a in config.get("architectures") or [])
+
+
+def _load_token_classification(folder: Path, step_separator: str = "\n", **kwargs) -> ProcessRewardModel:
+    return ProcessRewardModel(folder, step_separator, **kwargs)
+
+
+register_prm_format(
+    PRMFormat("token_classification", architecture_ends_with("ForTokenClassification"), (), _load_token_classification)
+)
+# the one causal-LM format: a tag after each step, good/bad tokens scored there
+register_prm_format(
+    PRMFormat("step_tag", architecture_ends_with("ForCausalLM"), tuple(STEP_TAG_DEFAULTS), load_step_tag_prm)
+)
+register_prm_format(
+    PRMFormat("qwen_prm", architecture_ends_with("ForProcessRewardModel"), ("system_prompt",), load_qwen_prm)
+)
+
+
 # ---- one loader for every format --------------------------------------------------------------------------------
 
 
 def detect_prm_format(path: str | os.PathLike) -> str:
-    """The format of a PRM folder, from the ``architectures`` in its config.json."""
+    """The format of a PRM folder: the first registered format whose ``detect`` accepts its config.json."""
     folder = Path(path)
     config = json.loads((folder / "config.json").read_text())
-    architectures = config.get("architectures") or []
-    if any(a.endswith("ForProcessRewardModel") for a in architectures):
-        return "qwen_prm"
-    if any(a.endswith("ForTokenClassification") for a in architectures):
-        return "token_classification"
-    if any(a.endswith("ForCausalLM") for a in architectures):
-        return "step_tag"  # the one causal-LM format: a tag after each step, good/bad tokens scored there
+    for entry in PRM_FORMATS.values():
+        if entry.detect(config):
+            return entry.name
     raise UserError(
         f"process_reward_model: cannot tell the format of {folder} from config.json (architectures "
-        f"{architectures}); set process_reward_model_format to one of {', '.join(PRM_FORMATS)}"
+        f"{config.get('architectures') or []}); set process_reward_model_format to one of {', '.join(PRM_FORMATS)}"
     )
 
 
@@ -182,44 +256,33 @@ def load_process_reward_model(path: str | os.PathLike, format: str | None = None
     Args:
         path: a local model folder (config.json, tokenizer, safetensors weights) or a hub id (its configs, tokenizer
             and safetensors fetched into the hub cache; pickled weights and code never are).
-        format: one of :data:`PRM_FORMATS`; None detects it (:func:`detect_prm_format`).
+        format: a name in :data:`PRM_FORMATS`; None detects it (:func:`detect_prm_format`).
         format_kwargs: ``step_separator`` (default ``"\\n"``), ``batch_size`` (16), ``device`` (CPU), ``dtype``
-            (bf16 on a GPU, else float32), ``load_in_4bit`` (nf4, False); for ``step_tag`` also ``step_tag``,
-            ``good_token``, ``bad_token`` (Math-Shepherd's ``ки``, ``+``, ``-``); for ``qwen_prm`` also
-            ``system_prompt`` (the model card's).
+            (bf16 on a GPU, else float32), ``load_in_4bit`` (nf4, False); and the format's own options: for
+            ``step_tag`` ``step_tag``, ``good_token``, ``bad_token`` (Math-Shepherd's ``ки``, ``+``, ``-``); for
+            ``qwen_prm`` ``system_prompt`` (the model card's).
     """
     folder = reward_model_folder(path)
     require_safetensors(folder)
-    if format is None:
-        format = detect_prm_format(folder)
-    if format not in PRM_FORMATS:
-        raise UserError(
-            f"process_reward_model_format: unknown value {format!r}; expected one of {', '.join(PRM_FORMATS)}"
-        )
+    entry = get_prm_format(format if format is not None else detect_prm_format(folder))
     if "batch_size" in format_kwargs:  # before any weights load
         check_batch_size(format_kwargs["batch_size"])
-    allowed = COMMON_OPTIONS + FORMAT_OPTIONS[format]
+    allowed = COMMON_OPTIONS + entry.options
     unknown = sorted(set(format_kwargs) - set(allowed))
     if unknown:
         raise TypeError(
-            f"process_reward_model: format {format!r} takes no {', '.join(unknown)} (its options: {', '.join(allowed)})"
+            f"process_reward_model: format {entry.name!r} takes no {', '.join(unknown)} (its options: "
+            f"{', '.join(allowed)})"
         )
-    if format == "step_tag":
-        return load_step_tag_prm(folder, **format_kwargs)
-    if format == "qwen_prm":
-        return load_qwen_prm(folder, **format_kwargs)
-    separator = format_kwargs.pop("step_separator", "\n")
-    return ProcessRewardModel(folder, separator, **format_kwargs)
+    return entry.load(folder, **format_kwargs)
 
 
 def process_reward_model_from_config(args, accelerator) -> Callable:
     """The PRM of a `GRPOExtConfig` (``process_reward_model`` and its ``process_reward_model_*`` fields), placed
-    whole on this process's device (one copy per process); the policy's ``step_separator`` splits the steps."""
-    step_tag_fields = {
-        "step_tag": args.process_reward_model_step_tag,
-        "good_token": args.process_reward_model_good_token,
-        "bad_token": args.process_reward_model_bad_token,
-    }
+    whole on this process's device (one copy per process); the policy's ``step_separator`` splits the steps. A
+    format option with a config field (``process_reward_model_<option>``) is passed on when the field is set."""
+    options = {option for entry in PRM_FORMATS.values() for option in entry.options}
+    fields = {option: getattr(args, f"process_reward_model_{option}", None) for option in sorted(options)}
     return load_process_reward_model(
         args.process_reward_model,
         args.process_reward_model_format,
@@ -227,5 +290,5 @@ def process_reward_model_from_config(args, accelerator) -> Callable:
         batch_size=args.process_reward_model_batch_size,
         device=accelerator.device,
         load_in_4bit=args.process_reward_model_load_in_4bit,
-        **{k: v for k, v in step_tag_fields.items() if v is not None},
+        **{k: v for k, v in fields.items() if v is not None},
     )

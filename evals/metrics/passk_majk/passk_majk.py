@@ -18,6 +18,11 @@ import evaluate
 import numpy as np
 
 from grpo_ext.evaluation.metrics import maj_at_k_many, pass_at_k
+from grpo_ext.evaluation.registry import METRICS, default_ks
+
+# The registry's entries, for the names of what this module reports (pass@k, maj@k); it scores answer keys, not the
+# harness's records, so it computes them itself with the same functions.
+PASS_AT_K, MAJ_AT_K = METRICS["pass@k"], METRICS["maj@k"]
 
 _DESCRIPTION = """\
 pass@k (unbiased estimator of Chen et al. 2021: 1 - C(n-c, k) / C(n, k)) and maj@k (exact expectation over all
@@ -73,10 +78,9 @@ class PasskMajk(evaluate.Metric):
         sizes = [len(p) for p in predictions]
         if min(sizes) == 0:
             raise ValueError(f"passk_majk: problem {sizes.index(0)} has no samples")
-        if k is None:
-            ks = [2**i for i in range(min(sizes).bit_length()) if 2**i <= min(sizes)]
-        else:
-            ks = [k] if isinstance(k, int) else list(k)
+        ks = [k] if isinstance(k, int) else list(k) if k is not None else None
+        if ks is None:  # the registry's rule: the powers of two up to the smallest n
+            ks = default_ks(min(sizes), with_n=False)
         if correct is None:
             correct = [
                 [a is not None and a == ref for a in answers]
@@ -95,7 +99,8 @@ class PasskMajk(evaluate.Metric):
         counts = [sum(flags) for flags in correct]
         majority = maj_at_k_many(predictions, correct, ks)
         out = {
-            f"pass@{kk}": float(np.mean([pass_at_k(n, c, kk) for n, c in zip(sizes, counts, strict=True)])) for kk in ks
+            PASS_AT_K.at(kk): float(np.mean([pass_at_k(n, c, kk) for n, c in zip(sizes, counts, strict=True)]))
+            for kk in ks
         }
-        out.update({f"maj@{kk}": float(np.mean(majority[:, j])) for j, kk in enumerate(ks)})
+        out.update({MAJ_AT_K.at(kk): float(np.mean(majority[:, j])) for j, kk in enumerate(ks)})
         return out

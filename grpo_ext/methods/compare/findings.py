@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from grpo_ext.evaluation.registry import headline_entries
 from grpo_ext.evaluation.results import EvalResult
 from grpo_ext.methods.compare.runs import Run
 from grpo_ext.methods.paradigm import BASE_RUN, METHODS
@@ -54,14 +55,13 @@ def summarize(runs: Sequence[Run]) -> dict:
         entry = {
             "runs": [r.name for r in mine],
             "metrics": {m: _stat([x[m] for x in metrics]) for m in metrics[0]},
-            "pass@k": {},
-            "maj@k": {},
+            **{metric.name: {} for metric in headline_entries()},  # the curves the report draws: pass@k, maj@k
         }
         results = [EvalResult.of(r.result) for r in mine]
         for k in sorted({k for result in results for k in result.ks}):
-            have = [result for result in results if k in result.table("pass@k")]
-            for name in ("pass@k", "maj@k"):  # the curves the report draws
-                entry[name][k] = _stat([result.table(name)[k] for result in have])
+            have = [result for result in results if k in result.table(headline_entries()[0].name)]
+            for metric in headline_entries():
+                entry[metric.name][k] = _stat([result.table(metric.name)[k] for result in have])
         costs = [r.cost for r in mine if r.cost]
         if costs:
             entry["cost"] = {

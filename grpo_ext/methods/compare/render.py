@@ -14,12 +14,14 @@ import numpy as np
 
 from grpo_ext.evaluation import plots
 from grpo_ext.evaluation.excerpt import write_excerpt
+from grpo_ext.evaluation.registry import headline_entries
 from grpo_ext.evaluation.results import EvalResult
 from grpo_ext.io import atomic_write_bytes, atomic_write_text, figure_png
 from grpo_ext.methods.compare.findings import findings, summarize
 from grpo_ext.methods.compare.runs import Run, settings_of
 from grpo_ext.methods.compare.slices import arm_slices, arm_slices_markdown
 from grpo_ext.methods.paradigm import BASE_RUN, get_method, paradigm_markdown, paradigm_rows
+from grpo_ext.methods.study.stats import headline_metrics
 
 __all__ = [
     "PASSK_PNG",
@@ -86,18 +88,19 @@ def render_comparison(
     if command:
         lines += [f"Command: `{command}`", ""]
     lines += ["## The paradigm (generated from `grpo_ext.methods.METHODS`)", "", paradigm_markdown(methods), ""]
+    headline = headline_metrics(k)  # pass@1, maj@K, pass@K: the study's, from the registry
     lines += [
         "## Results",
         "",
-        f"| method | runs | pass@1 | maj@{k} | pass@{k} | samples generated | tokens generated | "
-        f"training samples | wall time (s) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| method | runs | {' | '.join(headline)} | samples generated | tokens generated | training samples | "
+        "wall time (s) |",
+        "|---|---:|" + "---:|" * len(headline) + "---:|---:|---:|---:|",
     ]
     for method, entry in summary["methods"].items():
         m, cost = entry["metrics"], entry.get("cost", {})
         lines.append(
-            f"| {_title(method)} | {len(entry['runs'])} | {_spread(m['pass@1'])} | {_spread(m[f'maj@{k}'])} | "
-            f"{_spread(m[f'pass@{k}'])} | {_int_stat(cost.get('samples_generated'))} | "
+            f"| {_title(method)} | {len(entry['runs'])} | {' | '.join(_spread(m[name]) for name in headline)} | "
+            f"{_int_stat(cost.get('samples_generated'))} | "
             f"{_int_stat(cost.get('generated_tokens'))} | {_int_stat(cost.get('trained_sequences'))} | "
             f"{_int_stat(cost.get('wall_seconds'))} |"
         )
@@ -122,12 +125,12 @@ def render_comparison(
     lines += ["", *arm_slices_markdown(slices or {}), "## Every run", ""]
     ks = first["ks"]
     lines += [
-        "| run | " + " | ".join(f"pass@{x}" for x in ks) + " | " + " | ".join(f"maj@{x}" for x in ks) + " | flags |",
-        "|---|" + "---:|" * (2 * len(ks)) + "---|",
+        "| run | " + " | ".join(m.at(x) for m in headline_entries() for x in ks) + " | flags |",
+        "|---|" + "---:|" * (len(headline_entries()) * len(ks)) + "---|",
     ]
     for run in runs:
         result = EvalResult.of(run.result)
-        cells = [_f(result.table(name).get(x)) for name in ("pass@k", "maj@k") for x in ks]
+        cells = [_f(result.table(m.name).get(x)) for m in headline_entries() for x in ks]
         lines.append(f"| {run.name} | " + " | ".join(cells) + f" | {', '.join(run.flags) or ''} |")
     lines += [
         "",
@@ -161,10 +164,10 @@ def plot_comparison_passk_majk(summary: dict) -> bytes:
     plotter (:func:`grpo_ext.evaluation.plots.plot_passk_majk`), the one Pass@K plot of the project."""
     series, bands = [], []
     for method, entry in summary["methods"].items():
-        ks = sorted(entry["pass@k"])
+        ks = sorted(entry[headline_entries()[0].name])
         series.append({"model": _title(method), "ks": ks})
         bands.append({})
-        for metric in ("pass@k", "maj@k"):
+        for metric in (m.name for m in headline_entries()):
             series[-1][metric] = {str(k): entry[metric][k]["mean"] for k in ks}
             bands[-1][metric] = {str(k): [entry[metric][k]["min"], entry[metric][k]["max"]] for k in ks}
     title = "Pass@K and Maj@K per method (mean over seeds, band: min–max)"

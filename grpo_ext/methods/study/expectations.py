@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from grpo_ext.errors import UserError
+from grpo_ext.evaluation.registry import headline_at, headline_forms
 from grpo_ext.methods.study.stats import format_difference, paired_difference, verdict, why_not_comparable
 from grpo_ext.validation import check_number
 
@@ -76,9 +77,9 @@ class Expectation:
 
 
 def _k_of(metric) -> int | None:
-    """K of ``pass@K`` / ``maj@K``; None for anything else."""
-    name, _, k = str(metric).partition("@")
-    return int(k) if name in ("pass", "maj") and k.isdigit() else None
+    """K of a headline metric (the registry's: ``pass@K`` / ``maj@K``); None for anything else."""
+    picked = headline_at(str(metric))
+    return None if picked is None else picked[1]
 
 
 def _check_slices(spec: dict, at: str) -> None:
@@ -134,7 +135,9 @@ def parse_expectations(
         _check_slices(spec, at)
         for key in ("metric", "minus"):
             if key in spec and _k_of(spec[key]) not in ks:
-                raise UserError(f"{at}.{key}: expected pass@K or maj@K with K one of {list(ks)}, got {spec[key]!r}")
+                raise UserError(
+                    f"{at}.{key}: expected {headline_forms('K')} with K one of {list(ks)}, got {spec[key]!r}"
+                )
             drawn = min(n_for(spec["arm"]), n_for(spec["against"])) if n_for else None
             if key in spec and drawn is not None and _k_of(spec[key]) > drawn:
                 raise UserError(

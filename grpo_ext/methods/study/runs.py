@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grpo_ext.errors import UserError
+from grpo_ext.evaluation.registry import headline_at
 from grpo_ext.methods.study.config import Arm, Baseline, Evaluation, Setting, Study, evaluation_ks
 from grpo_ext.methods.study.expectations import BASE
 from grpo_ext.methods.study.method_configs import method_config_path, task_of
@@ -113,8 +114,8 @@ def read_score(job: Job, out: Path, study: Study) -> float:
     """The job's evaluation metric (e.g. validation pass@1) from its results file."""
     path = evaluation_file(job_dir(job, out, study), job.evaluation)
     result = json.loads(path.read_text())
-    metric, _, k = job.evaluation.metric.partition("@")
-    return float(result[f"{metric}@k"][k])
+    metric, k = headline_at(job.evaluation.metric)  # checked when the study was read (`Evaluation.check_metric`)
+    return float(result[metric.name][str(k)])
 
 
 def quick_flags(method: str, options: dict) -> list[str]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpo_ext.errors import UserError
+from grpo_ext.evaluation.registry import default_ks, headline_at, headline_forms
 from grpo_ext.io import REPO_ROOT
 from grpo_ext.methods.study.expectations import BASE, Expectation
 from grpo_ext.validation import check_number
@@ -38,8 +39,8 @@ EVALUATION_DTYPES = ("float32", "bfloat16")
 
 
 def evaluation_ks(n: int) -> list[int]:
-    """The ks a study's evaluation reports for `n` samples a problem: the powers of two up to n."""
-    return [2**i for i in range(11) if 2**i <= n]
+    """The ks a study's evaluation reports for `n` samples a problem: the registry's rule, the powers of two up to n."""
+    return default_ks(n, with_n=False)
 
 
 @dataclass(frozen=True)
@@ -89,11 +90,11 @@ class Evaluation:
 
     def check_metric(self, n: int) -> None:
         """`metric` is one the evaluation reports with `n` samples a problem (checked before any run trains)."""
-        name, _, k = str(self.metric).partition("@")
         ks = evaluation_ks(n)
-        if name not in ("pass", "maj") or not k.isdigit() or int(k) not in ks:
+        picked = headline_at(self.metric)  # the registry's headline metrics (pass@k, maj@k) at a k
+        if picked is None or picked[1] not in ks:
             raise UserError(
-                f"{self.split}.metric: expected pass@k or maj@k with k one of {ks} (n = {n}), got {self.metric!r}"
+                f"{self.split}.metric: expected {headline_forms()} with k one of {ks} (n = {n}), got {self.metric!r}"
             )
 
 
