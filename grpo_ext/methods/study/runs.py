@@ -19,6 +19,13 @@ from grpo_ext.errors import UserError
 from grpo_ext.methods.study.config import Arm, Baseline, Evaluation, Setting, Study, evaluation_ks
 from grpo_ext.methods.study.expectations import BASE
 from grpo_ext.methods.study.method_configs import method_config_path, task_of
+from grpo_ext.methods.study.provenance import (
+    check_evaluation,
+    check_training,
+    evaluation_settings,
+    record_training,
+    training_record,
+)
 
 __all__ = [
     "Job",
@@ -131,10 +138,14 @@ def _train(job: Job, folder: Path, study: Study, options: dict) -> None:
     from grpo_ext.methods import run_method
     from grpo_ext.methods.cost import COST_FILE
 
+    argv = train_argv(job.arm, job.setting, job.seed, folder, options)
+    record = training_record(argv, method_config_path(job.arm.method, options["configs"]))
     if (folder / COST_FILE).is_file() and any(folder.glob("*.safetensors")):
+        check_training(folder, record)  # a finished run of another command (--quick, another base) is never reused
         return  # trained; a folder whose weights were not kept (only its JSON records are committed) trains again
     print(f"=== training {job.name} into {folder}", flush=True)
-    run_method(train_argv(job.arm, job.setting, job.seed, folder, options))
+    record_training(folder, record)
+    run_method(argv)
 
 
 def train_argv(arm: Arm, setting: Setting, seed: int, folder: Path, options: dict) -> list[str]:
@@ -172,8 +183,6 @@ def _evaluate(job: Job, folder: Path, study: Study, options: dict) -> None:
     from grpo_ext.tasks import get_task
 
     target = evaluation_file(folder, job.evaluation)
-    if target.is_file():
-        return
     evaluation = job.evaluation
     limit, n, max_new_tokens = evaluation.limit, evaluation.n_for(job.run), evaluation.max_new_tokens
     method = job.arm.method if job.arm else study.arms[0].method
@@ -196,6 +205,12 @@ def _evaluate(job: Job, folder: Path, study: Study, options: dict) -> None:
         **stop_kwargs(stops),
     )
     model = str(folder) if job.arm else options["base"]
+    task_id = task_id_for(task_name, evaluation.split, task_kwargs)
+    # an arm's model is its run (checked by its training record); the base is named by the study's --model
+    settings = evaluation_settings("the run" if job.arm else model, params.key(), task_id, limit, evaluation.dtype)
+    if target.is_file():
+        check_evaluation(target, settings)  # scored with other settings or another base: never reused
+        return
     ks = evaluation_ks(n)
     load = {}
     if evaluation.dtype == "bfloat16":  # as trained: bf16 base, the LoRA adapter beside it (a merge would round it)
@@ -211,11 +226,17 @@ def _evaluate(job: Job, folder: Path, study: Study, options: dict) -> None:
         folder / f"{evaluation.split}_samples.jsonl",
         limit,
         split=evaluation.split,
-        task_id=task_id_for(task_name, evaluation.split, task_kwargs),
+        task_id=task_id,
         progress=options["progress"],
     )
     add_attributes(result, task, evaluation.split, limit)
-    result["study_evaluation"] = {"run": job.run, "stop": list(stops), "dtype": evaluation.dtype, "n": n}
+    result["study_evaluation"] = {
+        "run": job.run,
+        "stop": list(stops),
+        "dtype": evaluation.dtype,
+        "n": n,
+        "settings": settings,
+    }
     cost = read_json_file(folder, COST_FILE) if job.arm else None
     if cost is not None:
         result["training_cost"] = cost
