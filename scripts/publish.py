@@ -19,7 +19,9 @@ from pathlib import Path
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="publish.py", description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    from grpo_ext.evaluation.cli import HarnessArgumentParser  # a bad flag is one line, exit 2
+
+    parser = HarnessArgumentParser(prog="publish.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint", help="training output folder or checkpoint-N (adapter or full weights)")
     parser.add_argument("--repo-id", required=True, help="Hub repository, ORG/NAME")
     parser.add_argument("--merge", action="store_true", help="fold the LoRA adapter into the full-precision base")

@@ -51,6 +51,8 @@ def check_models(models: Sequence[str], *, allow_unfinished: bool = False) -> di
     seen: dict[str, str] = {}
     warnings: dict[str, str] = {}
     for name in models:
+        if not name.strip():
+            raise UserError("--model: empty; give a model folder, a name (embedded, smollm2-135m-instruct) or a hub id")
         identity = model_identity(name)
         if identity in seen:
             same = "given twice" if seen[identity] == name else f"and --model {seen[identity]} are the same model"
