@@ -77,6 +77,8 @@ def sampler_settings(
         raise UserError(str(err)) from None
     if stop_strings and tokenizer is None:
         raise ValueError("sampler_settings: stop_strings need the tokenizer that reads them")
+    for stop in stop_strings or ():
+        _check_writable(stop, tokenizer)
     if decode not in DECODE_MODES:
         raise UserError(f"sampler_decode: unknown value {decode!r}; expected one of {', '.join(DECODE_MODES)}")
     kwargs = dict(generation_kwargs)
@@ -102,6 +104,21 @@ def sampler_settings(
         decode=decode,
         stop=StopChecker(tokenizer, stop_strings) if stop_strings else None,
     )
+
+
+def _check_writable(stop: str, tokenizer) -> None:
+    """A stop string the model can write: one that its tokenizer encodes with its unknown token (a character outside
+    the vocabulary, e.g. `Question:` for the embedded model's digits-and-signs vocabulary) would never end a sample,
+    so it is refused rather than taken without effect."""
+    unk = getattr(tokenizer, "unk_token_id", None)
+    if unk is None:
+        return
+    ids = tokenizer(stop, add_special_tokens=False)["input_ids"]
+    if unk in ids:
+        raise UserError(
+            f"stop_strings: {stop!r} holds characters this model's tokenizer cannot write (it encodes them as its "
+            "unknown token): it would never end a sample"
+        )
 
 
 def _sampling_values(kwargs: dict, greedy: bool) -> dict:

@@ -343,6 +343,14 @@ CASES = {
         lambda tmp: publish.main([str(EMBEDDED_MODEL_DIR)]),
         r"the following arguments are required: --repo-id",
     ),
+    "sampler: a stop string the tokenizer cannot write (never ended a sample)": (
+        lambda tmp: train.main(train_flags(tmp, "embedded", "--generation_backend", "sampler", "--stop_strings", "Q:")),
+        r"stop_strings: 'Q:' holds characters this model's tokenizer cannot write",
+    ),
+    "generation_kwargs do_sample false (every group zero-std)": (
+        parse("--generation_kwargs", '{"do_sample": false}'),
+        r"generation_kwargs\.do_sample: false draws every completion of a group alike",
+    ),
     "harness: an empty --model": (
         lambda tmp: harness_main(harness_flags(tmp, "--model", "")),
         r"--model: empty; give a model folder",
