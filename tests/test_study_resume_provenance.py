@@ -6,6 +6,7 @@ line naming the folder, never taken for the study's; the same command resumes as
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -64,15 +65,25 @@ def one_line(call, capsys) -> str:
     return errors[0]
 
 
-def test_a_quick_run_is_not_taken_for_the_full_studys(tmp_path, trained, capsys):
+def test_a_quick_run_is_not_taken_for_the_full_studys(tmp_path, trained, capsys, monkeypatch):
+    """Through `run_jobs`, as the study runs them: a job whose run and evaluation are done is checked, not skipped."""
+    drawn = []
+    monkeypatch.setattr("grpo_ext.evaluation.backends.load_backend", lambda *args, **kwargs: None)
+    monkeypatch.setattr("grpo_ext.evaluation.harness.evaluate_model", lambda *args, **kwargs: drawn.append(1) or {})
     job = arm_job()
     folder = runs.job_dir(job, tmp_path, STUDY)
-    runs._train(job, folder, STUDY, options(quick=True))
-    runs._train(job, folder, STUDY, options(quick=True))  # the same command: done, not trained again
-    assert len(trained) == 1
-    error = one_line(lambda: runs._train(job, folder, STUDY, options(quick=False)), capsys)
+    runs.run_jobs([job], tmp_path, STUDY, options(quick=True), 1)
+    runs.run_jobs([job], tmp_path, STUDY, options(quick=True), 1)  # the same command: done, not trained again
+    assert len(trained) == 1 and len(drawn) == 1
+    error = one_line(lambda: runs.run_jobs([job], tmp_path, STUDY, options(quick=False), 1), capsys)
     assert f"{folder}: a finished run of another command" in error and "--max_steps" in error
-    assert len(trained) == 1  # nothing trained over it
+    assert len(trained) == 1 and len(drawn) == 1  # nothing trained over it, nothing drawn
+    quick_base = runs.Job(None, None, None, replace(STUDY.validation, limit=6))  # --quick's smaller evaluation
+    runs.run_jobs([quick_base], tmp_path, STUDY, options(quick=True), 1)
+    full_base = runs.Job(None, None, None, STUDY.validation)
+    error = one_line(lambda: runs.run_jobs([full_base], tmp_path, STUDY, options(quick=False), 1), capsys)
+    assert "base/validation.json: scored with another limit (6," in error
+    assert len(drawn) == 2
 
 
 def test_a_run_of_another_base_or_an_edited_method_config_is_refused(tmp_path, trained, capsys, monkeypatch):
@@ -96,8 +107,6 @@ def test_a_run_of_another_base_or_an_edited_method_config_is_refused(tmp_path, t
 def test_an_evaluation_of_other_settings_or_another_base_is_refused(tmp_path, monkeypatch, capsys):
     """The base's validation file of an earlier sitting: the same settings are reused (nothing drawn again); another
     temperature or another --model is refused before anything is drawn."""
-    from dataclasses import replace
-
     drawn = []
     monkeypatch.setattr("grpo_ext.evaluation.backends.load_backend", lambda *args, **kwargs: None)
     monkeypatch.setattr("grpo_ext.evaluation.harness.evaluate_model", lambda *args, **kwargs: drawn.append(1) or {})
