@@ -284,6 +284,15 @@ CASES = {
         lambda tmp: harness_main(harness_flags(tmp, "--model", "embedded", "--model", str(EMBEDDED_MODEL_DIR) + "/")),
         r"--model .*embedded/ and --model embedded are the same model",
     ),
+    "compare: one checkpoint under two names and paths": (
+        lambda tmp: compare_runs("base=embedded", f"sft@seed0={EMBEDDED_MODEL_DIR}/"),
+        r"--run sft@seed0 and --run base are the same checkpoint \(.*embedded\): one model would be counted twice",
+    ),
+    "compare: a checkpoint whose run failed": (
+        lambda tmp: compare_runs("base=embedded", f"sft={run_folder('failed')(tmp)}"),
+        r"--run sft: the training run in .*run did not finish \(grpo_ext_run\.json: failed at step 3: killed\); "
+        r"compare one of its checkpoint-N folders, or pass --allow-unfinished",
+    ),
     # the adversarial pass: dict fields, study flags, scripts' own parsers
     "generation_kwargs not JSON (a traceback-free line that named no field)": (
         parse("--generation_kwargs", "{top_p: 1"),
@@ -356,6 +365,12 @@ CASES = {
         r"--model: empty; give a model folder",
     ),
 }
+
+
+def compare_runs(*specs):
+    from grpo_ext.methods.compare.runs import parse_runs
+
+    return parse_runs(list(specs))
 
 
 def run_methods(argv):

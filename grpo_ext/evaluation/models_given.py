@@ -16,7 +16,7 @@ from pathlib import Path
 
 from grpo_ext.errors import UserError
 
-__all__ = ["check_models", "model_identity"]
+__all__ = ["check_models", "model_identity", "unfinished_run"]
 
 
 def model_identity(name_or_path: str) -> str:
@@ -29,8 +29,9 @@ def model_identity(name_or_path: str) -> str:
     return str(path.resolve()) if path.exists() else resolved
 
 
-def _unfinished(name: str, identity: str) -> str | None:
-    """A one-line description of ``name``'s unfinished training run, or None (finished, or no record)."""
+def unfinished_run(name: str, identity: str) -> str | None:
+    """A one-line description of the unfinished training run in the folder ``identity`` (``name``: how the user gave
+    it, e.g. ``--model x``), or None (finished, or no record)."""
     from grpo_ext.checkpoints import RUN_STATUS_FILE, read_run_status
 
     folder = Path(identity)
@@ -42,7 +43,7 @@ def _unfinished(name: str, identity: str) -> str | None:
     step = f" at step {record['global_step']}" if record.get("global_step") is not None else ""
     why = f": {str(record['error']).strip().splitlines()[0]}" if record.get("error") else ""
     status = f"{RUN_STATUS_FILE}: {record['status']}{step}{why}"
-    return f"--model {name}: the training run in {folder} did not finish ({status})"
+    return f"{name}: the training run in {folder} did not finish ({status})"
 
 
 def check_models(models: Sequence[str], *, allow_unfinished: bool = False) -> dict[str, str]:
@@ -60,7 +61,7 @@ def check_models(models: Sequence[str], *, allow_unfinished: bool = False) -> di
                 f"--model {name} {same} ({identity}): a model would be compared with itself; give each model once"
             )
         seen[identity] = name
-        message = _unfinished(name, identity)
+        message = unfinished_run(f"--model {name}", identity)
         if message is None:
             continue
         if not allow_unfinished:
