@@ -58,21 +58,23 @@ def _read_json(path: Path, what: str) -> dict:
     return value
 
 
-def _meta_model(folder: Path):
-    """The causal LM ``config.json`` describes, on the meta device; None when transformers cannot build it here."""
+def _meta_model(folder: Path, what: str):
+    """The causal LM ``config.json`` describes, on the meta device; None when this check cannot build it here (remote
+    code, a quantised checkpoint, a model that is not a causal LM: a reward model's head)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    raw = _read_json(folder / "config.json", what)  # not JSON: named here
+    if raw.get("quantization_config") or raw.get("auto_map"):
+        return None  # packed quantised weights have shapes of their own; remote code is the loader's to run
+    architectures = raw.get("architectures") or []
+    if architectures and not all(str(a).endswith("ForCausalLM") for a in architectures):
+        return None
     try:
         config = AutoConfig.from_pretrained(str(folder))
-    except (ValueError, KeyError, TypeError, OSError) as err:
-        raise UserError(f"{folder / 'config.json'}: not a model config transformers can read ({err})") from None
-    if getattr(config, "quantization_config", None) is not None:
-        return None  # packed quantised weights have shapes of their own
-    try:
         with torch.device("meta"):
             return AutoModelForCausalLM.from_config(config)
-    except (ValueError, KeyError, TypeError, ImportError, AttributeError):  # not a causal LM transformers builds
+    except (ValueError, KeyError, TypeError, ImportError, AttributeError, OSError):  # the loader names what it is
         return None
 
 
@@ -89,7 +91,7 @@ def check_config_matches_weights(folder: str | Path, what: str) -> None:
     stored = weight_shapes(folder)
     if not stored:
         return  # check_weights names a folder without weights
-    model = _meta_model(folder)
+    model = _meta_model(folder, what)
     if model is None:
         return
     expected = {key: tuple(t.shape) for key, t in model.state_dict().items()}
