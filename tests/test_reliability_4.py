@@ -91,3 +91,26 @@ def test_an_iteration_that_scored_no_reward_fails(tmp_path, monkeypatch, capsys)
     assert not (arm / "iter_1" / "policy").exists()
     state = arm / "iterative_state.json"
     assert not state.exists() or json.loads(state.read_text())["iteration"] == 0
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"architectures": ["LlamaForSequenceClassification"]}, {"auto_map": {"AutoModelForCausalLM": "m.Model"}}],
+    ids=["a reward model's head", "remote code"],
+)
+def test_the_config_check_leaves_what_it_cannot_build_to_the_loader(tmp_path, fields):
+    """A folder whose model the check cannot build as a causal LM here is not refused by it (no false refusal): the
+    loader, or the reward-model loader, reads it. The same edit on a plain causal LM is refused."""
+    import shutil
+
+    from grpo_ext.errors import check_weights
+    from grpo_ext.models import EMBEDDED_MODEL_DIR
+
+    folder = tmp_path / "model"
+    shutil.copytree(EMBEDDED_MODEL_DIR, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 3, **fields}))
+    check_weights(folder, "model")
+    (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 3}))
+    with pytest.raises(UserError, match="config.json disagrees with the weights"):
+        check_weights(folder, "model")
