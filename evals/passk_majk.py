@@ -64,6 +64,12 @@ def build_parser() -> HarnessArgumentParser:
         "unquantised base",
     )
     parser.add_argument(
+        "--allow-unfinished",
+        action="store_true",
+        help="score a model folder whose training run did not finish (grpo_ext_run.json: running or failed); the "
+        "report carries a warning saying so (default: refused)",
+    )
+    parser.add_argument(
         "--out", default="outputs/passk_majk", metavar="DIR", help="output folder (default: outputs/passk_majk)"
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -76,10 +82,10 @@ def main(argv: list[str]) -> dict:
 
     # Everything the user typed is checked before any model is loaded or any sample drawn.
     from grpo_ext.evaluation.backends import load_backend, vllm_available
-    from grpo_ext.evaluation.harness import evaluate_model, load_problems
+    from grpo_ext.evaluation.harness import check_problems_fit, evaluate_model, load_problems
+    from grpo_ext.evaluation.models_given import check_models
     from grpo_ext.evaluation.report import crossover_text, read_comparisons, write_reports
     from grpo_ext.io import portable_path
-    from grpo_ext.models import resolve_model_path
 
     settings = harness_settings(args)
     report = report_settings(args)
@@ -88,10 +94,8 @@ def main(argv: list[str]) -> dict:
     with user_input(None):  # the user's dataset: a missing or empty file, a bad row
         problems = load_problems(settings.task, settings.split, settings.limit)
     models = args.model or ["embedded"]
-    if len(set(models)) != len(models):
-        raise UserError(f"--model given twice: {models}")
-    for model in models:
-        resolve_model_path(model)  # a missing folder fails here, before the first model is loaded
+    # a missing folder, one model under two paths, an unfinished run: refused before the first model is loaded
+    unfinished = check_models(models, allow_unfinished=args.allow_unfinished)
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -100,6 +104,7 @@ def main(argv: list[str]) -> dict:
         backend = load_backend(
             model, args.backend, trust_remote_code=args.trust_remote_code, adapter_base=args.adapter_base
         )
+        check_problems_fit(backend, problems, settings.params.max_new_tokens, f"--model {model}")
         result = evaluate_model(
             backend,
             settings.task,
@@ -112,6 +117,8 @@ def main(argv: list[str]) -> dict:
             progress=not args.no_progress,
             taus=report.taus,
         )
+        if model in unfinished:  # --allow-unfinished: said in the report too
+            result["warnings"].append(unfinished[model])
         results.append(result)
         del backend  # one model in memory at a time
         gc.collect()

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 
 from grpo_ext.batching import prompts_drawn, refill_reserve
 from grpo_ext.errors import check_tokenizer
+from grpo_ext.model_files import check_not_adapter
 from grpo_ext.rewards import resolve_process_reward_funcs, resolve_reward_funcs
 from grpo_ext.tasks.base import Task, require_prompt_column
 
@@ -80,6 +81,8 @@ def build_grpo_trainer(
         from grpo_ext.modeling import policy_init
 
         model, quantization_config, peft_config = policy_init(model_args, training_args)
+    if isinstance(model, str):
+        check_not_adapter(model, "model_name_or_path")
     if isinstance(model, str) and "processing_class" not in trainer_kwargs:
         check_tokenizer(model, "model_name_or_path")  # TRL loads it from the model folder: one line, not its traceback
     if process_reward_funcs is None:

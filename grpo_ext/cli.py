@@ -8,6 +8,7 @@ else is a bug of ours and keeps its traceback: a stray `KeyError` or `TypeError`
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 from collections.abc import Callable, Sequence
 
@@ -75,11 +76,42 @@ def parse_trl_config(dataclass_types: Sequence[type], argv: list[str]) -> tuple:
             return super().set_defaults_with_config(**values)
 
     parser = Parser(list(dataclass_types), allow_abbrev=False)
-    if config:
-        read_yaml(config, "--config")  # a repeated key or a parse error, named; TRL then reads the same file
+    values = read_yaml(config, "--config") if config else None  # a repeated key or a parse error, named
+    json_fields = {name for t in dataclass_types for name in getattr(t, "_VALID_DICT_FIELDS", ())}
+    _check_json_values(json_fields, argv, values if isinstance(values, dict) else {})
     with user_file(config, "--config") if config else contextlib.nullcontext(), user_input(None):
         parsed = parser.parse_args_and_config(argv)
     for args in parsed:
         if isinstance(args, TrainingArguments):
             check_training_ranges(args)
     return tuple(parsed)
+
+
+# Dict fields that also take a file path (transformers reads a JSON file there).
+_PATH_TAKEN = {"deepspeed", "fsdp_config", "accelerator_config"}
+
+
+def _check_json_values(fields: set[str], argv: list[str], yaml_values: dict) -> None:
+    """A dict field (`generation_kwargs`, `model_init_kwargs`, ...) given on the command line or in the YAML is a JSON
+    object (text that parses to one), else a `UserError` naming the field: transformers' own `json.loads` error names
+    none, and a text that does not start with `{` (or a YAML list) stayed text and failed later with a traceback.
+    `deepspeed`, `fsdp_config` and `accelerator_config` also take a file path."""
+    given = {name: value for name, value in yaml_values.items() if name in fields}
+    for i, arg in enumerate(argv):
+        if not arg.startswith("--"):
+            continue
+        flag, eq, value = arg[2:].partition("=")
+        name = flag.replace("-", "_")
+        if name in fields and (eq or i + 1 < len(argv)):
+            given[name] = value if eq else argv[i + 1]
+    for name, value in given.items():
+        text = value.strip() if isinstance(value, str) else None
+        if text is not None and text.startswith("{"):
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError as err:
+                raise UserError(f"{name}: not valid JSON ({err.msg} at column {err.colno}): {text!r}") from None
+        if name in _PATH_TAKEN and text is not None:
+            continue  # a file path
+        if value is not None and not isinstance(value, dict):
+            raise UserError(f"{name}: expected a JSON object like '{{\"key\": value}}', got {value!r}")

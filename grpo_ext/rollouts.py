@@ -77,6 +77,8 @@ def sampler_settings(
         raise UserError(str(err)) from None
     if stop_strings and tokenizer is None:
         raise ValueError("sampler_settings: stop_strings need the tokenizer that reads them")
+    for stop in stop_strings or ():
+        _check_writable(stop, tokenizer)
     if decode not in DECODE_MODES:
         raise UserError(f"sampler_decode: unknown value {decode!r}; expected one of {', '.join(DECODE_MODES)}")
     kwargs = dict(generation_kwargs)
@@ -93,18 +95,59 @@ def sampler_settings(
             f"{', '.join(HONOURED)}); remove them or use generation_backend `trl`"
         )
     greedy = kwargs.get("do_sample") is False
-    temperature = kwargs.get("temperature")
+    values = _sampling_values(kwargs, greedy)
     return SamplerSettings(
         max_new_tokens=int(kwargs["max_new_tokens"]),
-        temperature=0.0 if greedy else float(1.0 if temperature is None else temperature),
-        top_p=float(kwargs.get("top_p") or 1.0),
-        top_k=int(kwargs.get("top_k") or 0),
-        min_p=kwargs.get("min_p"),
+        **values,
         eos_ids=tuple(eos_ids) or _token_ids(kwargs.get("eos_token_id")),
         pad_id=int(pad_id),
         decode=decode,
         stop=StopChecker(tokenizer, stop_strings) if stop_strings else None,
     )
+
+
+def _check_writable(stop: str, tokenizer) -> None:
+    """A stop string the model can write: one that its tokenizer encodes with its unknown token (a character outside
+    the vocabulary, e.g. `Question:` for the embedded model's digits-and-signs vocabulary) would never end a sample,
+    so it is refused rather than taken without effect."""
+    unk = getattr(tokenizer, "unk_token_id", None)
+    if unk is None:
+        return
+    ids = tokenizer(stop, add_special_tokens=False)["input_ids"]
+    if unk in ids:
+        raise UserError(
+            f"stop_strings: {stop!r} holds characters this model's tokenizer cannot write (it encodes them as its "
+            "unknown token): it would never end a sample"
+        )
+
+
+def _sampling_values(kwargs: dict, greedy: bool) -> dict:
+    """temperature, top_p, top_k and min_p as the sampler reads them, each the value transformers' `generate` (TRL's
+    path) reads from the same kwargs, or a `UserError` naming the entry where the two would draw differently: an unset
+    (None) top_p / temperature is transformers' default (1.0), an unset min_p is off; top_p 0 (greedy there, not
+    "off"), an unset top_k (transformers' 50 or the model's, not "off"), temperature 0 while sampling, a negative
+    top_k and a min_p outside [0, 1] have no common reading. (`grpo_ext.validation` refuses them in the config; this
+    holds for generation kwargs changed after it.)"""
+    from grpo_ext.validation import check_number
+
+    temperature, top_p, top_k, min_p = (kwargs.get(name) for name in HONOURED)
+    if greedy:  # do_sample False: transformers takes the most likely token and reads none of them
+        return {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "min_p": None}
+    if top_k is None:
+        raise UserError(
+            "generation_kwargs.top_k: None is transformers' default top-k (50, or the model's) on TRL's path but no "
+            "top-k for generation_backend `sampler`; give 0 (no top-k) or a number"
+        )
+    check_number("generation_kwargs.top_k", top_k, low=0, integer=True)
+    check_number("generation_kwargs.top_p", 1.0 if top_p is None else top_p, low=0, high=1, low_open=True)
+    check_number("generation_kwargs.min_p", 0.0 if min_p is None else min_p, low=0, high=1)
+    check_number("generation_kwargs.temperature", 1.0 if temperature is None else temperature, low=0, low_open=True)
+    return {
+        "temperature": float(1.0 if temperature is None else temperature),
+        "top_p": float(1.0 if top_p is None else top_p),
+        "top_k": int(top_k),
+        "min_p": None if min_p is None else float(min_p),
+    }
 
 
 def sampler_settings_of(trainer) -> SamplerSettings | None:

@@ -250,7 +250,8 @@ class GRPOExtTrainer(StagedCheckpointsMixin, TrainingStateMixin, GRPOTrainer):
         rank = self.accelerator.process_index
         local = slice(rank * n_local, (rank + 1) * n_local)
         if mode == "train" and "steps" not in self._batch_rewards:
-            self._count_scored(~torch.isnan(rewards_per_func[local]).all(dim=1))
+            trains = self.reward_weights.to(rewards_per_func.device) != 0  # a weight-0 (logged) reward trains nothing
+            self._count_scored(~torch.isnan(rewards_per_func[local][:, trains]).all(dim=1))
         if keeps_trl and "steps" not in self._batch_rewards and not filtering:
             return output  # TRL's own batch, untouched: nothing to add on this path
         group = self.num_generations if mode == "train" else self.num_generations_eval

@@ -83,7 +83,7 @@ class TrainingStateMixin:
         if self.gradient_coefficient.needs_step_rewards:
             what = "process_reward_funcs: no step of any completion was scored"
         else:
-            what = "reward_funcs: no completion was scored (every reward function returned None or NaN)"
+            what = "reward_funcs: no completion was scored (every weighted reward function returned None or NaN)"
         return (
             f"{what} in {self.state.global_step} steps, so the run learned nothing from rewards; check that the "
             "reward functions read the dataset's columns and the task's completion format"

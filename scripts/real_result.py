@@ -23,7 +23,6 @@ are read from each sample's text: where the committed files lack them, those rep
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import sys
@@ -215,12 +214,13 @@ def main(argv: list[str]) -> dict:
 
     from evals.passk_majk import main as harness
     from grpo_ext.errors import UserError, user_file
+    from grpo_ext.evaluation.cli import HarnessArgumentParser  # a bad flag is one line, exit 2
     from grpo_ext.evaluation.failures import anatomy_legend, anatomy_markdown
     from grpo_ext.io import atomic_write_json, atomic_write_text
     from grpo_ext.models import resolve_model_path
     from grpo_ext.tasks import get_task
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = HarnessArgumentParser(prog="real_result.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--search", required=True, help="the output folder of scripts/search.py")
     parser.add_argument("--harder-limit", type=int, default=200, help="harder-split problems (default: 200)")
     parser.add_argument("--harder-n", type=int, default=16, help="samples per harder problem (default: 16)")

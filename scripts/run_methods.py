@@ -144,6 +144,19 @@ def rehearsal_model(study, tokenizer: str | None, out: Path) -> str:
     return path
 
 
+def check_values_once(study, path) -> None:
+    """No search axis of the study lists one value twice (`[3.0e-4, 0.0003]` is one rate): it would be trained twice
+    and counted as two settings."""
+    from grpo_ext.errors import UserError
+
+    axes = [("learning_rates", study.learning_rates)]
+    axes += [(f"arms.{arm.name}.grid.{axis}", values) for arm in study.arms for axis, values in arm.grid.items()]
+    for where, values in axes:
+        repeated = sorted({v for v in values if list(values).count(v) > 1})
+        if repeated:
+            raise UserError(f"{path}: {where} repeats {repeated} (a value given twice is trained twice); each once")
+
+
 def main(argv: list[str]) -> dict:
     args = build_parser().parse_args(argv)
     from grpo_ext.errors import UserError
@@ -153,6 +166,29 @@ def main(argv: list[str]) -> dict:
     from grpo_ext.models import resolve_model_path
 
     study = load_study(args.study)
+    check_values_once(study, args.study)
+    # every flag is checked before anything is built, and --estimate prices what the flags select
+    if args.jobs < 1:
+        raise UserError(f"--jobs: must be >= 1, got {args.jobs}")
+    rehearsal = args.quick and not args.model and study.base != "embedded"
+    if args.rehearsal_tokenizer and not rehearsal:
+        raise UserError(
+            "--rehearsal-tokenizer: only with --quick on a study whose base is not the embedded model (and no --model)"
+        )
+    if args.quick:
+        study = study.trimmed(values_per_axis=2, seeds=2)
+        # fewer problems and samples, written into the study so its report says what was scored; a validation metric
+        # these samples cannot report fails here, before any training
+        sizes = QUICK_REHEARSAL_EVALUATION if rehearsal else QUICK_EVALUATION
+        study.validation, study.test = (replace(e, **sizes) for e in (study.validation, study.test))
+    if args.arms:
+        signal = study.signal
+        study = study.only([a.strip() for a in args.arms.split(",") if a.strip()])
+        if signal is not None and study.signal is None:
+            print(f"--arms: the signal's arm {signal.arm} is not run; no learning signal measured", flush=True)
+    if args.model:
+        study.base = args.model
+        resolve_model_path(study.base)  # a missing base model fails before any training
     if args.estimate:
         from grpo_ext.methods.study.budget import estimate, render_estimate
 
@@ -164,26 +200,8 @@ def main(argv: list[str]) -> dict:
             print(f"\nMeasured in {args.out} (one core a job; see grpo_ext.methods.study.spent):\n")
             print(render_spent(spent(study, args.out), result))
         return {"estimate": result}
-    rehearsal = args.quick and not args.model and study.base != "embedded"
-    if args.quick:
-        study = study.trimmed(values_per_axis=2, seeds=2)
-        # fewer problems and samples, written into the study so its report says what was scored; a validation metric
-        # these samples cannot report fails here, before any training
-        sizes = QUICK_REHEARSAL_EVALUATION if rehearsal else QUICK_EVALUATION
-        study.validation, study.test = (replace(e, **sizes) for e in (study.validation, study.test))
-    if args.model:
-        study.base = args.model
-    elif rehearsal:  # a rehearsal of a real study: a tiny model with its tokenizer, retrained on the task's text
+    if rehearsal:  # a rehearsal of a real study: a tiny model with its tokenizer, retrained on the task's text
         study.base = rehearsal_model(study, args.rehearsal_tokenizer, Path(args.out))
-    elif args.rehearsal_tokenizer:
-        raise UserError("--rehearsal-tokenizer: only with --quick on a study whose base is not the embedded model")
-    if args.arms:
-        signal = study.signal
-        study = study.only([a.strip() for a in args.arms.split(",") if a.strip()])
-        if signal is not None and study.signal is None:
-            print(f"--arms: the signal's arm {signal.arm} is not run; no learning signal measured", flush=True)
-    if args.jobs < 1:
-        raise UserError(f"--jobs: must be >= 1, got {args.jobs}")
     resolve_model_path(study.base)  # a missing base model fails before any training
     options = {
         "base": study.base,

@@ -269,9 +269,10 @@ def main(argv: list[str]) -> dict:
 
 def _parse_args(argv: list[str]) -> argparse.Namespace:
     from grpo_ext.errors import UserError
+    from grpo_ext.evaluation.cli import HarnessArgumentParser  # a bad flag is one line, exit 2
     from grpo_ext.evaluation.registry import default_ks
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    parser = HarnessArgumentParser(prog="search.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="the training YAML (scripts/train.py's --config)")
     parser.add_argument("--grid", action="append", default=[], help="FIELD=V1,V2,...; repeat for more axes")
     parser.add_argument("--out", required=True, help="folder of the runs, search.json / search.md and test/")

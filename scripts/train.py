@@ -58,6 +58,7 @@ def _loaded_paths(model_args, training_args) -> dict[str, str | None]:
 def _train(task_args, training_args, model_args) -> None:
     from grpo_ext.assembly import build_grpo_trainer
     from grpo_ext.errors import UserError, user_input
+    from grpo_ext.prompt_fit import check_trainer_prompts
     from grpo_ext.run_record import training_run
     from grpo_ext.tasks import get_task
     from grpo_ext.validation import context_overflow
@@ -74,6 +75,8 @@ def _train(task_args, training_args, model_args) -> None:
     overflow = context_overflow(trainer)
     if overflow:  # the Python API only warns, as TRL takes it; a command line refuses it before any step
         raise UserError(overflow)
+    # every prompt rendered and measured as TRL will: one over the model's positions, or a chat template that fails
+    check_trainer_prompts(trainer, f"task {task.name!r} train prompts")
     main_process = trainer.accelerator.is_main_process
     model_id = model_args.model_name_or_path  # resolved by policy_init
     if main_process:

@@ -5,7 +5,7 @@ import pytest
 
 from scripts import train
 from tests.test_bad_inputs import CONFIG, check_one_line, parse, run_train, written
-from tests.test_bad_inputs_3 import study_edit, yaml_alone
+from tests.test_bad_inputs_silent import study_edit, yaml_alone
 from tests.test_study_driver import STUDY, fresh_driver
 
 

@@ -33,7 +33,7 @@ from grpo_ext.tasks.base import Task
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["check_ks", "evaluate_model", "load_problems", "score_samples", "validate_problems"]
+__all__ = ["check_ks", "check_problems_fit", "evaluate_model", "load_problems", "score_samples", "validate_problems"]
 
 
 def check_ks(ks: Iterable[int], n: int) -> tuple[list[int], list[int]]:
@@ -107,6 +107,29 @@ def validate_problems(rows: Sequence[dict], task: Task, source: str = "problems"
     if len(set(ids)) != len(ids):
         raise UserError(f"{source}: problem ids are not unique")
     return problems
+
+
+def check_problems_fit(backend: Backend, problems: Sequence[dict], max_new_tokens: int, what: str) -> None:
+    """Every problem's prompt, rendered and tokenized as the sampler feeds it, plus ``max_new_tokens`` fits in the
+    model's positions, and the chat template renders every prompt; else one `UserError` naming ``what`` (the model
+    flag), the problem and the lengths (:mod:`grpo_ext.prompt_fit`). A backend without a tokenizer and model in this
+    process (vLLM) is not checked here: vLLM refuses an over-long prompt itself."""
+    from grpo_ext.evaluation.sampling import encode_prompt_ids
+    from grpo_ext.prompt_fit import check_prompts_fit, model_positions, rendering_prompts
+
+    tokenizer, model = getattr(backend, "tokenizer", None), getattr(backend, "model", None)
+    if tokenizer is None or model is None or not problems:
+        return
+    with rendering_prompts(tokenizer, what):
+        ids = encode_prompt_ids(tokenizer, [p["prompt"] for p in problems])
+    check_prompts_fit(
+        [len(row) for row in ids],
+        max_new_tokens,
+        model_positions(model),
+        budget_name="--max-new-tokens",
+        source=what,
+        names=[f"problem id {p['problem_id']}" for p in problems],
+    )
 
 
 def score_samples(

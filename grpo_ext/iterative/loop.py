@@ -94,6 +94,8 @@ class ArmRun:
         # this iteration started from is the previous policy, not the experiment's base
         with training_run(trainer, self.args, ModelConfig(model_name_or_path=str(state["policy"]))):
             trainer.train()
+            # an iteration whose reward source scored nothing learned nothing: it fails (recorded), as train.py's run
+            trainer.check_rewards_were_scored()
             trainer.save_model(str(work))
             trainer.processing_class.save_pretrained(str(work))
         curve = training_curve(trainer.state.log_history)

@@ -38,6 +38,12 @@ def build_parser() -> HarnessArgumentParser:
         action="store_true",
         help="report runs evaluated with different settings (flagged) instead of refusing them",
     )
+    parser.add_argument(
+        "--allow-unfinished",
+        action="store_true",
+        help="compare a checkpoint whose training run did not finish (grpo_ext_run.json: running or failed), with a "
+        "warning (default: refused)",
+    )
     parser.add_argument("--out", default="outputs/compare", metavar="DIR", help="output folder")
     return parser
 
@@ -55,7 +61,7 @@ def main(argv: list[str]) -> dict:
     from grpo_ext.methods.compare.runs import parse_runs
     from grpo_ext.methods.study.stats import headline_metrics
 
-    runs = parse_runs(args.run)
+    runs = parse_runs(args.run, allow_unfinished=args.allow_unfinished)
     settings = harness_settings(args)
     ks = settings.ks if 1 in settings.ks else [1, *settings.ks]  # pass@1 is the headline number
     problems = load_problems(settings.task, settings.split, settings.limit)

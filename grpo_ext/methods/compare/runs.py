@@ -10,6 +10,7 @@ present) or a JSON file of evaluation results (``evals/passk_majk.py``'s ``repor
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,8 +101,12 @@ def parse_run(spec: str) -> Run:
     return Run(name, method, label, path, CHECKPOINT)
 
 
-def parse_runs(specs: Sequence[str]) -> list[Run]:
-    """Every ``--run``, checked; a checkpoint folder's training records are read (and its method checked)."""
+def parse_runs(specs: Sequence[str], *, allow_unfinished: bool = False) -> list[Run]:
+    """Every ``--run``, checked; a checkpoint folder's training records are read (and its method checked). One
+    checkpoint under two names (however its path is spelt) would count one model twice, and a checkpoint whose run
+    did not finish is refused unless ``allow_unfinished`` (`grpo_ext.evaluation.models_given`)."""
+    from grpo_ext.evaluation.models_given import model_identity, unfinished_run
+
     if not specs:
         raise UserError("no runs: give at least one --run NAME=CHECKPOINT")
     runs = [parse_run(s) for s in specs]
@@ -109,6 +114,20 @@ def parse_runs(specs: Sequence[str]) -> list[Run]:
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise UserError(f"--run names must be unique; repeated: {', '.join(duplicates)} (use NAME@LABEL)")
+    seen: dict[str, str] = {}
+    for run in (r for r in runs if r.source == CHECKPOINT):
+        identity = model_identity(run.path)
+        if identity in seen:
+            raise UserError(
+                f"--run {run.name} and --run {seen[identity]} are the same checkpoint ({identity}): one model would "
+                "be counted twice; give each checkpoint once"
+            )
+        seen[identity] = run.name
+        message = unfinished_run(f"--run {run.name}", identity)
+        if message and not allow_unfinished:
+            raise UserError(f"{message}; compare one of its checkpoint-N folders, or pass --allow-unfinished")
+        if message:
+            print(f"warning: {message}: compared anyway (--allow-unfinished)", file=sys.stderr, flush=True)
     for run in runs:
         if run.source == CHECKPOINT and Path(run.path).is_dir():
             record = read_json_file(run.path, RUN_FILE)

@@ -20,6 +20,13 @@ from grpo_ext.evaluation.registry import headline_at
 from grpo_ext.methods.study.config import Arm, Baseline, Evaluation, Setting, Study, evaluation_ks
 from grpo_ext.methods.study.expectations import BASE
 from grpo_ext.methods.study.method_configs import method_config_path, task_of
+from grpo_ext.methods.study.provenance import (
+    check_evaluation,
+    check_training,
+    evaluation_settings,
+    record_training,
+    training_record,
+)
 
 __all__ = [
     "Job",
@@ -130,12 +137,33 @@ def quick_flags(method: str, options: dict) -> list[str]:
 
 def _train(job: Job, folder: Path, study: Study, options: dict) -> None:
     from grpo_ext.methods import run_method
-    from grpo_ext.methods.cost import COST_FILE
 
-    if (folder / COST_FILE).is_file() and any(folder.glob("*.safetensors")):
+    argv = train_argv(job.arm, job.setting, job.seed, folder, options)
+    record = training_record(argv, method_config_path(job.arm.method, options["configs"]))
+    if _trained(folder):
+        check_training(folder, record)  # a finished run of another command (--quick, another base) is never reused
         return  # trained; a folder whose weights were not kept (only its JSON records are committed) trains again
     print(f"=== training {job.name} into {folder}", flush=True)
-    run_method(train_argv(job.arm, job.setting, job.seed, folder, options))
+    record_training(folder, record)
+    run_method(argv)
+
+
+def _trained(folder: Path) -> bool:
+    from grpo_ext.methods.cost import COST_FILE
+
+    return (folder / COST_FILE).is_file() and any(folder.glob("*.safetensors"))
+
+
+def check_done(job: Job, out: Path, study: Study, options: dict) -> None:
+    """What an earlier sitting finished for ``job`` (its run, its evaluation) was made by this study's command and
+    settings, else a `UserError` naming the folder (:mod:`grpo_ext.methods.study.provenance`); run before any job."""
+    folder = job_dir(job, out, study)
+    if job.arm is not None and _trained(folder):
+        argv = train_argv(job.arm, job.setting, job.seed, folder, options)
+        check_training(folder, training_record(argv, method_config_path(job.arm.method, options["configs"])))
+    target = evaluation_file(folder, job.evaluation)
+    if target.is_file():
+        check_evaluation(target, _evaluation_plan(job, folder, study, options)["settings"])
 
 
 def train_argv(arm: Arm, setting: Setting, seed: int, folder: Path, options: dict) -> list[str]:
@@ -163,18 +191,12 @@ def check_arms(study: Study, study_file: str, options: dict) -> None:
             raise UserError(f"{study_file}: arms.{arm.name}: {err}") from None
 
 
-def _evaluate(job: Job, folder: Path, study: Study, options: dict) -> None:
-    from grpo_ext.evaluation.backends import load_backend
+def _evaluation_plan(job: Job, folder: Path, study: Study, options: dict) -> dict:
+    """How ``job`` is scored: its task, stop strings, sampling parameters, model and the settings it records."""
     from grpo_ext.evaluation.cache import task_id_for
-    from grpo_ext.evaluation.harness import evaluate_model
     from grpo_ext.evaluation.sampling import SamplingParams
-    from grpo_ext.io import atomic_write_json
-    from grpo_ext.methods.cost import COST_FILE, read_json_file
     from grpo_ext.tasks import get_task
 
-    target = evaluation_file(folder, job.evaluation)
-    if target.is_file():
-        return
     evaluation = job.evaluation
     limit, n, max_new_tokens = evaluation.limit, evaluation.n_for(job.run), evaluation.max_new_tokens
     method = job.arm.method if job.arm else study.arms[0].method
@@ -197,6 +219,28 @@ def _evaluate(job: Job, folder: Path, study: Study, options: dict) -> None:
         **stop_kwargs(stops),
     )
     model = str(folder) if job.arm else options["base"]
+    task_id = task_id_for(task_name, evaluation.split, task_kwargs)
+    # an arm's model is its run (checked by its training record); the base is named by the study's --model
+    settings = evaluation_settings("the run" if job.arm else model, params.key(), task_id, limit, evaluation.dtype)
+    return {"task": task, "stops": stops, "params": params, "model": model, "task_id": task_id, "settings": settings}
+
+
+def _evaluate(job: Job, folder: Path, study: Study, options: dict) -> None:
+    from grpo_ext.evaluation.backends import load_backend
+    from grpo_ext.evaluation.harness import evaluate_model
+    from grpo_ext.io import atomic_write_json
+    from grpo_ext.methods.cost import COST_FILE, read_json_file
+
+    target = evaluation_file(folder, job.evaluation)
+    evaluation = job.evaluation
+    plan = _evaluation_plan(job, folder, study, options)
+    task, stops, params, model, task_id, settings = (
+        plan[k] for k in ("task", "stops", "params", "model", "task_id", "settings")
+    )
+    limit, n = evaluation.limit, params.n
+    if target.is_file():
+        check_evaluation(target, settings)  # scored with other settings or another base: never reused
+        return
     ks = evaluation_ks(n)
     load = {}
     if evaluation.dtype == "bfloat16":  # as trained: bf16 base, the LoRA adapter beside it (a merge would round it)
@@ -212,11 +256,17 @@ def _evaluate(job: Job, folder: Path, study: Study, options: dict) -> None:
         folder / f"{evaluation.split}_samples.jsonl",
         limit,
         split=evaluation.split,
-        task_id=task_id_for(task_name, evaluation.split, task_kwargs),
+        task_id=task_id,
         progress=options["progress"],
     )
     add_attributes(result, task, evaluation.split, limit)
-    result["study_evaluation"] = {"run": job.run, "stop": list(stops), "dtype": evaluation.dtype, "n": n}
+    result["study_evaluation"] = {
+        "run": job.run,
+        "stop": list(stops),
+        "dtype": evaluation.dtype,
+        "n": n,
+        "settings": settings,
+    }
     cost = read_json_file(folder, COST_FILE) if job.arm else None
     if cost is not None:
         result["training_cost"] = cost
@@ -250,7 +300,10 @@ def _run_job(job: Job, out: Path, study: Study, options: dict) -> str:
 
 
 def run_jobs(jobs: list[Job], out: Path, study: Study, options: dict, workers: int) -> None:
-    """Run every job not yet done, ``workers`` at a time (each in a fresh process); re-raise the first failure."""
+    """Run every job not yet done, ``workers`` at a time (each in a fresh process); re-raise the first failure. What
+    is done must be this study's own (`check_done`, every job before the first one starts)."""
+    for job in jobs:
+        check_done(job, out, study, options)
     pending = [j for j in jobs if not evaluation_file(job_dir(j, out, study), j.evaluation).is_file()]
     if not pending:
         return

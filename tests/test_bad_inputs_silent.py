@@ -1,4 +1,4 @@
-"""The bad-input table, third round (issue 26): inputs that were taken silently and wrongly, and user mistakes that
+"""The bad-input table for silent acceptances: inputs that were taken silently and wrongly, and user mistakes that
 still printed a traceback. Each ends a CLI with one line naming the culprit and exit code 2, through the code path
 the CLI takes; the table and its check are `tests/test_bad_inputs.py`'s."""
 
