@@ -1,19 +1,13 @@
-"""What the GPU benchmarks and the GPU smoke check share: the CUDA check, device facts, random-weight models of real
-shapes built locally, and CUDA memory/time probes that are no-ops on the CPU.
-
-Models: Qwen2-architecture models with Qwen2.5-0.5B / -1.5B's published shapes and the real vocabulary (151,936;
-the shapes of ``benchmarks.qlora_memory.SHAPES``), random weights (seed 0), saved as safetensors with the embedded
-model's character tokenizer (its decode skips ids it does not know, so any sampled id decodes). Speed and memory
-depend on the shapes, not on the weights; nothing is downloaded. ``tiny`` (hidden 64, vocabulary 1,000) is for
-rehearsals of the code paths on the CPU.
+"""What the GPU benchmarks share: the CUDA check, device facts, CUDA memory/time probes that are no-ops on the CPU,
+and (from :mod:`grpo_ext.stand_ins`, where the GPU smoke check reads them too) the random-weight models of real shapes
+(``SHAPES``, ``build_random_model``).
 """
 
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 
-from benchmarks.qlora_memory import SHAPES
+from grpo_ext.stand_ins import SHAPES, build_random_model
 
 __all__ = [
     "SHAPES",
@@ -25,12 +19,6 @@ __all__ = [
     "reset_peak",
     "synchronize",
 ]
-
-# A minimal chat template (Qwen's layout) so that conversational prompts render with the character tokenizer.
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 
 
 def cuda_unavailable_reason() -> str | None:
@@ -88,32 +76,6 @@ def allocated(device) -> int | None:
     import torch
 
     return int(torch.cuda.memory_allocated(device)) if torch.device(device).type == "cuda" else None
-
-
-def build_random_model(shape: str, folder: str | Path, *, dtype: str = "bfloat16", device: str = "cpu") -> Path:
-    """Save a random-weight Qwen2 model of ``shape`` (a key of ``SHAPES``) with the embedded character tokenizer
-    (plus a chat template) into ``folder``; returns the folder. ``device`` is where the weights are initialised
-    (``cuda``: seconds for 1.5 B parameters instead of a minute on one CPU thread); the file is the same."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config
-
-    from grpo_ext.models import EMBEDDED_MODEL_DIR
-
-    folder = Path(folder)
-    tokenizer = AutoTokenizer.from_pretrained(EMBEDDED_MODEL_DIR)
-    tokenizer.model_max_length = 32768  # prompts of real tasks are longer than the embedded task's 128 characters
-    tokenizer.chat_template = CHAT_TEMPLATE
-    ids = {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id, "bos_token_id": None}
-    config = Qwen2Config(**SHAPES[shape], **ids)
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    del model
-    return folder
 
 
 def smoke_reward(prompts, completion_ids, **kwargs) -> list[float]:

@@ -62,9 +62,10 @@ from pathlib import Path
 
 from benchmarks import _common as C
 from benchmarks import _gpu as G
+from grpo_ext.stand_ins import RESULT_MARK
 
 NAME = "gpu_step"
-MARK = "@@RESULT@@"
+MARK = RESULT_MARK
 KINDS = ("full", "lora", "qlora")
 VARIANTS = ("off", "on", "static", "sampler")
 EXTRA_WARMUP = {"sampler": 2}

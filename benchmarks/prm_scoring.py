@@ -27,81 +27,19 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import string
 import tempfile
 import time
 from pathlib import Path
 
-import torch
 from transformers import set_seed
 
 from benchmarks import _common as C
 from benchmarks.overhead import base_settings, make_batches, one_step
 from grpo_ext.rewards.prm import PRM_FORMATS
+from grpo_ext.stand_ins import build_prm
 
 FORMATS = tuple(PRM_FORMATS)  # every registered format (build_prm makes a random-weight folder of each)
-CHARS = string.ascii_letters + string.digits + " \n+-*=;#?:.,$'\\{}|_<>/"
-QWEN_TEMPLATE = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-POLICY_SHAPE = {
-    "hidden_size": 128,
-    "intermediate_size": 512,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 4,
-    "max_position_embeddings": 512,
-}
-
-
 # ---- PRMs in each format, built locally --------------------------------------------------------------------------
-
-
-def char_tokenizer(tags: tuple[str, ...] = (), special: tuple[str, ...] = ()):
-    """One token per character (line breaks included) plus whole-token tags."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {t: i for i, t in enumerate(["<pad>", "<eos>", "<unk>", *CHARS])}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex("[\\s\\S]"), behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    out = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
-    out.add_tokens(list(tags))
-    out.add_special_tokens({"additional_special_tokens": list(special)})
-    return out
-
-
-def build_prm(fmt: str, folder: Path) -> Path:
-    from safetensors.torch import save_file
-    from transformers import LlamaConfig, LlamaForCausalLM, LlamaForTokenClassification, Qwen2Config, Qwen2Model
-
-    if fmt not in ("token_classification", "step_tag", "qwen_prm"):  # the architectures this benchmark can build
-        raise ValueError(f"benchmarks.prm_scoring: no random-weight {fmt!r} PRM to build; add its folder here")
-    torch.manual_seed(0)
-    if fmt == "qwen_prm":
-        tok = char_tokenizer(special=("<|im_start|>", "<|im_end|>", "<extra_0>"))
-        tok.chat_template = QWEN_TEMPLATE
-        config = Qwen2Config(vocab_size=len(tok), pad_token_id=tok.pad_token_id, **POLICY_SHAPE)
-        tensors = {f"model.{k}": v.contiguous() for k, v in Qwen2Model(config).state_dict().items()}
-        h = config.hidden_size
-        tensors |= {
-            "score.0.weight": torch.randn(h, h) / h**0.5,
-            "score.0.bias": torch.zeros(h),
-            "score.2.weight": torch.randn(2, h) / h**0.5,
-            "score.2.bias": torch.zeros(2),
-        }
-        folder.mkdir(parents=True)
-        save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
-        spec = config.to_dict() | {"architectures": ["Qwen2ForProcessRewardModel"]}
-        (folder / "config.json").write_text(json.dumps(spec))
-    else:
-        tok = char_tokenizer(tags=("ки",) if fmt == "step_tag" else ())
-        config = LlamaConfig(
-            vocab_size=len(tok), pad_token_id=tok.pad_token_id, tie_word_embeddings=True, num_labels=2, **POLICY_SHAPE
-        )
-        model_cls = LlamaForCausalLM if fmt == "step_tag" else LlamaForTokenClassification
-        model_cls(config).save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
 
 
 class TimedPRM:

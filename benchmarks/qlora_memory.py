@@ -47,44 +47,10 @@ import time
 from pathlib import Path
 
 from benchmarks import _common as C
+from grpo_ext.stand_ins import SHAPES
 
 MARK = "@@RESULT@@"
 TARGET_FOOTPRINT, TARGET_STEP = 0.40, 0.35
-SHAPES = {  # Qwen2.5 config.json values that determine the weights
-    "0.5b": dict(
-        hidden_size=896,
-        intermediate_size=4864,
-        num_hidden_layers=24,
-        num_attention_heads=14,
-        num_key_value_heads=2,
-        vocab_size=151936,
-        tie_word_embeddings=True,
-        max_position_embeddings=32768,
-        rms_norm_eps=1e-6,
-        rope_theta=1_000_000.0,
-    ),
-    "1.5b": dict(
-        hidden_size=1536,
-        intermediate_size=8960,
-        num_hidden_layers=28,
-        num_attention_heads=12,
-        num_key_value_heads=2,
-        vocab_size=151936,
-        tie_word_embeddings=True,
-        max_position_embeddings=32768,
-        rms_norm_eps=1e-6,
-        rope_theta=1_000_000.0,
-    ),
-    "tiny": dict(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=1000,
-        tie_word_embeddings=True,
-    ),  # smoke tests of this script
-}
 PUBLISHED_PARAMETERS = {"0.5b": 494_032_768, "1.5b": 1_543_714_304}  # the hub models' parameter counts
 LORA = dict(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
 

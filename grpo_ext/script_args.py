@@ -86,3 +86,15 @@ class TrainArguments(TaskArguments):
             "train from scratch. Without it such a folder is refused, unless resume_from_checkpoint continues it."
         },
     )
+
+
+def parse_train_args(argv: list[str]):
+    """``scripts/train.py``'s three argument groups (TrainArguments, GRPOExtConfig, trl's ModelConfig) from its
+    command line (``--config`` YAML and flags); whatever they reject is a `UserError` (see
+    `grpo_ext.cli.parse_trl_config`). For a script that checks a training command without running it."""
+    from trl import ModelConfig
+
+    from grpo_ext.cli import parse_trl_config
+    from grpo_ext.config import GRPOExtConfig
+
+    return parse_trl_config((TrainArguments, GRPOExtConfig, ModelConfig), argv)

@@ -47,6 +47,7 @@ from grpo_ext.evaluation.metrics import maj_at_k, pass_at_k
 from grpo_ext.evaluation.sampling import SamplingParams, sample
 from grpo_ext.io import atomic_write_json
 from grpo_ext.models import EMBEDDED_MODEL_DIR
+from grpo_ext.qlora_base import load_as_main_job
 from grpo_ext.tasks import get_task
 
 HELD_OUT = ("validation", "test")  # where settings are chosen and results reported
@@ -270,21 +271,6 @@ def main(argv: list[str] | None = None) -> None:
     print(json.dumps(metrics, indent=2))
     atomic_write_json(args.out / "base_model_metrics.json", metrics)
     print(f"wrote {args.out}")
-
-
-def load_as_main_job(folder: Path) -> LlamaForCausalLM:
-    """The base as configs/qlora.yaml loads it: 4-bit nf4 with double quantisation, fp32 compute on CPU, and
-    bitsandbytes' CPU inference repack off (`prepare_quantized_policy`, as the trainer does)."""
-    from trl import ModelConfig
-
-    from grpo_ext.modeling import prepare_quantized_policy, quantization_config
-
-    model_args = ModelConfig(
-        model_name_or_path=str(folder), load_in_4bit=True, bnb_4bit_quant_type="nf4", use_bnb_nested_quant=True
-    )
-    model = LlamaForCausalLM.from_pretrained(folder, quantization_config=quantization_config(model_args))
-    prepare_quantized_policy(model)
-    return model
 
 
 def memorisation(results: dict) -> dict:

@@ -160,9 +160,7 @@ def write_gsm8k_rows(path: Path, n: int = 64) -> Path:
 def prepare(work: Path, shape: str, device: str, in_process: bool = False) -> str:
     """The policy folder (built in a child process, so that this one never holds CUDA memory; ``in_process`` for tiny
     CPU stand-ins), the PRM and the data; returns the name of the device the policy was built on."""
-    from benchmarks._gpu import build_random_model
-    from benchmarks.gpu_step import MARK
-    from benchmarks.prm_scoring import build_prm
+    from grpo_ext.stand_ins import RESULT_MARK, build_prm, build_random_model
 
     if in_process:
         build_random_model(shape, work / "policy", device="cpu")
@@ -174,8 +172,8 @@ def prepare(work: Path, shape: str, device: str, in_process: bool = False) -> st
         )  # fmt: skip
         if proc.returncode != 0:
             raise RuntimeError(f"building the {shape}-shape policy failed: {last_line(proc.stderr)}")
-        result = [line for line in proc.stdout.splitlines() if line.startswith(MARK)][-1]
-        name = json.loads(result[len(MARK) :])["device"]["name"]
+        result = [line for line in proc.stdout.splitlines() if line.startswith(RESULT_MARK)][-1]
+        name = json.loads(result[len(RESULT_MARK) :])["device"]["name"]
     build_prm("step_tag", work / "prm")
     write_gsm8k_rows(work / "gsm8k.jsonl")
     return name
@@ -274,18 +272,18 @@ def run_step(step: Step, logs: Path) -> tuple[str | None, float, str]:
 def dry_check(step: Step, cuda: bool) -> None:
     """Parse the step's command as its script would and resolve its inputs; raises what the script would raise."""
     if step.kind() == "harness":
-        from evals.passk_majk import build_parser
         from grpo_ext.evaluation.cli import harness_settings
+        from grpo_ext.evaluation.passk_majk import build_parser
 
         harness_settings(build_parser().parse_args(step.argv[1:]))
         return
     from grpo_ext.modeling import policy_init
     from grpo_ext.rewards import resolve_process_reward_funcs, resolve_reward_funcs
+    from grpo_ext.script_args import parse_train_args
     from grpo_ext.tasks import get_task
-    from scripts.train import parse_args
 
     argv = step.argv[1:] + ([] if cuda else ["--use_cpu", "true", "--bf16", "false"])
-    task_args, training_args, model_args = parse_args(argv)
+    task_args, training_args, model_args = parse_train_args(argv)
     task = get_task(task_args.task, **task_args.task_kwargs)
     if len(task.load("train", 8)) == 0:
         raise ValueError(f"task {task_args.task}: no training rows")

@@ -128,10 +128,10 @@ def rerender(folder: Path, rerender_command: str) -> list[str]:
     bootstrap (:func:`grpo_ext.evaluation.report.write_reports`), and a note of what the report cannot show without
     its samples (the strict form, the anatomy, the excerpt: whichever the committed files lack). Returns their keys
     (of :data:`NEEDS_SAMPLES`)."""
-    from evals.passk_majk import build_parser
     from grpo_ext.errors import UserError, user_file
     from grpo_ext.evaluation.analysis import BootstrapSettings
     from grpo_ext.evaluation.cli import harness_settings
+    from grpo_ext.evaluation.passk_majk import build_parser
     from grpo_ext.evaluation.report import read_report, write_reports
     from grpo_ext.evaluation.slices import with_attributes
 
@@ -212,10 +212,10 @@ def main(argv: list[str]) -> dict:
     import yaml
     from transformers import AutoTokenizer
 
-    from evals.passk_majk import main as harness
     from grpo_ext.errors import UserError, user_file
     from grpo_ext.evaluation.cli import HarnessArgumentParser  # a bad flag is one line, exit 2
     from grpo_ext.evaluation.failures import anatomy_legend, anatomy_markdown
+    from grpo_ext.evaluation.passk_majk import main as harness
     from grpo_ext.io import atomic_write_json, atomic_write_text
     from grpo_ext.models import resolve_model_path
     from grpo_ext.tasks import get_task

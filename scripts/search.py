@@ -135,8 +135,8 @@ def _harness_argv(models: list[str], split: str, args, out: Path) -> list[str]:
 
 def _check_harness_argv(argv: list[str]) -> None:
     """What the harness would refuse (the task and its knobs, n, temperature), refused before any training."""
-    from evals.passk_majk import build_parser
     from grpo_ext.evaluation.cli import harness_settings
+    from grpo_ext.evaluation.passk_majk import build_parser
 
     harness_settings(build_parser().parse_args(argv[1:]))
 

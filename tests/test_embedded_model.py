@@ -118,7 +118,7 @@ def test_the_main_jobs_4bit_load_is_what_the_base_builder_scores(tmp_path):
     """`load_as_main_job` loads nf4 + double quant with bitsandbytes' CPU repack off (as the trainer leaves it)."""
     import bitsandbytes as bnb
 
-    from scripts.build_base_model import load_as_main_job
+    from grpo_ext.qlora_base import load_as_main_job
 
     model = load_as_main_job(EMBEDDED_MODEL_DIR)
     layers = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]

@@ -52,6 +52,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from grpo_ext.report_format import fmt, md_header, md_row
 from grpo_ext.steps import step_texts
 
 if TYPE_CHECKING:  # imported where a task is at hand: counting and rendering serve reports read back without one
@@ -246,11 +247,9 @@ def anatomy_markdown(rows: dict[str, dict], label: str = "model") -> list[str]:
     of samples right in it."""
     present = {k for summary in rows.values() for k in summary["counts"]}
     kinds = [k for k in KINDS if k in present]
-    lines = [
-        f"| {label} | samples | " + " | ".join(_LABELS[k] for k in kinds) + " | strict form | right, strict form |",
-        "|---|---:|" + "---:|" * (len(kinds) + 2),
-    ]
+    header = [label, "samples", *(_LABELS[k] for k in kinds), "strict form", "right, strict form"]
+    lines = md_header(header, "lr" + "r" * (len(kinds) + 2))
     for name, s in rows.items():
-        cells = " | ".join(f"{s['shares'].get(k, 0.0):.3f}" for k in kinds)
-        lines.append(f"| {name} | {s['samples']} | {cells} | {s['strict_share']:.3f} | {s['right_strict_share']:.3f} |")
+        shares = [fmt(s["shares"].get(k, 0.0)) for k in kinds]
+        lines.append(md_row([name, s["samples"], *shares, fmt(s["strict_share"]), fmt(s["right_strict_share"])]))
     return lines

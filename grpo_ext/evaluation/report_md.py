@@ -11,12 +11,13 @@ import json
 from collections.abc import Sequence
 
 from grpo_ext.evaluation.failures import anatomy_legend, anatomy_markdown, summarize_anatomy
-from grpo_ext.evaluation.formatting import signed as _signed
-from grpo_ext.evaluation.formatting import with_ci as _with_ci
 from grpo_ext.evaluation.moved import moved_markdown
 from grpo_ext.evaluation.plots import describe_task
 from grpo_ext.evaluation.registry import METRICS, keyed_metrics, scalar_metrics
 from grpo_ext.evaluation.slices import MIN_SLICE_PROBLEMS, slices_markdown
+from grpo_ext.report_format import md_header, md_row
+from grpo_ext.report_format import signed as _signed
+from grpo_ext.report_format import with_ci as _with_ci
 
 __all__ = ["crossover_text", "render_markdown"]
 
@@ -25,15 +26,13 @@ def _model_section(r: dict, iv: dict) -> list[str]:
     keys = [str(k) for k in r["ks"]]
     # one column per metric keyed by k that the result holds (older results lack pass^k)
     columns = [m.name for m in keyed_metrics("k") if isinstance(r.get(m.name), dict)]
-    header = "| k | " + " | ".join(columns) + " |"
-    lines = [f"## {r['model']}", "", header, "|---:|" + "---:|" * len(columns)]
+    lines = [f"## {r['model']}", "", *md_header(["k", *columns], "r" * (len(columns) + 1))]
     for k in keys:
-        cells = [_with_ci(r[m].get(k), iv.get(m, {}).get(k)) for m in columns]
-        lines.append(f"| {k} | " + " | ".join(cells) + " |")
+        lines.append(md_row([k, *(_with_ci(r[m].get(k), iv.get(m, {}).get(k)) for m in columns)]))
     lines.append("")
     cover = r.get("cover@tau") or {}
     if cover:
-        lines += ["| tau | Cover@tau |", "|---:|---:|"]
+        lines += md_header(["tau", "Cover@tau"], "rr")
         lines += [f"| {t} | {_with_ci(v, iv.get('cover@tau', {}).get(t))} |" for t, v in cover.items()]
         lines.append("")
     p, s = r["params"], r["samples"]
@@ -84,10 +83,7 @@ def crossover_text(c: dict, n: int) -> str:
 
 def _summary_table(results: Sequence[dict], intervals: Sequence[dict]) -> list[str]:
     """One row per model: pass@1, pass@k and maj@k at its largest k, answer diversity (each with its interval)."""
-    lines = [
-        "| model | pass@1 | pass@k max | maj@k max | k max | distinct answers |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
+    lines = md_header(["model", "pass@1", "pass@k max", "maj@k max", "k max", "distinct answers"], "lrrrrr")
     for r, iv in zip(results, intervals, strict=True):
         k = str(r["ks"][-1])
         lines.append(
@@ -109,14 +105,15 @@ def _comparison_section(c: dict, confidence: float) -> list[str]:
         f"{confidence:.0%} bootstrap intervals (bold: the interval excludes 0). Solved = pass@k >= "
         f"{c['solved_threshold']} (at k = n: at least one of the n samples right).",
         "",
-        "| k | " + " | ".join(f"Δ {m}" for m in per_k) + " | solved by both | only A | only B | neither |",
-        "|---:|" + "---:|" * (len(per_k) + 4),
+        *md_header(
+            ["k", *(f"Δ {m}" for m in per_k), "solved by both", "only A", "only B", "neither"], "r" * (len(per_k) + 5)
+        ),
     ]
     for k in c["ks"]:
         key, o = str(k), c["solved_overlap"][str(k)]
         cells = [_signed(d.get(m, {}).get(key)) for m in per_k]
         counts = [str(o[f]) for f in ("both", "only_a", "only_b", "neither")]
-        lines.append(f"| {k} | " + " | ".join(cells + counts) + " |")
+        lines.append(md_row([k, *cells, *counts]))
     lines += ["", f"- crossover of pass@k: {crossover_text(c['crossover'], c['n'])}"]
     for t, diff in d.get("cover@tau", {}).items():
         lines.append(f"- Δ Cover@{t}: {_signed(diff)}")

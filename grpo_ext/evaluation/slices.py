@@ -21,9 +21,9 @@ from collections.abc import Sequence
 
 from grpo_ext.errors import UserError
 from grpo_ext.evaluation.analysis import DEFAULT_BOOTSTRAP, BootstrapSettings, compare_models, model_intervals
-from grpo_ext.evaluation.formatting import signed, with_ci
 from grpo_ext.evaluation.registry import METRICS, get_metric
 from grpo_ext.evaluation.scoring import summarize
+from grpo_ext.report_format import fmt, md_header, md_row, signed, with_ci
 
 __all__ = [
     "MIN_SLICE_PROBLEMS",
@@ -216,14 +216,13 @@ def slices_markdown(
         "",
     ]
     for attribute in by:
-        lines += [f"### By {attribute}", "", f"| {attribute} | model | problems | " + " | ".join(c[0] for c in columns)]
-        lines[-1] += " |"
-        lines.append("|---|---|---:|" + "---:|" * len(columns))
+        header = [attribute, "model", "problems", *(c[0] for c in columns)]
+        lines += [f"### By {attribute}", "", *md_header(header, "llr" + "r" * len(columns))]
         rows = [(entry, r["model"]) for r in results for entry in (r.get("slices") or {}).get(attribute, [])]
         for entry, model in sorted(rows, key=lambda row: _order(row[0]["value"])):
             intervals = entry["intervals"] or {}
             cells = [with_ci(_value(entry, m, k), _value(intervals, m, k)) for _, m, k in columns]
-            lines.append(f"| {entry['value']} | {model} | {_problems(entry)} | " + " | ".join(cells) + " |")
+            lines.append(md_row([entry["value"], model, _problems(entry), *cells]))
         lines.append("")
     for c in comparisons:
         if c is None or not c.get("slices"):
@@ -232,15 +231,15 @@ def slices_markdown(
             lines += [
                 f"### B against A by {attribute}: {c['b']} (B) vs {c['a']} (A)",
                 "",
-                f"| {attribute} | problems | A pass@1 | B pass@1 | "
-                + " | ".join(f"Δ {c_[0]}" for c_ in columns)
-                + " |",
-                "|---|---:|---:|---:|" + "---:|" * len(columns),
+                *md_header(
+                    [attribute, "problems", "A pass@1", "B pass@1", *(f"Δ {c_[0]}" for c_ in columns)],
+                    "lrrr" + "r" * len(columns),
+                ),
             ]
             for entry in entries:
                 d = entry["difference"]
                 cells = [signed(_value(d, m, k)) for _, m, k in columns]
-                pass1 = [f"{entry[side].get('mean_accuracy', 0.0):.3f}" for side in ("a", "b")]
-                lines.append(f"| {entry['value']} | {_problems(entry)} | " + " | ".join(pass1 + cells) + " |")
+                pass1 = [fmt(entry[side].get("mean_accuracy", 0.0)) for side in ("a", "b")]
+                lines.append(md_row([entry["value"], _problems(entry), *pass1, *cells]))
             lines.append("")
     return lines

@@ -8,6 +8,7 @@ from pathlib import Path
 from grpo_ext.io import atomic_write_bytes, atomic_write_json, atomic_write_text, figure_png, portable_path
 from grpo_ext.iterative.arms import USES_RM
 from grpo_ext.iterative.summary import TARGET_GAIN, summarize, training_gap_curve
+from grpo_ext.report_format import MISSING, arrow, ci, fmt, md_header, md_row
 
 __all__ = ["plot_arms", "render_arms", "write_experiment_report"]
 
@@ -15,109 +16,122 @@ REPORT_MD, REPORT_JSON, REPORT_PNG = "report.md", "report.json", "iterative.png"
 ARM_STYLE = {"iterative": ("tab:blue", "o-"), "frozen": ("tab:orange", "s-"), "verifier": ("tab:green", "^-")}
 
 
-def _f(value, digits: int = 3) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
-
-
-def _ci(interval: dict | float | None, signed: bool = False) -> str:
-    if interval is None or not isinstance(interval, dict):
-        return _f(interval)
-    fmt = "+.3f" if signed else ".3f"
-    return f"{interval['estimate']:{fmt}} [{interval['low']:{fmt}}, {interval['high']:{fmt}}]"
-
-
 def _arrow(entry: dict, key: str) -> str:
-    before, after = entry.get(f"{key}_before"), entry.get(f"{key}_after")
-    if before is None and after is None:
-        return "–"
-    return _f(before) if after is None else f"{_f(before)} → {_f(after)}"
+    return arrow(entry.get(f"{key}_before"), entry.get(f"{key}_after"))
 
 
 def _policy_table(summary: dict, metric: str) -> list[str]:
     arms = summary["arms"]
     depth = max((len(s) for runs in arms.values() for s in runs.values()), default=0)
-    lines = [
-        "| arm | seed | " + " | ".join(f"iteration {i}" for i in range(depth)) + " |",
-        "|---|---:|" + "---:|" * depth,
-    ]
+    lines = md_header(["arm", "seed", *(f"iteration {i}" for i in range(depth))], "lr" + "r" * depth)
     for arm, runs in arms.items():
         for seed, series in runs.items():
-            cells = [_ci(e.get(metric)) for e in series] + [""] * (depth - len(series))
-            lines.append(f"| {arm} | {seed} | " + " | ".join(cells) + " |")
+            cells = [ci(e.get(metric)) for e in series] + [""] * (depth - len(series))
+            lines.append(md_row([arm, seed, *cells]))
         mean = summary["means"][arm]
-        cells = [_f(m[metric]["mean"]) if metric in m else "–" for m in mean] + [""] * (depth - len(mean))
-        lines.append(f"| **{arm}** | mean | " + " | ".join(cells) + " |")
+        cells = [fmt(m[metric]["mean"]) if metric in m else MISSING for m in mean] + [""] * (depth - len(mean))
+        lines.append(md_row([f"**{arm}**", "mean", *cells]))
     return lines
 
 
 def _rm_table(summary: dict) -> list[str]:
-    lines = [
-        "| arm | seed | iteration | step AUC, pool (before → after) | step accuracy, pool | step AUC, held-out | "
-        "outcome AUC (min step), pool | right steps, pool | policy right rate, pool |",
-        "|---|---:|---:|---|---|---|---|---:|---:|",
-    ]
+    lines = md_header(
+        [
+            "arm",
+            "seed",
+            "iteration",
+            "step AUC, pool (before → after)",
+            "step accuracy, pool",
+            "step AUC, held-out",
+            "outcome AUC (min step), pool",
+            "right steps, pool",
+            "policy right rate, pool",
+        ],
+        "lrrllllrr",
+    )
     for arm, runs in summary["arms"].items():
         if arm not in USES_RM:
             continue
         for seed, series in runs.items():
             for e in series:
-                lines.append(
-                    f"| {arm} | {seed} | {e['iteration']} | {_arrow(e, 'rm_auc')} | {_arrow(e, 'rm_accuracy')} | "
-                    f"{_arrow(e, 'rm_heldout_auc')} | {_arrow(e, 'rm_outcome_auc')} | "
-                    f"{_f(e.get('rm_positive_rate'))} | {_f(e.get('policy_sample_accuracy'))} |"
-                )
+                arrows = [_arrow(e, key) for key in ("rm_auc", "rm_accuracy", "rm_heldout_auc", "rm_outcome_auc")]
+                rates = [fmt(e.get(key)) for key in ("rm_positive_rate", "policy_sample_accuracy")]
+                lines.append(md_row([arm, seed, e["iteration"], *arrows, *rates]))
     return lines
 
 
 def _first_last(e: dict, name: str) -> str:
     if f"train_{name}_first" not in e:
-        return "–"
-    return f"{_f(e[f'train_{name}_first'])} → {_f(e[f'train_{name}_last'])}"
+        return MISSING
+    return f"{fmt(e[f'train_{name}_first'])} → {fmt(e[f'train_{name}_last'])}"
 
 
 def _hacking_table(summary: dict) -> list[str]:
-    lines = [
-        "| arm | seed | iteration | RM step reward | verifier step reward | RM outcome | verifier outcome | "
-        "gap (mean over training) | gap (last window) | guard stop | GRPO steps |",
-        "|---|---:|---:|---|---|---|---|---:|---:|---:|---:|",
-    ]
+    lines = md_header(
+        [
+            "arm",
+            "seed",
+            "iteration",
+            "RM step reward",
+            "verifier step reward",
+            "RM outcome",
+            "verifier outcome",
+            "gap (mean over training)",
+            "gap (last window)",
+            "guard stop",
+            "GRPO steps",
+        ],
+        "lrrllllrrrr",
+    )
     for arm, runs in summary["arms"].items():
         for seed, series in runs.items():
             for e in series[1:]:
-                lines.append(
-                    f"| {arm} | {seed} | {e['iteration']} | {_first_last(e, 'rm_steps')} | "
-                    f"{_first_last(e, 'verifier_steps')} | {_first_last(e, 'rm_outcome')} | "
-                    f"{_first_last(e, 'verifier_outcome')} | {_f(e.get('gap_mean'), 3)} | {_f(e.get('gap_last'), 3)} | "
-                    f"{e.get('guard_stopped_at') or '–'} | {e.get('grpo_steps', '–')} |"
-                )
+                rewards = [_first_last(e, n) for n in ("rm_steps", "verifier_steps", "rm_outcome", "verifier_outcome")]
+                gaps = [fmt(e.get("gap_mean")), fmt(e.get("gap_last"))]
+                stops = [e.get("guard_stopped_at") or MISSING, e.get("grpo_steps", MISSING)]
+                lines.append(md_row([arm, seed, e["iteration"], *rewards, *gaps, *stops]))
     return lines
 
 
 def _targets_table(summary: dict) -> list[str]:
-    lines = [
-        f"| seed | iterative pass@1: start → end | change [95% CI] | ≥ +{TARGET_GAIN}? | "
-        "iterative − frozen at the end [95% CI] | above frozen beyond the noise? |",
-        "|---:|---|---|---|---|---|",
-    ]
+    lines = md_header(
+        [
+            "seed",
+            "iterative pass@1: start → end",
+            "change [95% CI]",
+            f"≥ +{TARGET_GAIN}?",
+            "iterative − frozen at the end [95% CI]",
+            "above frozen beyond the noise?",
+        ],
+        "rlllll",
+    )
     for t in summary["targets"]:
-        yes = {True: "yes", False: "**no**", None: "–"}
+        yes = {True: "yes", False: "**no**", None: MISSING}
+        start_end = f"{fmt(t['start'])} → {fmt(t['end'])} (iteration {t['iteration']})"
+        gain, vs_frozen = ci(t["gain"], sign=True), ci(t.get("vs_frozen"), sign=True)
         lines.append(
-            f"| {t['seed']} | {_f(t['start'])} → {_f(t['end'])} (iteration {t['iteration']}) | "
-            f"{_ci(t['gain'], signed=True)} | {yes[t['gain_target_met']]} | {_ci(t.get('vs_frozen'), signed=True)} | "
-            f"{yes[t.get('above_frozen_beyond_noise')]} |"
+            md_row(
+                [
+                    t["seed"],
+                    start_end,
+                    gain,
+                    yes[t["gain_target_met"]],
+                    vs_frozen,
+                    yes[t.get("above_frozen_beyond_noise")],
+                ]
+            )
         )
     return lines
 
 
 def _against_base_table(summary: dict, seeds: list[str]) -> list[str]:
-    lines = [
-        "| arm | iteration | " + " | ".join(f"seed {s}" for s in seeds) + " | mean of the seeds [95% CI] |",
-        "|---|---:|" + "---|" * (len(seeds) + 1),
-    ]
+    lines = md_header(
+        ["arm", "iteration", *(f"seed {s}" for s in seeds), "mean of the seeds [95% CI]"], "lr" + "l" * (len(seeds) + 1)
+    )
     for arm, entry in summary.get("against_base", {}).items():
-        cells = [_ci(entry["per_seed"].get(s), signed=True) for s in seeds]
+        cells = [ci(entry["per_seed"].get(s), sign=True) for s in seeds]
         iterations = ", ".join(str(i) for i in sorted(set(entry["iterations"])))
-        lines.append(f"| {arm} | {iterations} | " + " | ".join(cells) + f" | {_ci(entry.get('mean'), signed=True)} |")
+        lines.append(md_row([arm, iterations, *cells, ci(entry.get("mean"), sign=True)]))
     return lines
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from grpo_ext.io import atomic_write_bytes, atomic_write_json, atomic_write_text, figure_png, portable_path
+from grpo_ext.report_format import MISSING, arrow, cell, md_header, md_row
 
 REPORT_MD, REPORT_JSON, REPORT_PNG = "report.md", "report.json", "iterative.png"
 
@@ -32,23 +33,30 @@ def portable_state(state: dict) -> dict:
     }
 
 
-def _fmt(value) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return f"{value:.3f}"
-    return str(value)
-
-
 def _first_to_last(row: dict, name: str) -> str:
     if f"train_{name}_first" not in row:
-        return "–"
-    return f"{_fmt(row.get(f'train_{name}_first'))} → {_fmt(row.get(f'train_{name}_last'))}"
+        return MISSING
+    return f"{cell(row.get(f'train_{name}_first'))} → {cell(row.get(f'train_{name}_last'))}"
 
 
 def _before_after(row: dict, key: str) -> str:
-    before, after = row.get(f"{key}_before"), row.get(f"{key}_after")
-    return _fmt(before) if after is None else f"{_fmt(before)} → {_fmt(after)}"
+    return arrow(row.get(f"{key}_before"), row.get(f"{key}_after"), cell)
+
+
+def _columns(k: int) -> list[str]:
+    return [
+        "iteration",
+        "RM accuracy",
+        "RM AUC",
+        "policy pass@1",
+        f"maj@{k}",
+        f"pass@{k}",
+        "policy right rate, pool",
+        "RM data: new + replay (ratio used)",
+        "RM reward in training (first → last)",
+        "verifier reward in training (first → last)",
+        "seconds",
+    ]
 
 
 def render_report(state: dict, k: int) -> str:
@@ -69,18 +77,24 @@ def render_report(state: dict, k: int) -> str:
         "Iteration 0: the base policy; `before` is the untrained RM. Policy metrics: evaluation harness on test "
         "prompts at the sampling temperature.",
         "",
-        f"| iteration | RM accuracy | RM AUC | policy pass@1 | maj@{k} | pass@{k} | policy right rate, pool | "
-        "RM data: new + replay (ratio used) | RM reward in training (first → last) | "
-        "verifier reward in training (first → last) | seconds |",
-        "|---:|---|---|---:|---:|---:|---:|---|---|---|---:|",
+        *md_header(_columns(k), "rllrrrrlllr"),
     ]
     for r in rows:
-        data = f"{r['n_new']} + {r['n_replay']} ({_fmt(r['replay_ratio_used'])})" if "n_new" in r else "–"
+        data = f"{r['n_new']} + {r['n_replay']} ({cell(r['replay_ratio_used'])})" if "n_new" in r else MISSING
         lines.append(
-            f"| {r['iteration']} | {_before_after(r, 'rm_accuracy')} | {_before_after(r, 'rm_auc')} | "
-            f"{_fmt(r['pass@1'])} | {_fmt(r[f'maj@{k}'])} | {_fmt(r[f'pass@{k}'])} | "
-            f"{_fmt(r.get('policy_sample_accuracy'))} | {data} | {_first_to_last(r, 'rm_outcome')} | "
-            f"{_first_to_last(r, 'verifier_outcome')} | {r['seconds']:.0f} |"
+            md_row(
+                [
+                    r["iteration"],
+                    _before_after(r, "rm_accuracy"),
+                    _before_after(r, "rm_auc"),
+                    *(cell(r[m]) for m in ("pass@1", f"maj@{k}", f"pass@{k}")),
+                    cell(r.get("policy_sample_accuracy")),
+                    data,
+                    _first_to_last(r, "rm_outcome"),
+                    _first_to_last(r, "verifier_outcome"),
+                    f"{r['seconds']:.0f}",
+                ]
+            )
         )
     lines.append("")
     return "\n".join(lines)

@@ -26,6 +26,7 @@ from typing import Any
 from grpo_ext.advantages import get_gradient_coefficient
 from grpo_ext.errors import UserError
 from grpo_ext.methods import trainers
+from grpo_ext.report_format import md_header, md_row
 
 __all__ = [
     "BASE_RUN",
@@ -277,8 +278,8 @@ def _cell(text: str) -> str:
 def paradigm_markdown(names: list[str] | None = None) -> str:
     """The paradigm table (DeepSeekMath Table 10) as Markdown, generated from :data:`METHODS`."""
     headers = [h for h, _ in PARADIGM_COLUMNS]
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines = md_header(headers, "l" * len(headers))
     for row in paradigm_rows(names):
         cells = [row[h] if h != "advantage_mode" or row[h] == "-" else f"`{row[h]}`" for h in headers]
-        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+        lines.append(md_row(_cell(c) for c in cells))
     return "\n".join(lines)

@@ -22,6 +22,7 @@ from grpo_ext.methods.compare.runs import Run, settings_of
 from grpo_ext.methods.compare.slices import arm_slices, arm_slices_markdown
 from grpo_ext.methods.paradigm import BASE_RUN, get_method, paradigm_markdown, paradigm_rows
 from grpo_ext.methods.study.stats import headline_metrics
+from grpo_ext.report_format import count_spread, fmt, md_header, md_row, spread
 
 __all__ = [
     "PASSK_PNG",
@@ -36,26 +37,6 @@ __all__ = [
 
 REPORT_MD, REPORT_JSON = "report.md", "report.json"
 PASSK_PNG, SAMPLES_PNG = "passk_majk.png", "accuracy_vs_samples.png"
-
-
-def _f(x, digits: int = 3) -> str:
-    return "–" if x is None else f"{x:.{digits}f}"
-
-
-def _spread(stat: dict | None, digits: int = 3) -> str:
-    if stat is None:
-        return "–"
-    if stat["count"] == 1:
-        return _f(stat["mean"], digits)
-    return f"{stat['mean']:.{digits}f} ({stat['min']:.{digits}f}–{stat['max']:.{digits}f})"
-
-
-def _int_stat(stat: dict | None) -> str:
-    if stat is None:
-        return "–"
-    if stat["min"] == stat["max"]:
-        return f"{stat['mean']:,.0f}"
-    return f"{stat['mean']:,.0f} ({stat['min']:,.0f}–{stat['max']:,.0f})"
 
 
 def _title(method: str) -> str:
@@ -92,17 +73,17 @@ def render_comparison(
     lines += [
         "## Results",
         "",
-        f"| method | runs | {' | '.join(headline)} | samples generated | tokens generated | training samples | "
-        "wall time (s) |",
-        "|---|---:|" + "---:|" * len(headline) + "---:|---:|---:|---:|",
+        *md_header(
+            ["method", "runs", *headline, "samples generated", "tokens generated", "training samples", "wall time (s)"],
+            "lr" + "r" * len(headline) + "rrrr",
+        ),
     ]
     for method, entry in summary["methods"].items():
         m, cost = entry["metrics"], entry.get("cost", {})
+        counts = ("samples_generated", "generated_tokens", "trained_sequences", "wall_seconds")
+        spreads = [spread(m[name]) for name in headline]
         lines.append(
-            f"| {_title(method)} | {len(entry['runs'])} | {' | '.join(_spread(m[name]) for name in headline)} | "
-            f"{_int_stat(cost.get('samples_generated'))} | "
-            f"{_int_stat(cost.get('generated_tokens'))} | {_int_stat(cost.get('trained_sequences'))} | "
-            f"{_int_stat(cost.get('wall_seconds'))} |"
+            md_row([_title(method), len(entry["runs"]), *spreads, *(count_spread(cost.get(c)) for c in counts)])
         )
     lines += [
         "",
@@ -118,20 +99,17 @@ def render_comparison(
         'every seed negative; *inconclusive* otherwise. "RL raises Maj@K more than Pass@K" judges (maj@K gain) - '
         "(pass@K gain) over the base at each K, and agrees only when every K does.",
         "",
-        "| finding (DeepSeekMath) | our run | numbers |",
-        "|---|---|---|",
+        *md_header(["finding (DeepSeekMath)", "our run", "numbers"], "lll"),
     ]
-    lines += [f"| {f['claim']} | **{f['verdict']}** | {f['text']} |" for f in found]
+    lines += [md_row([f["claim"], f"**{f['verdict']}**", f["text"]]) for f in found]
     lines += ["", *arm_slices_markdown(slices or {}), "## Every run", ""]
     ks = first["ks"]
-    lines += [
-        "| run | " + " | ".join(m.at(x) for m in headline_entries() for x in ks) + " | flags |",
-        "|---|" + "---:|" * (len(headline_entries()) * len(ks)) + "---|",
-    ]
+    columns = [m.at(x) for m in headline_entries() for x in ks]
+    lines += md_header(["run", *columns, "flags"], "l" + "r" * len(columns) + "l")
     for run in runs:
         result = EvalResult.of(run.result)
-        cells = [_f(result.table(m.name).get(x)) for m in headline_entries() for x in ks]
-        lines.append(f"| {run.name} | " + " | ".join(cells) + f" | {', '.join(run.flags) or ''} |")
+        cells = [fmt(result.table(m.name).get(x)) for m in headline_entries() for x in ks]
+        lines.append(md_row([run.name, *cells, ", ".join(run.flags)]))
     lines += [
         "",
         "## Plots",

@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from grpo_ext.evaluation.formatting import signed
 from grpo_ext.evaluation.slices import MIN_SLICE_PROBLEMS, known_attributes, restrict, slice_ids
 from grpo_ext.methods.study.stats import arm_summary, paired_difference, per_problem, why_not_comparable
+from grpo_ext.report_format import fmt, md_header, md_row, signed
 
 __all__ = ["arm_slices", "arm_slices_markdown"]
 
@@ -83,13 +83,10 @@ def arm_slices_markdown(slices: Mapping[str, list[dict]], metric: str = "pass@1"
         if not entries:
             continue
         arms = list(entries[0]["arms"])
-        lines += [
-            f"| {attribute} | problems | base | " + " | ".join(arms) + " |",
-            "|---|---:|---:|" + "---:|" * len(arms),
-        ]
+        lines += md_header([attribute, "problems", "base", *arms], "lrr" + "r" * len(arms))
         for e in entries:
             problems = str(e["n_problems"]) if e["interval"] else f"{e['n_problems']} (too few for an interval)"
             cells = [f"{a['mean']:.3f} ({signed(a['difference'])})" for a in e["arms"].values()]
-            lines.append(f"| {e['value']} | {problems} | {e['base']:.3f} | " + " | ".join(cells) + " |")
+            lines.append(md_row([e["value"], problems, fmt(e["base"]), *cells]))
         lines.append("")
     return lines

@@ -16,6 +16,8 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from grpo_ext.report_format import fmt, md_header, md_row
+
 __all__ = ["ANATOMY_FIELDS", "anatomy_of_samples", "group_anatomy"]
 
 ANATOMY_FIELDS = {
@@ -138,11 +140,10 @@ def render_anatomy(anatomy: dict) -> list[str]:
         + "; ".join(f"*{k}*: {v}" for k, v in ANATOMY_FIELDS.items())
         + "; *training zero-std*: the share of training groups without outcome signal, mean over the run's log.",
         "",
-        "| model | " + " | ".join(keys) + " | training zero-std |",
-        "|---|" + "---:|" * (len(keys) + 1),
+        *md_header(["model", *keys, "training zero-std"], "l" + "r" * (len(keys) + 1)),
     ]
     for name, row in anatomy["rows"].items():
         zero_std = row.get("training_zero_std")
-        cells = [f"{row[k]:.3f}" for k in keys] + ["-" if zero_std is None else f"{zero_std:.3f}"]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        cells = [fmt(row[k]) for k in keys] + ["-" if zero_std is None else fmt(zero_std)]
+        lines.append(md_row([name, *cells]))
     return [*lines, ""]

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from grpo_ext.evaluation.failures import anatomy_legend, anatomy_markdown, summarize_anatomy
+from grpo_ext.report_format import md_header, md_row
 
 __all__ = ["answers_markdown", "sample_rows", "samples_markdown", "study_answers"]
 
@@ -126,9 +127,8 @@ def samples_markdown(rows: Sequence[dict], attribute: str | None) -> list[str]:
         lines += [
             f"Problem {pid} ({where}answer {head['answer']}): {question}",
             "",
-            "| model | kind | completion |",
-            "|---|---|---|",
+            *md_header(["model", "kind", "completion"], "lll"),
         ]
-        lines += [f"| {r['model']} | {r['kind'] or '-'} | {_cell(r['completion'])} |" for r in group]
+        lines += [md_row([r["model"], r["kind"] or "-", _cell(r["completion"])]) for r in group]
         lines.append("")
     return lines

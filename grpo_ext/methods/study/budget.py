@@ -21,6 +21,7 @@ from grpo_ext.errors import UserError, read_yaml
 from grpo_ext.methods.paradigm import get_method
 from grpo_ext.methods.study.method_configs import method_config_path
 from grpo_ext.methods.study.spec import Study
+from grpo_ext.report_format import fmt, md_header, md_row
 
 __all__ = ["estimate", "render_estimate"]
 
@@ -93,15 +94,10 @@ def estimate(study: Study) -> dict:
 
 def render_estimate(result: dict) -> str:
     """The estimate as a Markdown table (what ``run_methods.py --estimate`` prints)."""
-    lines = [
-        "| what | steps x sequences | runs | training core-h | evaluation core-h |",
-        "|---|---|---:|---:|---:|",
-    ]
+    lines = md_header(["what", "steps x sequences", "runs", "training core-h", "evaluation core-h"], "llrrr")
     for r in result["rows"]:
-        lines.append(
-            f"| {r['what']} | {r['steps']} x {r['sequences_per_step']} | {r['runs']} | "
-            f"{r['train_core_seconds'] / 3600:.2f} | {r['eval_core_seconds'] / 3600:.2f} |"
-        )
+        hours = [fmt(r[f"{part}_core_seconds"] / 3600, 2) for part in ("train", "eval")]
+        lines.append(md_row([r["what"], f"{r['steps']} x {r['sequences_per_step']}", r["runs"], *hours]))
     limit = result["limit_core_hours"]
     verdict = "" if limit is None else (" (fits)" if result["core_hours"] <= limit else " (**over**)")
     lines.append(f"\nTotal: {result['core_hours']:.1f} core-hours; limit {limit}{verdict}")

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 
 from grpo_ext.errors import UserError
 from grpo_ext.evaluation.registry import headline_at, headline_forms
-from grpo_ext.methods.study.stats import format_difference, paired_difference, verdict, why_not_comparable
+from grpo_ext.methods.study.stats import paired_difference, verdict, why_not_comparable
+from grpo_ext.report_format import md_header, md_row, signed_with_seeds
 from grpo_ext.validation import check_number
 
 __all__ = [
@@ -255,20 +256,19 @@ def render_expectations(rows: list[dict]) -> list[str]:
     if not rows:
         return [*lines, "The study states no expectations.", ""]
     lines += [
-        "| expectation | measured | minimum | difference [95% interval] (seeds) | held |",
-        "|---|---|---:|---|---|",
+        *md_header(["expectation", "measured", "minimum", "difference [95% interval] (seeds)", "held"], "llrll"),
     ]
     for row in rows:
         if row["held"] is None:
             numbers, held = "-", f"not measured: {row['why']}"
         else:
-            numbers = format_difference(row["difference"])
+            numbers = signed_with_seeds(row["difference"])
             held = f"**{'held' if row['held'] else 'did not hold'}** ({row['verdict']})"
             if "by_slice" in row:
                 numbers = "; ".join(
-                    f"{row['slices']} {s['value']} ({s['n_problems']} problems): {format_difference(s['difference'])}"
+                    f"{row['slices']} {s['value']} ({s['n_problems']} problems): {signed_with_seeds(s['difference'])}"
                     f" {'held' if s['held'] else 'not held'}"
                     for s in row["by_slice"]
                 )
-        lines.append(f"| {row['text']} | {row['measured']} | {row['min_difference']:+.3f} | {numbers} | {held} |")
+        lines.append(md_row([row["text"], row["measured"], f"{row['min_difference']:+.3f}", numbers, held]))
     return [*lines, ""]

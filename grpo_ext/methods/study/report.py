@@ -33,12 +33,12 @@ from grpo_ext.methods.study.stats import (
     BOOTSTRAP,
     arm_summary,
     finding_text,
-    format_difference,
     headline_metrics,
     paired_difference,
     paper_findings,
     samples_to_reach,
 )
+from grpo_ext.report_format import interval, md_header, md_row, signed_with_seeds
 
 __all__ = ["collect", "write_study_report"]
 
@@ -59,11 +59,8 @@ def collect(study: Study, out: Path, picks: dict[str, Setting]) -> dict:
     return {"arms": arms, "base": base, "baselines": baselines}
 
 
-def _fmt(entry: dict, digits: int = 3) -> str:
-    return f"{entry['mean']:.{digits}f} [{entry['low']:.{digits}f}, {entry['high']:.{digits}f}]"
-
-
-_fmt_diff = format_difference
+def _fmt(entry: dict) -> str:
+    return interval(entry["mean"], entry["low"], entry["high"])
 
 
 def _budget(result: dict) -> tuple[int, int]:
@@ -195,6 +192,7 @@ def render(
     cost: str | None = None,
 ) -> str:
     k = stats["k_max"]
+    headline = ["pass@1", f"maj@{k}", f"pass@{k}"]  # the columns of the test tables, in this order
     lines = [
         "# The fair stage: every arm tuned on validation, tested on held-out problems",
         "",
@@ -215,8 +213,7 @@ def render(
     lines += [
         "## Search (validation)",
         "",
-        "| arm | " + " | ".join(["setting", study.validation.metric]) + " |",
-        "|---|---|---:|",
+        *md_header(["arm", "setting", study.validation.metric], "llr"),
     ]
     if "base" in search:  # studies searched before the base was scored on validation lack it
         lines.append(f"| base | - | {search['base']:.3f} |")
@@ -232,30 +229,34 @@ def render(
         "",
         "## Test results of the picks",
         "",
-        f"| arm | pick | pass@1 | maj@{k} | pass@{k} | generated samples | gradient samples |",
-        "|---|---|---:|---:|---:|---:|---:|",
-        f"| base | - | {_fmt(stats['base']['pass@1'])} | {_fmt(stats['base'][f'maj@{k}'])} | "
-        f"{_fmt(stats['base'][f'pass@{k}'])} | - | - |",
+        *md_header(
+            ["arm", "pick", "pass@1", f"maj@{k}", f"pass@{k}", "generated samples", "gradient samples"], "llrrrrr"
+        ),
+        md_row(["base", "-", *(_fmt(stats["base"][x]) for x in headline), "-", "-"]),
     ]
     for name, m in stats.get("baselines", {}).items():
-        lines.append(
-            f"| {name} (baseline) | - | {_fmt(m['pass@1'])} | {_fmt(m[f'maj@{k}'])} | {_fmt(m[f'pass@{k}'])} | - | - |"
-        )
+        lines.append(md_row([f"{name} (baseline)", "-", *(_fmt(m[x]) for x in headline), "-", "-"]))
     for name, arm in stats["arms"].items():
         m = arm["metrics"]
         flag = " (below base)" if arm["below_base"] else ""
+        budgets = ["/".join(map(str, sorted(set(arm[b])))) for b in ("samples_generated", "trained_sequences")]
         lines.append(
-            f"| {name}{flag} | {search['picks'][name]['slug']} | {_fmt(m['pass@1'])} | {_fmt(m[f'maj@{k}'])} | "
-            f"{_fmt(m[f'pass@{k}'])} | {'/'.join(map(str, sorted(set(arm['samples_generated']))))} | "
-            f"{'/'.join(map(str, sorted(set(arm['trained_sequences']))))} |"
+            md_row([f"{name}{flag}", search["picks"][name]["slug"], *(_fmt(m[x]) for x in headline), *budgets])
         )
     lines += ["", *arm_slices_markdown(stats.get("slices") or {})]  # studies reported before slices lack them
     lines += [
         "## Each extension against its vanilla arm (equal generated samples)",
         "",
-        f"| extension | arm - reference | learning rate | pass@1 | maj@{k} | pass@{k} | samples to reach the "
-        "reference's final pass@1 (validation curves) |",
-        "|---|---|---|---|---|---|---|",
+        *md_header(
+            [
+                "extension",
+                "arm - reference",
+                "learning rate",
+                *headline,
+                "samples to reach the reference's final pass@1 (validation curves)",
+            ],
+            "lllllll",
+        ),
     ]
     for label, ext in stats["extensions"].items():
         d = ext["differences"]
@@ -271,10 +272,9 @@ def render(
             seeds = ", ".join("not reached" if s is None else f"{s:,.0f}" for s in reach["per_seed"])
             ratio = f"{reach['ratio']:.2f}x" if reach["ratio"] is not None else "not reached in every seed"
             reach_text = f"{ratio} of {reach['reference_samples']:,.0f} (seeds: {seeds})"
-        lines.append(
-            f"| {label} | {ext['arm']} - {ext['against']} | {rate_text(search, ext['arm'], ext['against'])} | "
-            f"{_fmt_diff(d['pass@1'])} | {_fmt_diff(d[f'maj@{k}'])} | {_fmt_diff(d[f'pass@{k}'])} | {reach_text} |"
-        )
+        rate = rate_text(search, ext["arm"], ext["against"])
+        diffs = [signed_with_seeds(d[x]) for x in headline]
+        lines.append(md_row([label, f"{ext['arm']} - {ext['against']}", rate, *diffs, reach_text]))
     lines += [
         "",
         "## DeepSeekMath's findings on this stage",
@@ -283,11 +283,10 @@ def render(
         "is above 0 and every seed's difference is positive; *disagrees* when the interval is below 0 and every "
         "seed negative; *inconclusive* otherwise.",
         "",
-        "| finding | verdict | numbers |",
-        "|---|---|---|",
+        *md_header(["finding", "verdict", "numbers"], "lll"),
     ]
     for f in stats["findings"]:
-        lines.append(f"| {f['claim']} | **{f['verdict']}** | {finding_text(f)} |")
+        lines.append(md_row([f["claim"], f"**{f['verdict']}**", finding_text(f)]))
     lines.append("")
     lines += answers_markdown(stats.get("answers") or {}, stats.get("slice_attribute"), stats.get("strict_form"))
     if anatomy is not None:

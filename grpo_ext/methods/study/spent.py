@@ -15,6 +15,7 @@ from pathlib import Path
 
 from grpo_ext.methods.cost import COST_FILE
 from grpo_ext.methods.study.spec import Study
+from grpo_ext.report_format import fmt, md_header, md_row
 
 __all__ = ["render_spent", "spent"]
 
@@ -64,21 +65,18 @@ def render_spent(result: dict, estimate: dict | None = None) -> str:
     """The measured cost as a Markdown table; with the study's ``estimate`` (:func:`.budget.estimate`), each arm's
     planned core-hours and runs beside it."""
     planned = {r["what"].split(" (")[0]: r for r in (estimate or {}).get("rows", [])}
-    lines = [
-        "| what | runs done | training core-h | evaluation core-h | planned runs | planned core-h |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
+    lines = md_header(
+        ["what", "runs done", "training core-h", "evaluation core-h", "planned runs", "planned core-h"], "lrrrrr"
+    )
     for r in result["rows"]:
         plan = planned.get(r["what"].split(" (")[0])
         plan_cells = (
-            f"{plan['runs']} | {(plan['train_core_seconds'] + plan['eval_core_seconds']) / 3600:.2f}"
+            [plan["runs"], fmt((plan["train_core_seconds"] + plan["eval_core_seconds"]) / 3600, 2)]
             if plan
-            else "- | -"
+            else ["-", "-"]
         )
-        lines.append(
-            f"| {r['what']} | {r['runs']} | {r['train_core_seconds'] / 3600:.2f} | "
-            f"{r['eval_core_seconds'] / 3600:.2f} | {plan_cells} |"
-        )
+        hours = [fmt(r[f"{part}_core_seconds"] / 3600, 2) for part in ("train", "eval")]
+        lines.append(md_row([r["what"], r["runs"], *hours, *plan_cells]))
     total = f"\nMeasured: {result['core_hours']:.1f} core-hours"
     if estimate:
         total += f" (estimate for the whole study: {estimate['core_hours']:.1f})"

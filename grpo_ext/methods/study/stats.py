@@ -15,6 +15,7 @@ import numpy as np
 from grpo_ext.evaluation.analysis import DEFAULT_BOOTSTRAP, per_problem_values
 from grpo_ext.evaluation.bootstrap import bootstrap_mean_ci
 from grpo_ext.evaluation.registry import METRICS, keyed_metrics
+from grpo_ext.report_format import signed_with_seeds
 
 __all__ = [
     "BOOTSTRAP",
@@ -23,7 +24,6 @@ __all__ = [
     "paper_findings",
     "arm_summary",
     "finding_text",
-    "format_difference",
     "headline_metrics",
     "finding_beats",
     "finding_majk",
@@ -175,19 +175,13 @@ def paper_findings(arms: dict[str, Sequence[dict]], base: dict | None, k_max: in
     return out
 
 
-def format_difference(entry: dict) -> str:
-    """``+0.120 [+0.080, +0.160] (seeds: +0.100, +0.140)``: a difference, its interval and each seed's."""
-    seeds = ", ".join(f"{d:+.3f}" for d in entry["per_seed"])
-    return f"{entry['difference']:+.3f} [{entry['low']:+.3f}, {entry['high']:+.3f}] (seeds: {seeds})"
-
-
 def finding_text(finding: dict) -> str:
     """The numbers behind a finding's verdict, as every report prints them."""
     if "pass@1" in finding:
-        return f"pass@1 difference {format_difference(finding['pass@1'])}"
+        return f"pass@1 difference {signed_with_seeds(finding['pass@1'])}"
     if "by_k" in finding:
         return "; ".join(
-            f"K={r['k']}: maj gain {r['maj_gain']:+.3f}, pass gain {r['pass_gain']:+.3f}, gap {format_difference(r)}"
+            f"K={r['k']}: maj gain {r['maj_gain']:+.3f}, pass gain {r['pass_gain']:+.3f}, gap {signed_with_seeds(r)}"
             for r in finding["by_k"]
         )
     return finding["text"]  # not measured: why

@@ -1,0 +1,132 @@
+"""The harness command's library half (``python evals/passk_majk.py``): its parser and its run, so that scripts
+(``scripts/search.py``, ``scripts/real_result.py``, ``scripts/gpu_check.py``) parse and run a harness command through
+the library; ``evals/passk_majk.py`` is the command line around it, as ``evals/compare.py`` is around
+:mod:`grpo_ext.methods.compare.cli`."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import shlex
+from pathlib import Path
+
+from grpo_ext.errors import UserError, user_input
+from grpo_ext.evaluation.cli import (
+    CACHE_NAME,
+    HarnessArgumentParser,
+    add_harness_arguments,
+    add_report_arguments,
+    harness_settings,
+    report_settings,
+)
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> HarnessArgumentParser:
+    parser = HarnessArgumentParser(
+        prog="passk_majk.py",
+        description="Pass@K vs Maj@K of one or more models on a verifiable task (report.md, report.json, "
+        "passk_majk.png and a resumable sample cache in --out).",
+    )
+    parser.add_argument(
+        "--model",
+        action="append",
+        default=None,
+        metavar="PATH",
+        help="model folder, PEFT adapter folder, 'embedded' or hub id; repeat to compare: the first is A (e.g. the "
+        "base), each later one a B (e.g. an RL model) compared with it (default: embedded)",
+    )
+    add_harness_arguments(parser)
+    add_report_arguments(parser)
+    parser.add_argument("--trust-remote-code", action="store_true", help="allow model code from the model folder")
+    parser.add_argument(
+        "--adapter-base",
+        choices=("as_trained", "full_precision"),
+        default="as_trained",
+        help="how a PEFT adapter's base is loaded (transformers backend): as_trained (default) quantises it as the "
+        "adapter's run recorded (a QLoRA adapter on its 4-bit base), full_precision merges every adapter into the "
+        "unquantised base",
+    )
+    parser.add_argument(
+        "--allow-unfinished",
+        action="store_true",
+        help="score a model folder whose training run did not finish (grpo_ext_run.json: running or failed); the "
+        "report carries a warning saying so (default: refused)",
+    )
+    parser.add_argument(
+        "--out", default="outputs/passk_majk", metavar="DIR", help="output folder (default: outputs/passk_majk)"
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    return parser
+
+
+def main(argv: list[str]) -> dict:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+    # Everything the user typed is checked before any model is loaded or any sample drawn.
+    from grpo_ext.evaluation.backends import load_backend, vllm_available
+    from grpo_ext.evaluation.harness import check_problems_fit, evaluate_model, load_problems
+    from grpo_ext.evaluation.models_given import check_models
+    from grpo_ext.evaluation.report import crossover_text, read_comparisons, write_reports
+    from grpo_ext.io import portable_path
+
+    settings = harness_settings(args)
+    report = report_settings(args)
+    if args.backend == "vllm" and not vllm_available():
+        raise UserError("--backend vllm: vllm is not installed here (use --backend transformers)")
+    with user_input(None):  # the user's dataset: a missing or empty file, a bad row
+        problems = load_problems(settings.task, settings.split, settings.limit)
+    models = args.model or ["embedded"]
+    # a missing folder, one model under two paths, an unfinished run: refused before the first model is loaded
+    unfinished = check_models(models, allow_unfinished=args.allow_unfinished)
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for model in models:
+        backend = load_backend(
+            model, args.backend, trust_remote_code=args.trust_remote_code, adapter_base=args.adapter_base
+        )
+        check_problems_fit(backend, problems, settings.params.max_new_tokens, f"--model {model}")
+        result = evaluate_model(
+            backend,
+            settings.task,
+            settings.params,
+            settings.ks,
+            out / CACHE_NAME,
+            problems=problems,
+            task_id=settings.task_id,
+            split=settings.split,
+            progress=not args.no_progress,
+            taus=report.taus,
+        )
+        if model in unfinished:  # --allow-unfinished: said in the report too
+            result["warnings"].append(unfinished[model])
+        results.append(result)
+        del backend  # one model in memory at a time
+        gc.collect()
+    command = "python evals/passk_majk.py " + shlex.join(argv)
+    paths = write_reports(
+        results,
+        out,
+        command=command.strip(),
+        extra={"cache": portable_path(out / CACHE_NAME)},
+        bootstrap=report.bootstrap,
+        solved_threshold=report.solved_threshold,
+        by=settings.by,
+    )
+
+    for r in results:
+        cells = "  ".join(f"k={k}: pass {r['pass@k'][str(k)]:.3f} maj {r['maj@k'][str(k)]:.3f}" for k in r["ks"])
+        print(f"{r['model']}: mean accuracy {r['mean_accuracy']:.3f}  {cells}")
+    for c in read_comparisons(paths["json"]):
+        k = str(c["ks"][-1])
+        o = c["solved_overlap"][k]
+        print(
+            f"{c['b']} (B) vs {c['a']} (A): at k={k} solved by both {o['both']}, only A {o['only_a']}, only B "
+            f"{o['only_b']}, neither {o['neither']}; crossover: {crossover_text(c['crossover'], c['n'])}"
+        )
+    print("wrote " + ", ".join(str(p) for p in (*paths.values(), out / CACHE_NAME)))
+    return {"results": results, "paths": paths}
