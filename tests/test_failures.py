@@ -275,7 +275,7 @@ def test_the_script_classifies_the_searchs_test_and_samples_only_the_harder_spli
         folder = Path(argv[argv.index("--out") + 1])
         write_harness_folder(folder, WordArithmeticTask(**kwargs), argv[1:4:2], lambda m, r: ["no idea"], **six)
 
-    monkeypatch.setattr("evals.passk_majk.main", harness)
+    monkeypatch.setattr("grpo_ext.evaluation.passk_majk.main", harness)
     out = main(["--search", str(search)])
     assert len(calls) == 1 and calls[0][1:4:2] == ["embedded", pick]
     harder = json.loads(calls[0][calls[0].index("--task-kwargs") + 1])

@@ -59,7 +59,7 @@ def test_from_reports_re_renders_without_sampling_and_makes_up_no_number(tmp_pat
     def no_sampling(argv):
         raise AssertionError("--from-reports must not sample")
 
-    monkeypatch.setattr("evals.passk_majk.main", no_sampling)
+    monkeypatch.setattr("grpo_ext.evaluation.passk_majk.main", no_sampling)
     search = tmp_path / "search"
     results = _results()
     old = _committed(search / "test", results, old=True)
