@@ -2,7 +2,7 @@
 in float32 and bfloat16 (issue 37).
 
     python -m benchmarks.real_step [--config configs/real/cpu.yaml] [--reps 2] [--warmup 1]
-                                   [--variants generate:float32,sampler:bfloat16,...] [--device auto|cpu|cuda]
+                                   [--variants generate:float32,sampler:bfloat16[:eager],...] [--device auto|cpu|cuda]
                                    [--name real_step] [-- <TRL/grpo-ext flags overriding the config>]
 
 The recipe is ``--config`` (default ``configs/real/cpu.yaml``: SmolLM2-135M-Instruct, LoRA r16, 32 completions x 64
@@ -20,7 +20,9 @@ LoRA weights and AdamW state in float32 as PEFT keeps them, what ``cpu_bf16: aut
 On CUDA, ``bf16`` (autocast) is on with ``bfloat16``. Every variant scores the loss's log-probs as the shipped code
 does (on a CPU only the completion positions: ``grpo_ext.modeling.compact_log_probs_on_cpu``) unless its name ends
 in ``:all_positions`` (TRL's own CPU path, every position through the LM head): ``generate:float32:all_positions``,
-the recipe before issue 37, is the default's first variant and the baseline of the speed-ups. TRL's continuous
+the recipe before issue 37, is the default's first variant and the baseline of the speed-ups. A part ``:eager`` builds
+the policy with ``attn_implementation: eager`` instead of transformers' default ``sdpa`` (``sampler:bfloat16:eager``;
+the sampler's CPU decode steps attend with ``grpo_ext/evaluation/decode_attention.py`` either way). TRL's continuous
 batching gets a bounded KV cache on a CPU (``CPU_CONTINUOUS_BATCHING``; by default it takes most of the free RAM).
 
 A step is what ``Trainer.train`` does per optimizer step: ``gradient_accumulation_steps`` calls of ``training_step``
@@ -69,6 +71,8 @@ DTYPES = ("float32", "bfloat16")
 #: A third part ``:all_positions`` times TRL's own CPU scoring (its fused LM head over every position, prompts
 #: included) instead of grpo-ext's compact one (``grpo_ext.modeling.compact_log_probs_on_cpu``).
 ALL_POSITIONS = "all_positions"
+#: A part ``:eager`` builds the policy with ``attn_implementation: eager`` (transformers' default is ``sdpa``).
+EAGER = "eager"
 #: Today's recipe before issue 37 first (the baseline of the speed-ups), then the shipped code's six variants.
 DEFAULT_VARIANTS = (f"generate:float32:{ALL_POSITIONS}", *(f"{b}:{d}" for d in DTYPES for b in BACKENDS))
 #: TRL's continuous batching sizes its KV cache from 60-90% of the free memory, which on a CPU is the machine's RAM
@@ -85,26 +89,33 @@ PHASES = ("generation", "scoring", "loss_forward", "loss_backward", "optimizer",
 CPU_PHASES = tuple(p + "_cpu" for p in PHASES)
 
 
-def parse_variants(text: str) -> list[tuple[str, str, bool]]:
-    """``backend:dtype[:all_positions]`` items -> ``(backend, dtype, compact scoring)``."""
+def parse_variants(text: str) -> list[tuple[str, str, bool, str | None]]:
+    """``backend:dtype[:all_positions][:eager]`` items -> ``(backend, dtype, compact scoring, attention)``
+    (attention: None, the model's default (``sdpa``), or ``eager``)."""
     out = []
     for item in (s.strip() for s in text.split(",")):
         if not item:
             continue
         backend, dtype, *rest = item.split(":") + [""]
-        if backend not in BACKENDS or dtype not in DTYPES or rest not in ([""], [ALL_POSITIONS, ""]):
+        rest = [r for r in rest if r]
+        if (
+            backend not in BACKENDS
+            or dtype not in DTYPES
+            or any(r not in (ALL_POSITIONS, EAGER) for r in rest)
+            or len(set(rest)) != len(rest)
+        ):
             raise SystemExit(
-                f"--variants: {item!r} is not <backend>:<dtype>[:{ALL_POSITIONS}] with backend in "
+                f"--variants: {item!r} is not <backend>:<dtype>[:{ALL_POSITIONS}][:{EAGER}] with backend in "
                 f"{', '.join(BACKENDS)} and dtype in {', '.join(DTYPES)}"
             )
-        out.append((backend, dtype, rest[0] != ALL_POSITIONS))
+        out.append((backend, dtype, ALL_POSITIONS not in rest, EAGER if EAGER in rest else None))
     if not out:
         raise SystemExit("--variants: name at least one <backend>:<dtype>")
     return out
 
 
-def variant_name(backend: str, dtype: str, compact: bool) -> str:
-    return f"{backend}:{dtype}" + ("" if compact else f":{ALL_POSITIONS}")
+def variant_name(backend: str, dtype: str, compact: bool, attention: str | None = None) -> str:
+    return f"{backend}:{dtype}" + ("" if compact else f":{ALL_POSITIONS}") + (f":{attention}" if attention else "")
 
 
 def resolve_device(name: str) -> str:
@@ -188,8 +199,17 @@ def parse_recipe(config: str, overrides: list[str], out_dir: str):
     return parse_trl_config((TrainArguments, GRPOExtConfig, ModelConfig), argv)
 
 
-def build_trainer(config: str, overrides: list[str], backend: str, dtype: str, device: str, out_dir: str):
-    """One variant's trainer, built the way ``scripts/train.py`` builds it (``build_grpo_trainer``)."""
+def build_trainer(
+    config: str,
+    overrides: list[str],
+    backend: str,
+    dtype: str,
+    device: str,
+    out_dir: str,
+    attention: str | None = None,
+):
+    """One variant's trainer, built the way ``scripts/train.py`` builds it (``build_grpo_trainer``); ``attention``:
+    the policy's ``attn_implementation`` (None: the recipe's)."""
     from transformers import set_seed
 
     from grpo_ext.assembly import build_grpo_trainer
@@ -200,6 +220,8 @@ def build_trainer(config: str, overrides: list[str], backend: str, dtype: str, d
     # the variant names the dtype: cpu_bf16 (which would choose one on a CPU) is off
     extra += [f"--dtype={dtype}", "--cpu_bf16=off", f"--use_cpu={not cuda}", f"--bf16={cuda and dtype == 'bfloat16'}"]
     extra += ["--report_to=none", "--save_strategy=no", "--disable_tqdm=true", "--max_steps=10000"]
+    if attention is not None:
+        extra.append(f"--attn_implementation={attention}")
     task_args, args, model_args = parse_recipe(config, [*overrides, *extra], out_dir)
     if backend == "continuous" and not cuda and not args.transformers_continuous_batching_config:
         args.transformers_continuous_batching_config = dict(CPU_CONTINUOUS_BATCHING)
@@ -283,7 +305,7 @@ def precision_facts(trainer) -> dict:
 def run(
     config: str,
     overrides: list[str],
-    variants: list[tuple[str, str, bool]],
+    variants: list[tuple[str, str, bool, str | None]],
     device: str,
     reps: int,
     warmup: int,
@@ -297,11 +319,13 @@ def run(
     trainers, warmups, built, errors = {}, {}, {}, {}
     with tempfile.TemporaryDirectory(prefix="grpo_ext_real_step_") as tmp:
         batches = None
-        for (backend, dtype, _), name in zip(variants, names, strict=True):
+        for (backend, dtype, _, attention), name in zip(variants, names, strict=True):
             print(f"building {name}", file=sys.stderr, flush=True)
             start = time.perf_counter()
             try:
-                trainer, clock = build_trainer(config, overrides, backend, dtype, device, str(Path(tmp) / name))
+                trainer, clock = build_trainer(
+                    config, overrides, backend, dtype, device, str(Path(tmp) / name), attention
+                )
                 if batches is None:
                     batches = generation_batches(trainer, warmup + reps)
                 built[name] = {"build_seconds": time.perf_counter() - start, "precision": precision_facts(trainer)}

@@ -69,12 +69,16 @@ def test_real_step_json_on_a_tiny_recipe(tmp_path, monkeypatch):
 def test_real_step_refuses_an_unknown_variant():
     with pytest.raises(SystemExit, match="--variants: 'vllm:float32'"):
         real_step.parse_variants("generate:float32,vllm:float32")
-    assert real_step.parse_variants("continuous:bfloat16,generate:float32:all_positions") == [
-        ("continuous", "bfloat16", True),
-        ("generate", "float32", False),
+    assert real_step.parse_variants("continuous:bfloat16,generate:float32:all_positions,sampler:bfloat16:eager") == [
+        ("continuous", "bfloat16", True, None),
+        ("generate", "float32", False, None),
+        ("sampler", "bfloat16", True, "eager"),
     ]
+    assert real_step.variant_name("sampler", "bfloat16", True, "eager") == "sampler:bfloat16:eager"
     with pytest.raises(SystemExit, match="all_positions"):
         real_step.parse_variants("generate:float32:some_positions")
+    with pytest.raises(SystemExit, match="eager"):
+        real_step.parse_variants("generate:float32:eager:eager")
 
 
 def test_learning_check_resumes_what_is_unfinished(tmp_path, capsys):

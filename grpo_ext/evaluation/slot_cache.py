@@ -23,7 +23,15 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["ContinuousUnsupported", "SlotCache", "free_memory", "left_pad", "prefill", "slots_within"]
+__all__ = [
+    "ContinuousUnsupported",
+    "SlotCache",
+    "free_memory",
+    "left_pad",
+    "prefill",
+    "shared_prefix_length",
+    "slots_within",
+]
 
 
 class ContinuousUnsupported(Exception):
@@ -42,24 +50,44 @@ def left_pad(prompt_ids: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Te
     return input_ids, attention_mask
 
 
-def prefill(model, prompt_ids: Sequence[Sequence[int]], pad_id: int, keep_logits: dict) -> tuple[list, torch.Tensor]:
+def prefill(
+    model,
+    prompt_ids: Sequence[Sequence[int]],
+    pad_id: int,
+    keep_logits: dict,
+    prefix: list | None = None,
+    cache_keyword: str = "cache",
+) -> tuple[list, torch.Tensor]:
     """One left-padded forward over whole prompts: ``([per prompt: [(keys, values) per layer]], last logits [B, V])``.
 
     Keys/values are sliced to each prompt's own tokens (``[heads, length, head_dim]``), ready to copy into slots.
     ``keep_logits`` is ``{"logits_to_keep": 1}`` where the model takes it (only the last position is needed), else
     ``{}``. Raises :class:`ContinuousUnsupported` when the cache the model returns cannot be copied slot-wise.
+
+    ``prefix``: the keys/values (``[(keys, values) per layer]``, ``[heads, P, head_dim]``) of ``P`` tokens that come
+    before every one of ``prompt_ids`` (a prompt prefix they all share, prefilled once): the prompts' tokens are
+    then the ones after it, at positions ``P, P + 1, ...``, attending to the prefix through the forward's cache (the
+    model's ``cache_keyword`` argument); the keys/values returned are still the prompts' own tokens only.
     """
     from transformers.cache_utils import DynamicCache, DynamicLayer
 
     device = next(model.parameters()).device
     input_ids, attention_mask = left_pad(prompt_ids, pad_id)
     position_ids = (attention_mask.cumsum(-1) - 1).clamp_(min=0)  # generate's rule for left padding
+    past = {}
+    if prefix is not None:
+        rows, shared = len(prompt_ids), prefix[0][0].shape[-2]
+        position_ids += shared
+        attention_mask = torch.cat([torch.ones((rows, shared), dtype=attention_mask.dtype), attention_mask], dim=1)
+        layers = [(k.unsqueeze(0).expand(rows, -1, -1, -1), v.unsqueeze(0).expand(rows, -1, -1, -1)) for k, v in prefix]
+        past = {cache_keyword: DynamicCache(ddp_cache_data=layers)}
     out = model(
         input_ids=input_ids.to(device),
         attention_mask=attention_mask.to(device),
         position_ids=position_ids.to(device),
         use_cache=True,
         return_dict=True,
+        **past,
         **keep_logits,
     )
     cache = getattr(out, "cache", None)  # transformers >= 5.24; ``past_key_values`` before
@@ -70,12 +98,29 @@ def prefill(model, prompt_ids: Sequence[Sequence[int]], pad_id: int, keep_logits
     for layer in cache.layers:  # sliding-window, quantised or recurrent layers cannot be copied slot-wise
         if type(layer) is not DynamicLayer or layer.keys is None or layer.keys.ndim != 4:
             raise ContinuousUnsupported(f"cache layer {type(layer).__name__} is not plain keys/values")
-    width = input_ids.shape[1]
+    width = cache.layers[0].keys.shape[-2]  # the prefix's columns and the padded prompts'
     per_prompt = [
         [(layer.keys[row, :, width - len(ids) :], layer.values[row, :, width - len(ids) :]) for layer in cache.layers]
         for row, ids in enumerate(prompt_ids)
     ]
     return per_prompt, out.logits[:, -1, :].float()
+
+
+def shared_prefix_length(prompt_ids: Sequence[Sequence[int]]) -> int:
+    """How many leading tokens every prompt has in common, at most the shortest prompt's length - 1 (each prompt keeps
+    a token of its own: its last position's logits are its first draw)."""
+    first, shortest = prompt_ids[0], min(len(ids) for ids in prompt_ids)
+    length = shortest - 1
+    for ids in prompt_ids[1:]:
+        common = 0
+        for a, b in zip(first[:length], ids[:length], strict=False):
+            if a != b:
+                break
+            common += 1
+        length = common
+        if not length:
+            break
+    return max(length, 0)
 
 
 def _slot_layer_class():

@@ -38,7 +38,8 @@ def token_cdf(
     """Cumulative next-token probabilities ``[R, V]`` (float64: no drift over a 150k vocabulary) of
     softmax(logits / temperature) restricted by ``top_k`` (0: off), the ``top_p`` nucleus and ``min_p`` (None: off),
     in that order, with transformers' own warpers: the tokens ``generate`` keeps."""
-    scores = logits.float() / temperature
+    # one float32 copy divided in place (logits.float() / t allocates twice for bf16 logits); the same numbers
+    scores = logits.to(torch.float32, copy=True).div_(temperature)
     if top_k or top_p < 1.0 or min_p is not None:
         # imported here: importing the sampler must not import transformers (sampling.py stays light)
         from transformers.generation.logits_process import MinPLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
@@ -49,7 +50,8 @@ def token_cdf(
             scores = TopPLogitsWarper(top_p)(None, scores)
         if min_p is not None:
             scores = MinPLogitsWarper(min_p)(None, scores)
-    return torch.softmax(scores, dim=-1).double().cumsum(-1)
+    # cumsum in float64 straight from the float32 probabilities: the numbers of .double().cumsum(-1), one pass less
+    return torch.softmax(scores, dim=-1).cumsum(-1, dtype=torch.float64)
 
 
 def draw_from_cdf(cdf: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
