@@ -84,7 +84,7 @@ def decode_attention_forward(
         prefix_scores = torch.matmul(grouped, prefix_keys.transpose(1, 2))  # [KV, B * H / KV, P]
         prefix_scores = prefix_scores.reshape(kv_heads, batch, rep, shared).permute(1, 0, 2, 3)
         scores = torch.cat([prefix_scores, scores], dim=-1)
-    mask = _additive_mask(attention_mask, batch, columns, key_all.shape[2], shared)
+    mask = _additive_mask(attention_mask, batch, columns, key_all.shape[2], shared, key_all.device)
     # mask + scaling * scores in float32, one op (eager scales in the model's dtype, then adds the mask)
     logits = torch.add(mask, scores, alpha=scaling) if mask is not None else scores.float().mul_(scaling)
     probs = torch.softmax(logits, dim=-1).to(value.dtype)
@@ -97,16 +97,18 @@ def decode_attention_forward(
     return out.reshape(batch, heads, 1, dim).transpose(1, 2), None
 
 
-def _additive_mask(attention_mask, batch: int, columns: int, capacity: int, shared: int) -> torch.Tensor | None:
+def _additive_mask(
+    attention_mask, batch: int, columns: int, capacity: int, shared: int, device: torch.device
+) -> torch.Tensor | None:
     """The step's mask as float32 ``[B, 1, 1, shared + capacity]``: 0 where a row attends (every prefix column, its
     own visible columns), -inf elsewhere (hidden columns, the buffer's unused ones). Every layer of a forward gets the
     same mask object: it is built once a forward (cached while :func:`cpu_decode_attention` runs it)."""
     if attention_mask is None and capacity == columns:
         return None
-    key = (id(attention_mask), batch, columns, capacity, shared)
+    key = (id(attention_mask), batch, columns, capacity, shared, device)
     if _masks is not None and key in _masks:
         return _masks[key]
-    mask = torch.zeros((batch, 1, 1, shared + capacity), dtype=torch.float32)
+    mask = torch.zeros((batch, 1, 1, shared + capacity), dtype=torch.float32, device=device)
     own = mask[..., shared : shared + columns]
     if attention_mask is not None:
         given = attention_mask[:, :, :, :columns]  # [B, 1, 1, columns]: one query, every head
