@@ -2,7 +2,8 @@
 in float32 and bfloat16 (issue 37).
 
     python -m benchmarks.real_step [--config configs/real/cpu.yaml] [--reps 2] [--warmup 1]
-                                   [--variants generate:float32,sampler:bfloat16[:eager],...] [--device auto|cpu|cuda]
+                                   [--variants generate:float32,sampler:bfloat16[:eager][:shared_prompt],...]
+                                   [--device auto|cpu|cuda]
                                    [--name real_step] [-- <TRL/grpo-ext flags overriding the config>]
 
 The recipe is ``--config`` (default ``configs/real/cpu.yaml``: SmolLM2-135M-Instruct, LoRA r16, 32 completions x 64
@@ -22,7 +23,10 @@ does (on a CPU only the completion positions: ``grpo_ext.modeling.compact_log_pr
 in ``:all_positions`` (TRL's own CPU path, every position through the LM head): ``generate:float32:all_positions``,
 the recipe before issue 37, is the default's first variant and the baseline of the speed-ups. A part ``:eager`` builds
 the policy with ``attn_implementation: eager`` instead of transformers' default ``sdpa`` (``sampler:bfloat16:eager``;
-the sampler's CPU decode steps attend with ``grpo_ext/evaluation/decode_attention.py`` either way). TRL's continuous
+the sampler's CPU decode steps attend with ``grpo_ext/evaluation/decode_attention.py`` either way). A part
+``:shared_prompt`` turns on ``share_prompt_forward`` (``grpo_ext/shared_prompt.py``: the loss's forward and backward
+compute each group's prompt once, and micro-batches hold whole groups); every other variant runs with it off, whatever
+the recipe says (``sampler:bfloat16:shared_prompt`` against ``sampler:bfloat16``). TRL's continuous
 batching gets a bounded KV cache on a CPU (``CPU_CONTINUOUS_BATCHING``; by default it takes most of the free RAM).
 
 A step is what ``Trainer.train`` does per optimizer step: ``gradient_accumulation_steps`` calls of ``training_step``
@@ -73,6 +77,9 @@ DTYPES = ("float32", "bfloat16")
 ALL_POSITIONS = "all_positions"
 #: A part ``:eager`` builds the policy with ``attn_implementation: eager`` (transformers' default is ``sdpa``).
 EAGER = "eager"
+#: A part ``:shared_prompt`` sets ``share_prompt_forward`` (each group's prompt forwarded once in the loss).
+SHARED_PROMPT = "shared_prompt"
+PARTS = (ALL_POSITIONS, EAGER, SHARED_PROMPT)
 #: Today's recipe before issue 37 first (the baseline of the speed-ups), then the shipped code's six variants.
 DEFAULT_VARIANTS = (f"generate:float32:{ALL_POSITIONS}", *(f"{b}:{d}" for d in DTYPES for b in BACKENDS))
 #: TRL's continuous batching sizes its KV cache from 60-90% of the free memory, which on a CPU is the machine's RAM
@@ -89,9 +96,9 @@ PHASES = ("generation", "scoring", "loss_forward", "loss_backward", "optimizer",
 CPU_PHASES = tuple(p + "_cpu" for p in PHASES)
 
 
-def parse_variants(text: str) -> list[tuple[str, str, bool, str | None]]:
-    """``backend:dtype[:all_positions][:eager]`` items -> ``(backend, dtype, compact scoring, attention)``
-    (attention: None, the model's default (``sdpa``), or ``eager``)."""
+def parse_variants(text: str) -> list[tuple[str, str, bool, str | None, bool]]:
+    """``backend:dtype[:all_positions][:eager][:shared_prompt]`` items -> ``(backend, dtype, compact scoring,
+    attention, shared prompt forward)`` (attention: None, the model's default (``sdpa``), or ``eager``)."""
     out = []
     for item in (s.strip() for s in text.split(",")):
         if not item:
@@ -101,21 +108,23 @@ def parse_variants(text: str) -> list[tuple[str, str, bool, str | None]]:
         if (
             backend not in BACKENDS
             or dtype not in DTYPES
-            or any(r not in (ALL_POSITIONS, EAGER) for r in rest)
+            or any(r not in PARTS for r in rest)
             or len(set(rest)) != len(rest)
         ):
             raise SystemExit(
-                f"--variants: {item!r} is not <backend>:<dtype>[:{ALL_POSITIONS}][:{EAGER}] with backend in "
+                f"--variants: {item!r} is not <backend>:<dtype>[:{ALL_POSITIONS}][:{EAGER}][:{SHARED_PROMPT}] with "
+                "backend in "
                 f"{', '.join(BACKENDS)} and dtype in {', '.join(DTYPES)}"
             )
-        out.append((backend, dtype, ALL_POSITIONS not in rest, EAGER if EAGER in rest else None))
+        out.append((backend, dtype, ALL_POSITIONS not in rest, EAGER if EAGER in rest else None, SHARED_PROMPT in rest))
     if not out:
         raise SystemExit("--variants: name at least one <backend>:<dtype>")
     return out
 
 
-def variant_name(backend: str, dtype: str, compact: bool, attention: str | None = None) -> str:
-    return f"{backend}:{dtype}" + ("" if compact else f":{ALL_POSITIONS}") + (f":{attention}" if attention else "")
+def variant_name(backend: str, dtype: str, compact: bool, attention: str | None = None, shared: bool = False) -> str:
+    parts = ("" if compact else f":{ALL_POSITIONS}") + (f":{attention}" if attention else "")
+    return f"{backend}:{dtype}{parts}" + (f":{SHARED_PROMPT}" if shared else "")
 
 
 def resolve_device(name: str) -> str:
@@ -207,9 +216,10 @@ def build_trainer(
     device: str,
     out_dir: str,
     attention: str | None = None,
+    shared: bool = False,
 ):
     """One variant's trainer, built the way ``scripts/train.py`` builds it (``build_grpo_trainer``); ``attention``:
-    the policy's ``attn_implementation`` (None: the recipe's)."""
+    the policy's ``attn_implementation`` (None: the recipe's); ``shared``: ``share_prompt_forward``."""
     from transformers import set_seed
 
     from grpo_ext.assembly import build_grpo_trainer
@@ -220,6 +230,7 @@ def build_trainer(
     # the variant names the dtype: cpu_bf16 (which would choose one on a CPU) is off
     extra += [f"--dtype={dtype}", "--cpu_bf16=off", f"--use_cpu={not cuda}", f"--bf16={cuda and dtype == 'bfloat16'}"]
     extra += ["--report_to=none", "--save_strategy=no", "--disable_tqdm=true", "--max_steps=10000"]
+    extra.append(f"--share_prompt_forward={shared}")  # the variant's name decides, not the recipe
     if attention is not None:
         extra.append(f"--attn_implementation={attention}")
     task_args, args, model_args = parse_recipe(config, [*overrides, *extra], out_dir)
@@ -305,7 +316,7 @@ def precision_facts(trainer) -> dict:
 def run(
     config: str,
     overrides: list[str],
-    variants: list[tuple[str, str, bool, str | None]],
+    variants: list[tuple[str, str, bool, str | None, bool]],
     device: str,
     reps: int,
     warmup: int,
@@ -319,12 +330,12 @@ def run(
     trainers, warmups, built, errors = {}, {}, {}, {}
     with tempfile.TemporaryDirectory(prefix="grpo_ext_real_step_") as tmp:
         batches = None
-        for (backend, dtype, _, attention), name in zip(variants, names, strict=True):
+        for (backend, dtype, _, attention, shared), name in zip(variants, names, strict=True):
             print(f"building {name}", file=sys.stderr, flush=True)
             start = time.perf_counter()
             try:
                 trainer, clock = build_trainer(
-                    config, overrides, backend, dtype, device, str(Path(tmp) / name), attention
+                    config, overrides, backend, dtype, device, str(Path(tmp) / name), attention, shared
                 )
                 if batches is None:
                     batches = generation_batches(trainer, warmup + reps)

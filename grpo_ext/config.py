@@ -264,6 +264,19 @@ class GRPOExtConfig(GRPOConfig):
         },
     )
 
+    # --- the loss's forward ---
+    share_prompt_forward: bool = field(
+        default=False,
+        metadata={
+            "help": "Compute each group's prompt once in the loss's forward and backward (a KV cache shared by its "
+            "num_generations rows; grpo_ext.shared_prompt): the same log-probs and gradients up to float rounding, "
+            "the prompt's share of the compute divided by the group size. Generation batches are then shuffled "
+            "group by group (whole groups per micro-batch) where that leaves the step's gradient unchanged (not for "
+            "loss_type bnpo, top_entropy_quantile < 1 or an entropy bonus: TRL's row shuffle, logged). Needs "
+            "activation_checkpointing off (a recomputed layer cannot rebuild the shared cache); text-only models.",
+        },
+    )
+
     # --- precision on a CPU ---
     cpu_bf16: str = field(
         default="off",
@@ -311,6 +324,13 @@ class GRPOExtConfig(GRPOConfig):
         if self.step_separator == "":
             raise UserError("step_separator: must be a non-empty string")
         self._check_process_reward_model()
+        if self.share_prompt_forward and (
+            getattr(self, "activation_checkpointing", False) or getattr(self, "gradient_checkpointing", False)
+        ):
+            raise UserError(
+                "share_prompt_forward: needs activation_checkpointing off (the prompt's KV cache is shared across "
+                "rows and a checkpointed layer's recompute does not rebuild it)"
+            )
         # The numeric ranges (target_kl, kl_horizon, beta_min, beta_max, max_refill_rounds, ...) are validation.py's:
         # check_training_ranges below. What stays here is why beta == 0 cannot start a controller that moves beta.
         if controller.moves_beta and self.beta == 0.0:
