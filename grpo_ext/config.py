@@ -151,6 +151,21 @@ class GRPOExtConfig(GRPOConfig):
             when the policy is loaded (`grpo_ext.modeling.policy_init`) and recorded as the run's `dtype`. Ignored on
             a GPU (set `dtype` and `bf16` there); not with a 4-bit/8-bit base or without `use_peft` (a full fine-tune
             would keep bf16 weights and bf16 AdamW state).
+
+        > Parameters that control the loss's forward
+
+        share_prompt_forward (`bool`, *optional*, defaults to `False`):
+            Compute each group's prompt once in the loss's forward and backward (`grpo_ext.shared_prompt`): the
+            distinct prompt rows of a micro-batch go through the model once with a KV cache, which the group's rows'
+            completions attend to; positions and masks are TRL's, so the log-probs, entropies and gradients are
+            TRL's up to float rounding, and the prompt's share of the compute is divided by `num_generations`.
+            Generation batches are then shuffled group by group (whole groups per micro-batch, so a micro-batch
+            shares as much as it can), which leaves the optimizer step's gradient unchanged for every `loss_type`
+            but `bnpo` (normalised by the micro-batch's own token count) and without `top_entropy_quantile` < 1 or
+            an entropy bonus (per-micro-batch statistics); with those TRL's row shuffle is kept (logged). Needs
+            `activation_checkpointing` off (a recomputed layer cannot rebuild the shared cache); forwards with
+            image inputs, a mixture-of-experts aux loss or DistributedDataParallel fall back to TRL's (logged).
+            With `lora_dropout` > 0 a group's rows share the prompt's dropout mask.
     """
 
     # --- advantages (DeepSeekMath 4.1.2-4.1.3, 5.2.1) ---
@@ -264,6 +279,17 @@ class GRPOExtConfig(GRPOConfig):
         },
     )
 
+    # --- precision on a CPU ---
+    cpu_bf16: str = field(
+        default="off",
+        metadata={
+            "help": "LoRA on a CPU: the base weights' dtype. `off` (dtype as given), `auto` (bfloat16 where the CPU "
+            "has native bf16, avx512_bf16 / amx_bf16 / Arm bf16, else float32) or `on` (bfloat16); LoRA weights and "
+            "optimizer state stay float32. Ignored on a GPU.",
+            "choices": list(CPU_BF16),
+        },
+    )
+
     # --- the loss's forward ---
     share_prompt_forward: bool = field(
         default=False,
@@ -274,17 +300,6 @@ class GRPOExtConfig(GRPOConfig):
             "group by group (whole groups per micro-batch) where that leaves the step's gradient unchanged (not for "
             "loss_type bnpo, top_entropy_quantile < 1 or an entropy bonus: TRL's row shuffle, logged). Needs "
             "activation_checkpointing off (a recomputed layer cannot rebuild the shared cache); text-only models.",
-        },
-    )
-
-    # --- precision on a CPU ---
-    cpu_bf16: str = field(
-        default="off",
-        metadata={
-            "help": "LoRA on a CPU: the base weights' dtype. `off` (dtype as given), `auto` (bfloat16 where the CPU "
-            "has native bf16, avx512_bf16 / amx_bf16 / Arm bf16, else float32) or `on` (bfloat16); LoRA weights and "
-            "optimizer state stay float32. Ignored on a GPU.",
-            "choices": list(CPU_BF16),
         },
     )
 
