@@ -268,3 +268,14 @@ def test_a_step_with_shared_prompts_has_trls_gradient(tmp_path, loss_type):
 def test_refused_with_activation_checkpointing(tmp_path):
     with pytest.raises(UserError, match="share_prompt_forward: needs activation_checkpointing off"):
         tiny_args(tmp_path=tmp_path, share_prompt_forward=True, activation_checkpointing=True)
+
+
+def test_trains_a_step_device_strict_with_a_grouped_shuffle(tmp_path):
+    from tests.device_strict import device_strict
+
+    args = tiny_args(tmp_path=tmp_path, max_steps=1, gradient_accumulation_steps=2, share_prompt_forward=True)
+    trainer = tiny_trainer(args=args)
+    with device_strict():
+        trainer.train()
+    assert trainer.state.global_step == 1 and trainer._group_shuffle
+    assert torch.isfinite(torch.tensor([h["loss"] for h in trainer.state.log_history if "loss" in h])).all()
