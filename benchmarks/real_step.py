@@ -27,7 +27,8 @@ the sampler's CPU decode steps attend with ``grpo_ext/evaluation/decode_attentio
 ``:shared_prompt`` turns on ``share_prompt_forward`` (``grpo_ext/shared_prompt.py``: the loss's forward and backward
 compute each group's prompt once, and micro-batches hold whole groups); every other variant runs with it off, whatever
 the recipe says (``sampler:bfloat16:shared_prompt`` against ``sampler:bfloat16``: 45 against 64 CPU s a step, the
-baseline 142, on 2026-11-27; ``sampler:bfloat16:shared_prompt`` is the shipped recipe). TRL's continuous batching gets a bounded KV cache on a CPU (``CPU_CONTINUOUS_BATCHING``; by default it takes most of the free RAM).
+baseline 142, on 2026-11-27; ``sampler:bfloat16:shared_prompt`` is the shipped recipe). TRL's continuous batching
+gets a bounded KV cache on a CPU (``CPU_CONTINUOUS_BATCHING``; by default it takes most of the free RAM).
 
 A step is what ``Trainer.train`` does per optimizer step: ``gradient_accumulation_steps`` calls of ``training_step``
 (the first generates and scores the whole generation batch; each computes the loss of its micro-batch and
