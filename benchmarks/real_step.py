@@ -2,7 +2,8 @@
 in float32 and bfloat16 (issue 37).
 
     python -m benchmarks.real_step [--config configs/real/cpu.yaml] [--reps 2] [--warmup 1]
-                                   [--variants generate:float32,sampler:bfloat16[:eager],...] [--device auto|cpu|cuda]
+                                   [--variants generate:float32,sampler:bfloat16[:eager][:shared_prompt],...]
+                                   [--device auto|cpu|cuda]
                                    [--name real_step] [-- <TRL/grpo-ext flags overriding the config>]
 
 The recipe is ``--config`` (default ``configs/real/cpu.yaml``: SmolLM2-135M-Instruct, LoRA r16, 32 completions x 64
@@ -22,8 +23,12 @@ does (on a CPU only the completion positions: ``grpo_ext.modeling.compact_log_pr
 in ``:all_positions`` (TRL's own CPU path, every position through the LM head): ``generate:float32:all_positions``,
 the recipe before issue 37, is the default's first variant and the baseline of the speed-ups. A part ``:eager`` builds
 the policy with ``attn_implementation: eager`` instead of transformers' default ``sdpa`` (``sampler:bfloat16:eager``;
-the sampler's CPU decode steps attend with ``grpo_ext/evaluation/decode_attention.py`` either way). TRL's continuous
-batching gets a bounded KV cache on a CPU (``CPU_CONTINUOUS_BATCHING``; by default it takes most of the free RAM).
+the sampler's CPU decode steps attend with ``grpo_ext/evaluation/decode_attention.py`` either way). A part
+``:shared_prompt`` turns on ``share_prompt_forward`` (``grpo_ext/shared_prompt.py``: the loss's forward and backward
+compute each group's prompt once, and micro-batches hold whole groups); every other variant runs with it off, whatever
+the recipe says (``sampler:bfloat16:shared_prompt`` against ``sampler:bfloat16``: 45 against 64 CPU s a step, the
+baseline 142, on 2026-11-27; ``sampler:bfloat16:shared_prompt`` is the shipped recipe). TRL's continuous batching
+gets a bounded KV cache on a CPU (``CPU_CONTINUOUS_BATCHING``; by default it takes most of the free RAM).
 
 A step is what ``Trainer.train`` does per optimizer step: ``gradient_accumulation_steps`` calls of ``training_step``
 (the first generates and scores the whole generation batch; each computes the loss of its micro-batch and
@@ -45,7 +50,7 @@ thread (``benchmarks/__init__.py``); the device (CPU model and its bf16 support,
 (``benchmarks/results/<--name>.json``, or ``--out``).
 
 Costs on 2 shared cores (one thread): a float32 step of the default recipe is 1-3 minutes, a bfloat16 one about half;
-the default (7 variants, 1 warm-up + 2 repetitions) is ~45-60 minutes of one core (wall time grows with what else
+the default (8 variants, 1 warm-up + 2 repetitions) is ~50-65 minutes of one core (wall time grows with what else
 runs on the machine; the JSON is rewritten after every repetition). A quick rehearsal of the code paths:
 ``--reps 1 --warmup 0 -- --max_completion_length 8``.
 """
@@ -53,16 +58,15 @@ runs on the machine; the JSON is rewritten after every repetition). A quick rehe
 from __future__ import annotations
 
 import argparse
-import functools
 import os
-import platform
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from pathlib import Path
 
 from benchmarks import _common as C
+from benchmarks._step_clock import PhaseClock, device_facts, resolve_device
+from benchmarks._step_clock import synchronize as _synchronize
 
 NAME = "real_step"
 DEFAULT_CONFIG = "configs/real/cpu.yaml"
@@ -73,8 +77,16 @@ DTYPES = ("float32", "bfloat16")
 ALL_POSITIONS = "all_positions"
 #: A part ``:eager`` builds the policy with ``attn_implementation: eager`` (transformers' default is ``sdpa``).
 EAGER = "eager"
-#: Today's recipe before issue 37 first (the baseline of the speed-ups), then the shipped code's six variants.
-DEFAULT_VARIANTS = (f"generate:float32:{ALL_POSITIONS}", *(f"{b}:{d}" for d in DTYPES for b in BACKENDS))
+#: A part ``:shared_prompt`` sets ``share_prompt_forward`` (each group's prompt forwarded once in the loss).
+SHARED_PROMPT = "shared_prompt"
+PARTS = (ALL_POSITIONS, EAGER, SHARED_PROMPT)
+#: The recipe before issue 37 first (the baseline of the speed-ups), then the shipped code's six variants, then the
+#: shipped recipe (configs/real/cpu.yaml: the sampler, a bf16 base, share_prompt_forward).
+DEFAULT_VARIANTS = (
+    f"generate:float32:{ALL_POSITIONS}",
+    *(f"{b}:{d}" for d in DTYPES for b in BACKENDS),
+    f"sampler:bfloat16:{SHARED_PROMPT}",
+)
 #: TRL's continuous batching sizes its KV cache from 60-90% of the free memory, which on a CPU is the machine's RAM
 #: (a run here was killed by the kernel at 14 GB): on a CPU its cache gets this many 256-token pages, ample for a
 #: step of 32 x (~160 + 64) tokens.
@@ -89,9 +101,9 @@ PHASES = ("generation", "scoring", "loss_forward", "loss_backward", "optimizer",
 CPU_PHASES = tuple(p + "_cpu" for p in PHASES)
 
 
-def parse_variants(text: str) -> list[tuple[str, str, bool, str | None]]:
-    """``backend:dtype[:all_positions][:eager]`` items -> ``(backend, dtype, compact scoring, attention)``
-    (attention: None, the model's default (``sdpa``), or ``eager``)."""
+def parse_variants(text: str) -> list[tuple[str, str, bool, str | None, bool]]:
+    """``backend:dtype[:all_positions][:eager][:shared_prompt]`` items -> ``(backend, dtype, compact scoring,
+    attention, shared prompt forward)`` (attention: None, the model's default (``sdpa``), or ``eager``)."""
     out = []
     for item in (s.strip() for s in text.split(",")):
         if not item:
@@ -101,90 +113,23 @@ def parse_variants(text: str) -> list[tuple[str, str, bool, str | None]]:
         if (
             backend not in BACKENDS
             or dtype not in DTYPES
-            or any(r not in (ALL_POSITIONS, EAGER) for r in rest)
+            or any(r not in PARTS for r in rest)
             or len(set(rest)) != len(rest)
         ):
             raise SystemExit(
-                f"--variants: {item!r} is not <backend>:<dtype>[:{ALL_POSITIONS}][:{EAGER}] with backend in "
+                f"--variants: {item!r} is not <backend>:<dtype>[:{ALL_POSITIONS}][:{EAGER}][:{SHARED_PROMPT}] with "
+                "backend in "
                 f"{', '.join(BACKENDS)} and dtype in {', '.join(DTYPES)}"
             )
-        out.append((backend, dtype, ALL_POSITIONS not in rest, EAGER if EAGER in rest else None))
+        out.append((backend, dtype, ALL_POSITIONS not in rest, EAGER if EAGER in rest else None, SHARED_PROMPT in rest))
     if not out:
         raise SystemExit("--variants: name at least one <backend>:<dtype>")
     return out
 
 
-def variant_name(backend: str, dtype: str, compact: bool, attention: str | None = None) -> str:
-    return f"{backend}:{dtype}" + ("" if compact else f":{ALL_POSITIONS}") + (f":{attention}" if attention else "")
-
-
-def resolve_device(name: str) -> str:
-    import torch
-
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("--device cuda: torch.cuda.is_available() is False on this machine")
-    return name
-
-
-def cpu_facts() -> dict:
-    """The CPU a result was measured on, with what decides bf16 speed (``grpo_ext.modeling.cpu_bf16_support``)."""
-    from grpo_ext.modeling import cpu_bf16_support
-
-    model = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return {"type": "cpu", "name": model, "bf16": cpu_bf16_support()}
-
-
-def device_facts(device: str) -> dict:
-    if device == "cuda":
-        from benchmarks import _gpu as G
-
-        return G.device_facts(device)
-    return cpu_facts()
-
-
-def _synchronize(device: str) -> None:
-    if device == "cuda":
-        import torch
-
-        torch.cuda.synchronize()
-
-
-class PhaseClock:
-    """Seconds spent in wrapped methods of one trainer, accumulated by phase until :meth:`take`."""
-
-    def __init__(self, device: str):
-        self.device = device
-        self.totals: dict[str, float] = defaultdict(float)
-
-    def wrap(self, obj, method: str, phase: str) -> None:
-        original = getattr(obj, method)
-
-        @functools.wraps(original)
-        def timed(*args, **kwargs):
-            _synchronize(self.device)
-            start, cpu = time.perf_counter(), time.process_time()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                _synchronize(self.device)
-                self.totals[phase] += time.perf_counter() - start
-                self.totals[phase + "_cpu"] += time.process_time() - cpu
-
-        setattr(obj, method, timed)  # an instance attribute: TRL calls it as self.<method>(...)
-
-    def take(self) -> dict[str, float]:
-        out, self.totals = dict(self.totals), defaultdict(float)
-        return out
+def variant_name(backend: str, dtype: str, compact: bool, attention: str | None = None, shared: bool = False) -> str:
+    parts = ("" if compact else f":{ALL_POSITIONS}") + (f":{attention}" if attention else "")
+    return f"{backend}:{dtype}{parts}" + (f":{SHARED_PROMPT}" if shared else "")
 
 
 def parse_recipe(config: str, overrides: list[str], out_dir: str):
@@ -207,9 +152,10 @@ def build_trainer(
     device: str,
     out_dir: str,
     attention: str | None = None,
+    shared: bool = False,
 ):
     """One variant's trainer, built the way ``scripts/train.py`` builds it (``build_grpo_trainer``); ``attention``:
-    the policy's ``attn_implementation`` (None: the recipe's)."""
+    the policy's ``attn_implementation`` (None: the recipe's); ``shared``: ``share_prompt_forward``."""
     from transformers import set_seed
 
     from grpo_ext.assembly import build_grpo_trainer
@@ -220,6 +166,7 @@ def build_trainer(
     # the variant names the dtype: cpu_bf16 (which would choose one on a CPU) is off
     extra += [f"--dtype={dtype}", "--cpu_bf16=off", f"--use_cpu={not cuda}", f"--bf16={cuda and dtype == 'bfloat16'}"]
     extra += ["--report_to=none", "--save_strategy=no", "--disable_tqdm=true", "--max_steps=10000"]
+    extra.append(f"--share_prompt_forward={shared}")  # the variant's name decides, not the recipe
     if attention is not None:
         extra.append(f"--attn_implementation={attention}")
     task_args, args, model_args = parse_recipe(config, [*overrides, *extra], out_dir)
@@ -305,7 +252,7 @@ def precision_facts(trainer) -> dict:
 def run(
     config: str,
     overrides: list[str],
-    variants: list[tuple[str, str, bool, str | None]],
+    variants: list[tuple[str, str, bool, str | None, bool]],
     device: str,
     reps: int,
     warmup: int,
@@ -319,12 +266,12 @@ def run(
     trainers, warmups, built, errors = {}, {}, {}, {}
     with tempfile.TemporaryDirectory(prefix="grpo_ext_real_step_") as tmp:
         batches = None
-        for (backend, dtype, _, attention), name in zip(variants, names, strict=True):
+        for (backend, dtype, _, attention, shared), name in zip(variants, names, strict=True):
             print(f"building {name}", file=sys.stderr, flush=True)
             start = time.perf_counter()
             try:
                 trainer, clock = build_trainer(
-                    config, overrides, backend, dtype, device, str(Path(tmp) / name), attention
+                    config, overrides, backend, dtype, device, str(Path(tmp) / name), attention, shared
                 )
                 if batches is None:
                     batches = generation_batches(trainer, warmup + reps)

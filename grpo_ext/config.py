@@ -151,6 +151,21 @@ class GRPOExtConfig(GRPOConfig):
             when the policy is loaded (`grpo_ext.modeling.policy_init`) and recorded as the run's `dtype`. Ignored on
             a GPU (set `dtype` and `bf16` there); not with a 4-bit/8-bit base or without `use_peft` (a full fine-tune
             would keep bf16 weights and bf16 AdamW state).
+
+        > Parameters that control the loss's forward
+
+        share_prompt_forward (`bool`, *optional*, defaults to `False`):
+            Compute each group's prompt once in the loss's forward and backward (`grpo_ext.shared_prompt`): the
+            distinct prompt rows of a micro-batch go through the model once with a KV cache, which the group's rows'
+            completions attend to; positions and masks are TRL's, so the log-probs, entropies and gradients are
+            TRL's up to float rounding, and the prompt's share of the compute is divided by `num_generations`.
+            Generation batches are then shuffled group by group (whole groups per micro-batch, so a micro-batch
+            shares as much as it can), which leaves the optimizer step's gradient unchanged for every `loss_type`
+            but `bnpo` (normalised by the micro-batch's own token count) and without `top_entropy_quantile` < 1 or
+            an entropy bonus (per-micro-batch statistics); with those TRL's row shuffle is kept (logged). Needs
+            `activation_checkpointing` off (a recomputed layer cannot rebuild the shared cache); forwards with
+            image inputs, a mixture-of-experts aux loss or DistributedDataParallel fall back to TRL's (logged).
+            With `lora_dropout` > 0 a group's rows share the prompt's dropout mask.
     """
 
     # --- advantages (DeepSeekMath 4.1.2-4.1.3, 5.2.1) ---
@@ -275,6 +290,19 @@ class GRPOExtConfig(GRPOConfig):
         },
     )
 
+    # --- the loss's forward ---
+    share_prompt_forward: bool = field(
+        default=False,
+        metadata={
+            "help": "Compute each group's prompt once in the loss's forward and backward (a KV cache shared by its "
+            "num_generations rows; grpo_ext.shared_prompt): the same log-probs and gradients up to float rounding, "
+            "the prompt's share of the compute divided by the group size. Generation batches are then shuffled "
+            "group by group (whole groups per micro-batch) where that leaves the step's gradient unchanged (not for "
+            "loss_type bnpo, top_entropy_quantile < 1 or an entropy bonus: TRL's row shuffle, logged). Needs "
+            "activation_checkpointing off (a recomputed layer cannot rebuild the shared cache); text-only models.",
+        },
+    )
+
     def __post_init__(self):
         super().__post_init__()
         self._check_extensions()
@@ -311,6 +339,13 @@ class GRPOExtConfig(GRPOConfig):
         if self.step_separator == "":
             raise UserError("step_separator: must be a non-empty string")
         self._check_process_reward_model()
+        if self.share_prompt_forward and (
+            getattr(self, "activation_checkpointing", False) or getattr(self, "gradient_checkpointing", False)
+        ):
+            raise UserError(
+                "share_prompt_forward: needs activation_checkpointing off (the prompt's KV cache is shared across "
+                "rows and a checkpointed layer's recompute does not rebuild it)"
+            )
         # The numeric ranges (target_kl, kl_horizon, beta_min, beta_max, max_refill_rounds, ...) are validation.py's:
         # check_training_ranges below. What stays here is why beta == 0 cannot start a controller that moves beta.
         if controller.moves_beta and self.beta == 0.0:

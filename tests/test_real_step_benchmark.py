@@ -40,13 +40,15 @@ def test_real_step_json_on_a_tiny_recipe(tmp_path, monkeypatch):
     monkeypatch.setattr(modeling, "_cpu_flags", lambda: {"avx512_bf16"})  # cpu_bf16: auto would pick bf16 here
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump(TINY | {"output_dir": str(tmp_path / "unused"), "cpu_bf16": "auto"}))
-    variants = "generate:float32:all_positions,sampler:bfloat16"
+    variants = "generate:float32:all_positions,sampler:bfloat16,sampler:bfloat16:shared_prompt"
     argv = ["--config", str(config), "--variants", variants, "--reps", "1", "--warmup", "0", "--out", str(tmp_path)]
     payload = real_step.main([*argv, "--", "--max_completion_length", "4"])  # a flag after -- overrides the config
 
     saved = json.loads((tmp_path / "real_step.json").read_text())
     assert (
-        saved["variants"].keys() == payload["variants"].keys() == {"generate:float32:all_positions", "sampler:bfloat16"}
+        saved["variants"].keys()
+        == payload["variants"].keys()
+        == {"generate:float32:all_positions", "sampler:bfloat16", "sampler:bfloat16:shared_prompt"}
     )
     assert saved["device"]["type"] == "cpu" and set(saved["device"]["bf16"]) == {"supported", "flags", "mkldnn_bf16"}
     assert saved["params"]["overrides"] == ["--max_completion_length", "4"] and saved["complete"]
@@ -62,7 +64,11 @@ def test_real_step_json_on_a_tiny_recipe(tmp_path, monkeypatch):
         assert len(v["speedup_over_generate:float32:all_positions"]["values"]) == 1
         assert v["precision"]["trainable_weights"] == v["precision"]["optimizer_state"] == ["torch.float32"]
     precision = {n: v["precision"]["frozen_weights"] for n, v in saved["variants"].items()}  # as the names say
-    assert precision == {"generate:float32:all_positions": ["torch.float32"], "sampler:bfloat16": ["torch.bfloat16"]}
+    assert precision == {
+        "generate:float32:all_positions": ["torch.float32"],
+        "sampler:bfloat16": ["torch.bfloat16"],
+        "sampler:bfloat16:shared_prompt": ["torch.bfloat16"],
+    }
     assert "| sampler:bfloat16 |" in saved["table"]
 
 
@@ -70,10 +76,12 @@ def test_real_step_refuses_an_unknown_variant():
     with pytest.raises(SystemExit, match="--variants: 'vllm:float32'"):
         real_step.parse_variants("generate:float32,vllm:float32")
     assert real_step.parse_variants("continuous:bfloat16,generate:float32:all_positions,sampler:bfloat16:eager") == [
-        ("continuous", "bfloat16", True, None),
-        ("generate", "float32", False, None),
-        ("sampler", "bfloat16", True, "eager"),
+        ("continuous", "bfloat16", True, None, False),
+        ("generate", "float32", False, None, False),
+        ("sampler", "bfloat16", True, "eager", False),
     ]
+    assert real_step.parse_variants("sampler:bfloat16:shared_prompt") == [("sampler", "bfloat16", True, None, True)]
+    assert real_step.variant_name("sampler", "bfloat16", True, None, True) == "sampler:bfloat16:shared_prompt"
     assert real_step.variant_name("sampler", "bfloat16", True, "eager") == "sampler:bfloat16:eager"
     with pytest.raises(SystemExit, match="all_positions"):
         real_step.parse_variants("generate:float32:some_positions")

@@ -1,0 +1,129 @@
+"""The loss's forward with each group's prompt computed once (`share_prompt_forward`, issue 37).
+
+In GRPO every group's `num_generations` rows share one prompt, left-padded by TRL to the batch's prompt width, so an
+unshared forward computes the same prompt tokens (and back-propagates through them) once per row. Here the distinct
+prompt rows of a micro-batch go through the model once with a KV cache (gradient on: LoRA acts on the prompt and the
+completions attend to its keys and values), the cache is indexed out to the rows (an index keeps the gradient: the
+rows' gradients sum back into the shared prompt), and the completion tokens attend to it. Positions and masks are the
+unshared forward's: with no `position_ids` a transformers causal LM numbers the tokens 0..L-1 whatever the padding,
+and a forward after a cache of length p numbers its tokens from p; the attention mask is the full one. So the
+log-probs (and entropies and gradients) equal TRL's up to float rounding.
+
+The prefix is the prompt minus its last token: TRL scores the first completion token from the hidden state at the
+prompt's last position, so the second forward starts there (tokens P-1..L-1) and TRL's fused LM head scores exactly
+the positions it scores in the unshared forward.
+
+The shuffle: TRL shuffles the generation batch row by row before cutting it into micro-batches, so a micro-batch of
+8 holds rows of ~4 prompts and little is shared. `shuffle_groups` permutes whole groups instead. Per optimizer step
+the gradient is the sum of the micro-batches' gradients, which does not depend on how the generation batch is cut
+when every micro-batch's loss is a sum over its rows with a weight that does not depend on the other rows of the
+micro-batch (`group_shuffle_changes_loss` lists the loss types and options for which that holds).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+#: Loss types whose micro-batch loss is a sum over its rows with weights independent of the micro-batch's contents
+#: (TRL 1.16 `_compute_loss`): `dapo`, `cispo`, `vespo` divide by `num_items_in_batch` (the generation batch's token
+#: count, the same for every cut); `grpo`, `sapo` take the mean over rows of per-row means and `luspo` the mean over
+#: rows of per-row sums, `dr_grpo` divides by rows x max_completion_length: constants as long as every micro-batch has
+#: the same number of rows, which TRL's `split_tensor_dict` guarantees. Not `bnpo`: it divides by the micro-batch's
+#: own token count, which depends on which rows share it.
+CUT_INVARIANT_LOSSES = ("dapo", "cispo", "vespo", "grpo", "sapo", "luspo", "dr_grpo")
+
+
+def group_shuffle_changes_loss(loss_type: str, top_entropy_quantile: float, entropy_bonus: bool) -> str | None:
+    """Why keeping groups together in micro-batches would change the optimizer step's expected gradient (None: it
+    does not, for any cut of the generation batch into equal micro-batches)."""
+    if loss_type not in CUT_INVARIANT_LOSSES:
+        return f"loss_type `{loss_type}` normalises by the micro-batch's own token count"
+    if top_entropy_quantile < 1.0:
+        return "top_entropy_quantile < 1 picks its entropy threshold per micro-batch"
+    if entropy_bonus:
+        return "the entropy bonus is a per-micro-batch token mean"
+    return None
+
+
+def group_permutation(n_rows: int, group_size: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """A random permutation of `n_rows` rows that moves blocks of `group_size` consecutive rows whole (each block's
+    rows stay together and in order). A CPU index, as TRL's `shuffle_sequence_dict` makes: it indexes lists too, and
+    tensors on any device."""
+    if group_size < 1 or n_rows % group_size:
+        raise ValueError(f"{n_rows} rows do not split into groups of {group_size}")
+    groups = torch.randperm(n_rows // group_size, generator=generator, device="cpu")
+    return (groups[:, None] * group_size + torch.arange(group_size, device="cpu")).reshape(-1)
+
+
+def shuffle_groups(seq_dict: dict, group_size: int) -> dict:
+    """`trl.trainer.utils.shuffle_sequence_dict` with whole groups permuted (rows `g*k .. g*k+k-1` are group `g`, as
+    TRL's RepeatSampler lays them out); TRL's row shuffle where the rows do not split into whole groups."""
+    from trl.trainer.utils import shuffle_sequence_dict
+
+    batch_size = len(next(v for v in seq_dict.values() if v is not None))
+    if batch_size % group_size:
+        return shuffle_sequence_dict(seq_dict)
+    permutation = group_permutation(batch_size, group_size)
+
+    def permute(v):
+        if v is None or (isinstance(v, torch.Tensor) and v.ndim == 0):
+            return v
+        if isinstance(v, torch.Tensor):
+            return v[permutation.to(v.device)]
+        return [v[i] for i in permutation.tolist()]
+
+    return {key: permute(val) for key, val in seq_dict.items()}
+
+
+@contextlib.contextmanager
+def grouped_shuffle(group_size: int):
+    """Within the block, TRL's GRPOTrainer shuffles generation batches with `shuffle_groups` (its `_prepare_inputs`
+    calls the module-level name `shuffle_sequence_dict`; nothing else there calls it)."""
+    import trl.trainer.grpo_trainer as grpo_module
+
+    original = grpo_module.shuffle_sequence_dict
+    grpo_module.shuffle_sequence_dict = lambda seq_dict: shuffle_groups(seq_dict, group_size)
+    try:
+        yield
+    finally:
+        grpo_module.shuffle_sequence_dict = original
+
+
+def shared_prompt_log_probs(
+    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int, compute_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """Per-token log-probs (and entropies) of the last `logits_to_keep` tokens of `input_ids` (prompt then completion,
+    as TRL's `_get_per_token_logps_and_entropies` takes them), each distinct prompt forwarded once.
+
+    `model` is a causal LM patched with TRL's fused LM head (`model(..., labels=, fused_lm_head=True)`). Returns
+    `(log_probs (B, logits_to_keep), entropies or None)`, or None when nothing is shared (every prompt row distinct,
+    or a prompt of one token): then the caller's unshared forward is as cheap.
+    """
+    width = input_ids.size(1) - logits_to_keep  # the prompt width P
+    if width < 2 or logits_to_keep < 1:
+        return None
+    prefix_ids, prefix_mask = input_ids[:, : width - 1], attention_mask[:, : width - 1]
+    # A prompt row is its ids and its mask (a pad id may also be a real token id).
+    key = torch.cat([prefix_ids, prefix_mask.to(prefix_ids.dtype)], dim=1)
+    unique, inverse = torch.unique(key, dim=0, return_inverse=True)
+    if unique.size(0) == input_ids.size(0):
+        return None
+    # The prefix forward: only its cache is used; `logits_to_keep=1` keeps the LM head off its positions.
+    prefix = model(
+        input_ids=unique[:, : width - 1],
+        attention_mask=unique[:, width - 1 :].to(attention_mask.dtype),
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    cache = prefix.cache
+    cache.batch_select_indices(inverse)  # indexing, not copying by hand: the gradient sums back per prompt
+    tail_ids = input_ids[:, width - 1 :]
+    # TRL's labels for these positions: the completion tokens, -100 at padding; the fused head shifts them by one,
+    # so the first (the prompt's last token) is never a label.
+    labels = tail_ids.masked_fill(attention_mask[:, width - 1 :] == 0, -100)
+    outputs = model(input_ids=tail_ids, attention_mask=attention_mask, cache=cache, labels=labels, fused_lm_head=True)
+    log_probs = outputs.log_probs[:, -logits_to_keep:]
+    entropies = outputs.entropy[:, -logits_to_keep:] if compute_entropy else None
+    return log_probs, entropies
