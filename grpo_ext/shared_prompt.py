@@ -23,8 +23,13 @@ micro-batch (`group_shuffle_changes_loss` lists the loss types and options for w
 from __future__ import annotations
 
 import contextlib
+import logging
 
 import torch
+
+from grpo_ext.errors import UserError
+
+logger = logging.getLogger(__name__)
 
 #: Loss types whose micro-batch loss is a sum over its rows with weights independent of the micro-batch's contents
 #: (TRL 1.16 `_compute_loss`): `dapo`, `cispo`, `vespo` divide by `num_items_in_batch` (the generation batch's token
@@ -127,3 +132,72 @@ def shared_prompt_log_probs(
     log_probs = outputs.log_probs[:, -logits_to_keep:]
     entropies = outputs.entropy[:, -logits_to_keep:] if compute_entropy else None
     return log_probs, entropies
+
+
+class SharedPromptForwardMixin:
+    """`share_prompt_forward` on a TRL `GRPOTrainer` subclass: the loss's log-probs with each group's prompt forwarded
+    once (:func:`shared_prompt_log_probs`) and generation batches shuffled group by group (:func:`grouped_shuffle`),
+    each override calling `super()` (TRL's own path) where it is off or cannot share."""
+
+    def _init_shared_prompt(self, config) -> None:
+        """Called by the trainer's `__init__` once TRL's is done (the model, loss type and entropy options set)."""
+        self._unshared_reasons: set[str] = set()  # why a forward fell back to TRL's (logged once each)
+        self._group_shuffle = self._decide_group_shuffle(config)
+
+    def _decide_group_shuffle(self, config) -> bool:
+        """Whether generation batches are shuffled group by group."""
+        if not config.share_prompt_forward:
+            return False
+        checkpointing = getattr(self.model, "is_activation_checkpointing", None)  # transformers 5's name
+        if checkpointing is None:
+            checkpointing = getattr(self.model, "is_gradient_checkpointing", False)
+        if checkpointing:  # set on the model after the config was checked
+            raise UserError("share_prompt_forward: needs activation_checkpointing off (the model has it on)")
+        reason = group_shuffle_changes_loss(
+            self.loss_type, self.top_entropy_quantile, bool(getattr(self, "_entropy_bonus_enabled", False))
+        )
+        if reason:
+            logger.warning("share_prompt_forward: TRL's row shuffle kept (%s): micro-batches share less", reason)
+        return reason is None
+
+    def _prepare_inputs(self, generation_batch):
+        if not self._group_shuffle:
+            return super()._prepare_inputs(generation_batch)
+        with grouped_shuffle(self.num_generations):
+            return super()._prepare_inputs(generation_batch)
+
+    def _get_per_token_logps_and_entropies(
+        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False, **kwargs
+    ):
+        reason = self._unshared_reason(model, kwargs) if self.args.share_prompt_forward else "off"
+        if reason is not None:
+            if reason != "off" and reason not in self._unshared_reasons:
+                self._unshared_reasons.add(reason)
+                logger.warning("share_prompt_forward: TRL's unshared forward used (%s)", reason)
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, **kwargs
+            )
+        batch_size = batch_size or input_ids.size(0)  # TRL's chunks, each shared within itself
+        log_probs, entropies = [], []
+        for start in range(0, input_ids.size(0), batch_size):
+            ids, mask = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
+            with self.accelerator.autocast():
+                got = shared_prompt_log_probs(model, ids, mask, logits_to_keep, compute_entropy)
+            if got is None:  # nothing shared in this chunk
+                got = super()._get_per_token_logps_and_entropies(
+                    model, ids, mask, logits_to_keep, compute_entropy=compute_entropy
+                )[:2]
+            log_probs.append(got[0])
+            entropies.append(got[1])
+        return torch.cat(log_probs), torch.cat(entropies) if compute_entropy else None, None
+
+    @staticmethod
+    def _unshared_reason(model, kwargs) -> str | None:
+        """Why this forward cannot share prompts (None: it can)."""
+        if kwargs.get("compute_aux_loss"):
+            return "a mixture-of-experts aux loss"
+        if any(v is not None for k, v in kwargs.items() if k != "compute_aux_loss"):
+            return "image or token-type inputs"
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            return "DistributedDataParallel expects one forward per backward"
+        return None

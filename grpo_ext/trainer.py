@@ -33,13 +33,13 @@ from grpo_ext.advantages import get_gradient_coefficient, zero_std_mask
 from grpo_ext.batching import KEPT_NORMALISER, replace_rows
 from grpo_ext.checkpoints import CHECKPOINT_STATE_FILE, StagedCheckpointsMixin
 from grpo_ext.config import GRPOExtConfig
-from grpo_ext.errors import UserError, check_weights, user_input
+from grpo_ext.errors import check_weights, user_input
 from grpo_ext.modeling import prepare_quantized_policy
 from grpo_ext.rewards import load_callable
 from grpo_ext.rewards.checked import checked_reward_func
 from grpo_ext.rewards.process import build_step_rewards, score_steps
 from grpo_ext.rollouts import rollout_seed, sample_completions, sampler_settings_of
-from grpo_ext.shared_prompt import group_shuffle_changes_loss, grouped_shuffle, shared_prompt_log_probs
+from grpo_ext.shared_prompt import SharedPromptForwardMixin
 from grpo_ext.trainer_state import TrainingStateMixin
 from grpo_ext.validation import check_combinations, check_training_ranges, context_overflow
 
@@ -78,7 +78,7 @@ def _as_ext_config(config, model) -> GRPOExtConfig:
     raise TypeError(f"GRPOExtTrainer: args must be a GRPOConfig or GRPOExtConfig, got {type(config).__name__}")
 
 
-class GRPOExtTrainer(StagedCheckpointsMixin, TrainingStateMixin, GRPOTrainer):
+class GRPOExtTrainer(SharedPromptForwardMixin, StagedCheckpointsMixin, TrainingStateMixin, GRPOTrainer):
     """GRPOTrainer plus `GRPOExtConfig`'s extensions; with them off it trains exactly as GRPOTrainer.
 
     `process_reward_funcs`: callables with TRL's reward signature returning one score per step for each
@@ -124,66 +124,7 @@ class GRPOExtTrainer(StagedCheckpointsMixin, TrainingStateMixin, GRPOTrainer):
         self._sampler = sampler_settings_of(self)  # None: TRL's own generation
         self._rollouts = 0  # generation rounds drawn by the sampler (each gets its own seed); checkpointed
         self._prompts_in_generation: list | None = None
-        self._group_shuffle = self._decide_group_shuffle(config)
-        self._unshared_reasons: set[str] = set()  # why a forward fell back to TRL's (logged once each)
-
-    def _decide_group_shuffle(self, config) -> bool:
-        """Whether generation batches are shuffled group by group (`share_prompt_forward`, grpo_ext.shared_prompt)."""
-        if not config.share_prompt_forward:
-            return False
-        checkpointing = getattr(self.model, "is_activation_checkpointing", None)  # transformers 5's name
-        if checkpointing is None:
-            checkpointing = getattr(self.model, "is_gradient_checkpointing", False)
-        if checkpointing:  # set on the model after the config was checked
-            raise UserError("share_prompt_forward: needs activation_checkpointing off (the model has it on)")
-        reason = group_shuffle_changes_loss(
-            self.loss_type, self.top_entropy_quantile, bool(getattr(self, "_entropy_bonus_enabled", False))
-        )
-        if reason:
-            logger.warning("share_prompt_forward: TRL's row shuffle kept (%s): micro-batches share less", reason)
-        return reason is None
-
-    def _prepare_inputs(self, generation_batch):
-        if not self._group_shuffle:
-            return super()._prepare_inputs(generation_batch)
-        with grouped_shuffle(self.num_generations):
-            return super()._prepare_inputs(generation_batch)
-
-    def _get_per_token_logps_and_entropies(
-        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False, **kwargs
-    ):
-        reason = self._unshared_reason(model, kwargs) if self.args.share_prompt_forward else "off"
-        if reason is not None:
-            if reason != "off" and reason not in self._unshared_reasons:
-                self._unshared_reasons.add(reason)
-                logger.warning("share_prompt_forward: TRL's unshared forward used (%s)", reason)
-            return super()._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, **kwargs
-            )
-        batch_size = batch_size or input_ids.size(0)  # TRL's chunks, each shared within itself
-        log_probs, entropies = [], []
-        for start in range(0, input_ids.size(0), batch_size):
-            ids, mask = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
-            with self.accelerator.autocast():
-                got = shared_prompt_log_probs(model, ids, mask, logits_to_keep, compute_entropy)
-            if got is None:  # nothing shared in this chunk
-                got = super()._get_per_token_logps_and_entropies(
-                    model, ids, mask, logits_to_keep, compute_entropy=compute_entropy
-                )[:2]
-            log_probs.append(got[0])
-            entropies.append(got[1])
-        return torch.cat(log_probs), torch.cat(entropies) if compute_entropy else None, None
-
-    @staticmethod
-    def _unshared_reason(model, kwargs) -> str | None:
-        """Why this forward cannot share prompts (None: it can)."""
-        if kwargs.get("compute_aux_loss"):
-            return "a mixture-of-experts aux loss"
-        if any(v is not None for k, v in kwargs.items() if k != "compute_aux_loss"):
-            return "image or token-type inputs"
-        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
-            return "DistributedDataParallel expects one forward per backward"
-        return None
+        self._init_shared_prompt(config)
 
     def _resolve_process_rewards(self, funcs: list[Callable | str] | None) -> list[Callable]:
         config = self.args

@@ -242,7 +242,7 @@ def _step_gradients(share: bool, loss_type: str, tmp_path):
     set_seed(1)
     trainer.model.train()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("grpo_ext.trainer.shared_prompt_log_probs", counted)
+        patch.setattr("grpo_ext.shared_prompt.shared_prompt_log_probs", counted)
         for _ in range(args.gradient_accumulation_steps):
             trainer.training_step(trainer.model, batch, None)
     grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
