@@ -44,6 +44,7 @@ import sys
 import torch
 
 from benchmarks import _common as C
+from benchmarks.stop_strings import CountingTokenizer
 from grpo_ext.evaluation.backends import TransformersBackend, load_model_and_tokenizer
 from grpo_ext.evaluation.bootstrap import bootstrap_mean_ci, bootstrap_paired_difference_ci
 from grpo_ext.evaluation.harness import evaluate_model, load_problems
@@ -58,25 +59,6 @@ PROMPTS = {
     "study": {"min_operands": 2, "max_operands": 2, "digits": 2, "num_fewshot": 2, "balance_operations": True},
     "cpu": {"min_operands": 2, "max_operands": 2, "digits": 2, "num_fewshot": 1},
 }
-
-
-class CountingTokenizer:
-    """The tokenizer, counting the samples and token ids the sampler decodes into completions (one `batch_decode`
-    per prompt; its stop check decodes short tails with `decode`, not counted)."""
-
-    def __init__(self, tokenizer):
-        self._tokenizer, self.samples, self.tokens = tokenizer, 0, 0
-
-    def __getattr__(self, name):
-        return getattr(self._tokenizer, name)
-
-    def __call__(self, *args, **kwargs):
-        return self._tokenizer(*args, **kwargs)
-
-    def batch_decode(self, sequences, **kwargs):
-        self.samples += len(sequences)
-        self.tokens += sum(len(ids) for ids in sequences)
-        return self._tokenizer.batch_decode(sequences, **kwargs)
 
 
 def after_dtype() -> tuple[torch.dtype, dict]:
