@@ -76,8 +76,8 @@ def main(argv: list[str] | None = None) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl.trainer.utils import add_fused_lm_head
 
-    from grpo_ext.evaluation.token_draws import counter_uniforms, draw_from_cdf, token_cdf
     from grpo_ext.models import resolve_model_path
+    from grpo_ext.sampler.token_draws import counter_uniforms, draw_from_cdf, token_cdf
     from grpo_ext.tasks import get_task
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -36,8 +36,8 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grpo_ext.evaluation import continuous
-    from grpo_ext.evaluation.sampling import SamplingParams, sample
+    from grpo_ext.sampler.decoder import Decoder
+    from grpo_ext.sampler.sampling import SamplingParams, sample
     from grpo_ext.tasks import get_task
 
     model = AutoModelForCausalLM.from_pretrained(C.model_dir(), dtype=torch.float32).eval()
@@ -45,13 +45,13 @@ def main(argv: list[str] | None = None) -> dict:
     prompts = list(get_task("arithmetic").load("test", args.prompts)["prompt"])
     decodes = DECODES if args.compiled else DECODES[:2]
     steps = [0]
-    step = continuous._Decoder.step
+    step = Decoder.step
 
     def counted(decoder):  # decode steps of a call (the warm-up's: the same for every side and repetition)
         steps[0] += 1
         return (yield from step(decoder))
 
-    continuous._Decoder.step = counted
+    Decoder.step = counted
     rows, results = [], []
     for batch in (int(b) for b in args.batch.split(",")):
         outputs, counts = {}, {}
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> dict:
             cell = "1" if ratio is None else f"{ratio['median_of_ratios']:.3f}x ({ratio['q1']:.3f}-{ratio['q3']:.3f})"
             rows.append([result["slots"], d, f"{s['median']:.3g} ({s['q1']:.3g}-{s['q3']:.3g})",
                          f"{s['median'] / counts[d] * 1e3:.3g}", counts[d], cell, same])  # fmt: skip
-    continuous._Decoder.step = step
+    Decoder.step = step
     table = C.markdown_table(["slots", "decode", "median s (IQR)", "ms / decode step", "decode steps",
                               "time / eager (IQR)", "same samples"], rows)  # fmt: skip
     payload = {"params": vars(args), "results": results}

@@ -12,7 +12,7 @@ SmolLM2-135M-Instruct (`make real-model`), `word_arithmetic` test problems, n sa
 - **after**: the harness as shipped for a CPU with native bf16 (`avx512_bf16` / `amx_bf16` / Arm `bf16`,
   `grpo_ext.modeling.cpu_bf16_support`; float32 elsewhere, recorded): the base in bfloat16, the task's stop strings
   (`Question:`: the sample ends at the token completing it), the continuous sampler with its bf16 decode attention
-  (`grpo_ext/evaluation/decode_attention.py`), `--after-batch` prompts a batch.
+  (`grpo_ext/sampler/decode_attention.py`), `--after-batch` prompts a batch.
 - **lm_eval**: lm-eval's `HFLM.generate_until` on the after side's model object (same dtype), the same prompt texts
   (our chat-template rendering; the token ids are checked equal to the sampler's), `until` = the task's stop strings,
   `do_sample`, the same temperature, top_p 1, top_k 0, `max_gen_toks`, `--lm-eval-batch` rows a batch (default: the
@@ -47,7 +47,7 @@ from benchmarks import _common as C
 from grpo_ext.evaluation.backends import TransformersBackend, load_model_and_tokenizer
 from grpo_ext.evaluation.bootstrap import bootstrap_mean_ci, bootstrap_paired_difference_ci
 from grpo_ext.evaluation.harness import evaluate_model, load_problems
-from grpo_ext.evaluation.sampling import SamplingParams, encode_prompt_ids
+from grpo_ext.sampler.sampling import SamplingParams, encode_prompt_ids
 from grpo_ext.tasks import get_task
 
 MODEL = "smollm2-135m-instruct"

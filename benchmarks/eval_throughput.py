@@ -10,7 +10,7 @@ loading, lm-eval's task building and request construction are done once, outside
 `HFLM.generate_until(requests x repeats)` against our harness's `evaluate_model` (no cache) over
 `TransformersBackend` (it orders and batches the prompts, samples, decodes and also scores: a few ms). Both sides'
 mean accuracy and completion length are reported, to show they sample the same distribution, and how many distinct
-prefixes the samples had (our sampler decodes each once: `grpo_ext/evaluation/continuous.py`).
+prefixes the samples had (our sampler decodes each once: `grpo_ext/sampler/continuous.py`).
 
 Target: ours >= 1.5x lm-eval (median of per-repetition ratios), at every batch size.
 """
@@ -27,7 +27,7 @@ import torch
 from benchmarks import _common as C
 from grpo_ext.evaluation.backends import TransformersBackend
 from grpo_ext.evaluation.harness import evaluate_model
-from grpo_ext.evaluation.sampling import SamplingParams
+from grpo_ext.sampler.sampling import SamplingParams
 from grpo_ext.tasks.arithmetic import ArithmeticTask
 
 TARGET = 1.5

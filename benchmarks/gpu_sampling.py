@@ -15,7 +15,7 @@ new tokens (random weights draw EOS with probability ~1/151,936 a token, so near
 the same work on every side). Slots (rows decoding at once) = P x N on every side.
 
 Sides:
-- ours: `grpo_ext.evaluation.sampling.sample` (the harness's transformers backend: continuous batching, shared
+- ours: `grpo_ext.sampler.sampling.sample` (the harness's transformers backend: continuous batching, shared
   prefill, per-sample random streams), `batch_size = P`, with the eager decode step (`decode="eager"`, today's);
 - ours_static: the same with the fixed-shape decode step, not compiled (`decode="static"`);
 - ours_compiled: the fixed-shape step through `torch.compile(mode="reduce-overhead")`, CUDA graphs
@@ -101,7 +101,7 @@ def make_ours(
     outputs: dict | None = None,
 ):
     """Our sampler with ``decode``; ``outputs[r]`` keeps repetition ``r``'s samples when given."""
-    from grpo_ext.evaluation.sampling import SamplingParams, sample
+    from grpo_ext.sampler.sampling import SamplingParams, sample
 
     def run(r: int) -> list[list[str]]:
         params = SamplingParams(
@@ -124,7 +124,7 @@ def make_ours(
 def make_generate(model, tokenizer, prompts: list[str], n: int, max_new_tokens: int, static: bool, lengths: list):
     import torch
 
-    from grpo_ext.evaluation.sampling import encode_prompts
+    from grpo_ext.sampler.sampling import encode_prompts
 
     device = next(model.parameters()).device
     enc = encode_prompts(tokenizer, prompts, device)
@@ -223,7 +223,7 @@ def agreement(outputs: dict[str, dict], name: str) -> float | None:
 
 
 def run_config(model, tokenizer, folder, problems, prompts_n: int, n: int, args, device, llm_cache: dict) -> dict:
-    from grpo_ext.evaluation.sampling import encode_prompt_ids
+    from grpo_ext.sampler.sampling import encode_prompt_ids
 
     prompts = list(problems[:prompts_n])
     lengths: dict[str, list[float]] = {"generate": [], "generate_static": []}
@@ -341,7 +341,7 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grpo_ext.evaluation import static_step
+    from grpo_ext.sampler import static_step
     from grpo_ext.tasks import get_task
 
     device = torch.device(args.device)

@@ -23,8 +23,8 @@ import logging
 from benchmarks import _common as C
 from grpo_ext.evaluation.backends import TransformersBackend, load_model_and_tokenizer
 from grpo_ext.evaluation.harness import evaluate_model, load_problems
-from grpo_ext.evaluation.sampling import SamplingParams
-from grpo_ext.evaluation.stops import cut_at_stop
+from grpo_ext.sampler.sampling import SamplingParams
+from grpo_ext.sampler.stops import cut_at_stop
 from grpo_ext.tasks import get_task
 
 MODEL = "smollm2-135m-instruct"

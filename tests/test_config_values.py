@@ -90,7 +90,7 @@ def test_a_bad_value_is_one_line_exit_2_naming_the_field(case, tmp_path, capsys)
 
 def test_the_configs_decode_steps_are_the_samplers(tmp_path):
     from grpo_ext.config import SAMPLER_DECODES
-    from grpo_ext.evaluation.static_step import DECODE_MODES
+    from grpo_ext.sampler.static_step import DECODE_MODES
 
     assert SAMPLER_DECODES == DECODE_MODES
 

@@ -1,4 +1,4 @@
-"""Continuous batching (grpo_ext.evaluation.continuous): the counter RNG, the token choice, and whole runs against a
+"""Continuous batching (grpo_ext.sampler.continuous): the counter RNG, the token choice, and whole runs against a
 brute-force reference that recomputes every sample alone, token by token, with no cache."""
 
 import numpy as np
@@ -6,10 +6,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from grpo_ext.evaluation.continuous import continuous_sample
-from grpo_ext.evaluation.sampling import SamplingParams, derive_seed, encode_prompt_ids, sample
-from grpo_ext.evaluation.token_draws import choose_tokens, counter_uniforms
 from grpo_ext.models import resolve_model_path
+from grpo_ext.sampler.continuous import continuous_sample
+from grpo_ext.sampler.sampling import SamplingParams, derive_seed, encode_prompt_ids, sample
+from grpo_ext.sampler.token_draws import choose_tokens, counter_uniforms
 from grpo_ext.tasks import get_task
 
 
@@ -144,15 +144,16 @@ def test_one_new_token_and_empty_inputs(embedded):
 def test_long_hot_samples_through_shrinks_and_compactions_equal_the_reference(embedded, monkeypatch):
     """Long, hot samples (T = 2, 80 tokens) in 4 slots: the cache compacts and the batch shrinks (renumbering the
     slots); every sample must still equal the brute-force reference."""
-    from grpo_ext.evaluation import continuous, slot_cache
+    from grpo_ext.sampler import slot_cache
+    from grpo_ext.sampler.decoder import Decoder
 
     model, tok = embedded
     prompts = list(get_task("arithmetic").load("test", 5)["prompt"])
     prompt_ids = encode_prompt_ids(tok, prompts)
     seeds = [[derive_seed(1, j, i) for i in range(4)] for j in range(len(prompts))]
     events = []
-    shrink, compact = continuous._Decoder.shrink, slot_cache.SlotCache.compact
-    monkeypatch.setattr(continuous._Decoder, "shrink", lambda self, *a: (events.append("shrink"), shrink(self, *a))[1])
+    shrink, compact = Decoder.shrink, slot_cache.SlotCache.compact
+    monkeypatch.setattr(Decoder, "shrink", lambda self, *a: (events.append("shrink"), shrink(self, *a))[1])
     monkeypatch.setattr(
         slot_cache.SlotCache, "compact", lambda self, *a, **k: (events.append("compact"), compact(self, *a, **k))[1]
     )
@@ -183,7 +184,7 @@ def test_long_hot_samples_through_shrinks_and_compactions_equal_the_reference(em
 
 
 def test_slots_within_counts_keys_and_values_of_every_layer_over_the_capacity():
-    from grpo_ext.evaluation.slot_cache import slots_within
+    from grpo_ext.sampler.slot_cache import slots_within
 
     # two layers, 2 KV heads of 4 in fp32: keys + values 2 x 2 x 4 x 4 = 64 bytes a column a layer; window 40 has
     # capacity 40 + max(8, 40 // 4) = 50 eager, rounded up to 64 static
@@ -204,7 +205,7 @@ def test_slots_that_do_not_fit_the_memory_are_not_allocated_and_samples_do_not_c
 ):
     """A real model's 8 prompts x 64 samples took 512 slots and 15 GB on a 24 GB machine (OOM-killed): the slots now
     shrink to what fits. The per-slot size here is computed from the config, independently of the sampler."""
-    from grpo_ext.evaluation import continuous
+    from grpo_ext.sampler import decoder as decode_loop
 
     model, tok = embedded
     prompts = list(get_task("arithmetic").load("test", 4)["prompt"])
@@ -220,9 +221,9 @@ def test_slots_that_do_not_fit_the_memory_are_not_allocated_and_samples_do_not_c
     if budget == "given":
         cap = {"kv_budget": 3 * per_slot}
     else:  # the default: half of what the device has free
-        monkeypatch.setattr(continuous, "free_memory", lambda device: 6 * per_slot)
+        monkeypatch.setattr(decode_loop, "free_memory", lambda device: 6 * per_slot)
         cap = {}
-    with caplog.at_level("INFO", logger=continuous.__name__):
+    with caplog.at_level("INFO", logger=decode_loop.__name__):
         tight = dict(continuous_sample(model, prompt_ids, seeds, slots=24, **kwargs, **cap))
     assert "3 of 24 slots fit" in caplog.text
     assert tight == roomy

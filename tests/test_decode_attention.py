@@ -1,4 +1,4 @@
-"""The continuous sampler's CPU decode attention (grpo_ext.evaluation.decode_attention) and the shared prompt prefix
+"""The continuous sampler's CPU decode attention (grpo_ext.sampler.decode_attention) and the shared prompt prefix
 (prefilled once, attended to by every row without being copied into the slots): the same attention as sdpa, and the
 same samples as the brute-force reference when forced onto a float32 model (bf16 models get it by default)."""
 
@@ -8,12 +8,13 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from grpo_ext.evaluation import continuous, decode_attention
-from grpo_ext.evaluation.continuous import continuous_sample
-from grpo_ext.evaluation.decode_attention import cpu_decode_attention, decode_attention_forward, uses_decode_attention
-from grpo_ext.evaluation.sampling import SamplingParams, derive_seed, encode_prompt_ids, sample
-from grpo_ext.evaluation.slot_cache import shared_prefix_length
 from grpo_ext.models import resolve_model_path
+from grpo_ext.sampler import decode_attention
+from grpo_ext.sampler import decoder as decode_loop
+from grpo_ext.sampler.continuous import continuous_sample
+from grpo_ext.sampler.decode_attention import cpu_decode_attention, decode_attention_forward, uses_decode_attention
+from grpo_ext.sampler.sampling import SamplingParams, derive_seed, encode_prompt_ids, sample
+from grpo_ext.sampler.slot_cache import shared_prefix_length
 from grpo_ext.tasks import get_task
 from tests.test_continuous import _reference
 
@@ -115,11 +116,11 @@ def embedded():
 @pytest.fixture
 def forced(monkeypatch):
     """The decode attention and the shared prefix on a float32 model (they are on for bf16 / fp16 CPU models)."""
-    monkeypatch.setattr(continuous, "uses_decode_attention", lambda model: True)
+    monkeypatch.setattr(decode_loop, "uses_decode_attention", lambda model: True)
     prefills = []
-    original = continuous.prefill
+    original = decode_loop.prefill
     monkeypatch.setattr(
-        continuous, "prefill", lambda *a, **k: (prefills.append(k.get("prefix") is not None), original(*a, **k))[1]
+        decode_loop, "prefill", lambda *a, **k: (prefills.append(k.get("prefix") is not None), original(*a, **k))[1]
     )
     return prefills
 
@@ -132,7 +133,7 @@ def test_shared_prefix_samples_equal_the_brute_force_reference(embedded, forced)
     shots = "1+1=2;2+2=4;3+3=6;"
     prompts = [shots + p for p in get_task("arithmetic").load("test", 5)["prompt"]]
     prompt_ids = encode_prompt_ids(tok, prompts)
-    assert shared_prefix_length(prompt_ids) >= continuous.SHARED_PREFIX_MIN
+    assert shared_prefix_length(prompt_ids) >= decode_loop.SHARED_PREFIX_MIN
     seeds = [[derive_seed(4, j, i) for i in range(4)] for j in range(len(prompts))]
     got = dict(
         continuous_sample(
@@ -165,7 +166,7 @@ def test_forced_decode_attention_gives_the_samples_of_sdpa(tiny_char_llama, monk
     params = SamplingParams(n=4, temperature=1.0, max_new_tokens=20, batch_size=2)
     prompts = ["12+3=", "7-5=", "40+41="]
     plain = sample(model, tok, prompts, params, progress=False)
-    monkeypatch.setattr(continuous, "uses_decode_attention", lambda m: True)
+    monkeypatch.setattr(decode_loop, "uses_decode_attention", lambda m: True)
     forced = sample(model, tok, prompts, params, progress=False)
     same = sum(a == b for x, y in zip(plain, forced, strict=True) for a, b in zip(x, y, strict=True))
     assert same >= 11

@@ -121,7 +121,7 @@ def test_the_iterative_policy_trainer_keeps_one_device(tmp_path, gpu_like_defaul
 @pytest.mark.parametrize("decode", ["eager", "static"])
 def test_the_sampler_makes_no_tensor_without_a_device(tiny_char_llama, decode):
     """The harness's sampler (and so `generation_backend: sampler`) run whole with torch's default device `meta`."""
-    from grpo_ext.evaluation.sampling import SamplingParams, sample
+    from grpo_ext.sampler.sampling import SamplingParams, sample
 
     model, tokenizer = tiny_char_llama()
     params = SamplingParams(n=4, temperature=1.0, top_p=0.9, max_new_tokens=12, seed=1, decode=decode)

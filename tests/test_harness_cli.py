@@ -227,8 +227,8 @@ def test_adapter_folder_is_loaded_onto_its_base_as_one_model(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from grpo_ext.evaluation.backends import load_backend
-    from grpo_ext.evaluation.sampling import SamplingParams, sample
     from grpo_ext.models import resolve_model_path
+    from grpo_ext.sampler.sampling import SamplingParams, sample
 
     base_path = resolve_model_path(_model())
     torch.manual_seed(0)

@@ -232,8 +232,8 @@ def test_bad_real_study_names_the_field(tmp_path, old, new, message):
 def test_the_evaluation_cuts_at_the_task_stop_strings_or_refuses_to_start():
     import dataclasses
 
-    from grpo_ext.evaluation.sampling import SamplingParams
     from grpo_ext.methods.study.runs import check_stop_support, evaluation_stops, stop_kwargs
+    from grpo_ext.sampler.sampling import SamplingParams
     from grpo_ext.tasks import get_task
 
     study = load_study(STUDY)

@@ -18,9 +18,9 @@ from grpo_ext.evaluation.bootstrap import bootstrap_mean_ci, bootstrap_paired_di
 from grpo_ext.evaluation.harness import evaluate_model, score_samples
 from grpo_ext.evaluation.metrics import cover_at, maj_at_k, pass_at_k, pass_hat_k
 from grpo_ext.evaluation.report import read_comparisons, read_report, write_reports
-from grpo_ext.evaluation.sampling import SamplingParams
 from grpo_ext.evaluation.scoring import score_problem, summarize
 from grpo_ext.io import REPO_ROOT
+from grpo_ext.sampler.sampling import SamplingParams
 from grpo_ext.tasks import get_task
 from tests.harness_results import harness_result
 

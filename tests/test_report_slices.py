@@ -17,9 +17,9 @@ from grpo_ext.evaluation.harness import evaluate_model
 from grpo_ext.evaluation.metrics import pass_at_k
 from grpo_ext.evaluation.moved import moved_problems
 from grpo_ext.evaluation.report import read_report, write_reports
-from grpo_ext.evaluation.sampling import SamplingParams, derive_seed
 from grpo_ext.evaluation.scoring import score_problem, summarize
 from grpo_ext.evaluation.slices import check_by, comparison_slices, model_slices, with_attributes
+from grpo_ext.sampler.sampling import SamplingParams, derive_seed
 from grpo_ext.tasks import get_task
 from grpo_ext.tasks.arithmetic import Problem
 from tests.harness_results import harness_result

@@ -7,7 +7,6 @@ import os
 import pytest
 import torch
 
-from grpo_ext.evaluation import sampling
 from grpo_ext.evaluation.backends import (
     Backend,
     BackendUnavailableError,
@@ -18,8 +17,9 @@ from grpo_ext.evaluation.backends import (
 )
 from grpo_ext.evaluation.cache import SampleCache
 from grpo_ext.evaluation.harness import evaluate_model
-from grpo_ext.evaluation.sampling import SamplingParams, derive_seed, sample
 from grpo_ext.io import atomic_write_text
+from grpo_ext.sampler import sampling
+from grpo_ext.sampler.sampling import SamplingParams, derive_seed, sample
 from grpo_ext.tasks import get_task
 
 # prompts of different lengths: left padding is exercised
@@ -97,12 +97,12 @@ def test_samples_do_not_depend_on_the_number_of_slots(tiny, monkeypatch):
 
 
 def test_continuous_falls_back_to_generate_when_the_model_does_not_allow_it(tiny, monkeypatch):
-    from grpo_ext.evaluation import continuous
+    from grpo_ext.sampler import decoder as decode_loop
 
     model, tok = tiny
     params = SamplingParams(n=3, temperature=1.0, max_new_tokens=6, seed=0, batch_size=4)
     expected = sample(model, tok, PROMPTS, params, progress=False, continuous=False)
-    monkeypatch.setattr(continuous, "_forward_accepts", lambda model, name: False)
+    monkeypatch.setattr(decode_loop, "_forward_accepts", lambda model, name: False)
     assert sample(model, tok, PROMPTS, params, progress=False) == expected
 
 

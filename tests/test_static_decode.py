@@ -1,4 +1,4 @@
-"""The fixed-shape decode step (grpo_ext.evaluation.static_step): the same samples as the eager step over a grid of
+"""The fixed-shape decode step (grpo_ext.sampler.static_step): the same samples as the eager step over a grid of
 settings, greedy equal to ``generate``, a compiled step (``torch.compile`` with the eager backend on the CPU) that
 gives the same samples without compiling per step, and the small pure pieces (buckets, mode choice)."""
 
@@ -8,11 +8,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from grpo_ext.evaluation import continuous, slot_cache, static_step
-from grpo_ext.evaluation.continuous import continuous_sample
-from grpo_ext.evaluation.sampling import SamplingParams, derive_seed, encode_prompt_ids, sample
-from grpo_ext.evaluation.static_step import bucket, can_compile, resolve_decode, static_shrink_plan
 from grpo_ext.models import resolve_model_path
+from grpo_ext.sampler import slot_cache, static_step
+from grpo_ext.sampler.continuous import continuous_sample
+from grpo_ext.sampler.decoder import Decoder
+from grpo_ext.sampler.sampling import SamplingParams, derive_seed, encode_prompt_ids, sample
+from grpo_ext.sampler.static_step import bucket, can_compile, resolve_decode, static_shrink_plan
 from grpo_ext.tasks import get_task
 
 
@@ -35,7 +36,7 @@ class Events:
 
     def __init__(self, monkeypatch):
         self.shrinks, self.compactions, self.waited, self.placed = [], 0, 0, 0
-        shrink, compact, fork = continuous._Decoder.shrink, slot_cache.SlotCache.compact, continuous._Decoder.fork
+        shrink, compact, fork = Decoder.shrink, slot_cache.SlotCache.compact, Decoder.fork
         place = slot_cache.SlotCache.place
 
         def on_shrink(decoder, keep):
@@ -55,9 +56,9 @@ class Events:
             return place(cache, slots, kv)
 
         monkeypatch.setattr(slot_cache.SlotCache, "place", on_place)
-        monkeypatch.setattr(continuous._Decoder, "shrink", on_shrink)
+        monkeypatch.setattr(Decoder, "shrink", on_shrink)
         monkeypatch.setattr(slot_cache.SlotCache, "compact", on_compact)
-        monkeypatch.setattr(continuous._Decoder, "fork", on_fork)
+        monkeypatch.setattr(Decoder, "fork", on_fork)
 
 
 def _run(model, tok, prompts, *, n, temperature, top_p, max_new_tokens, slots, decode, eos=True, **kwargs):
@@ -151,13 +152,13 @@ def test_compiled_step_gives_the_same_samples_and_compiles_a_bounded_number_of_t
     model, tok = embedded
     torch._dynamo.reset()
     steps = []
-    step = continuous._Decoder.step
+    step = Decoder.step
 
     def counted(decoder):
         steps.append(len(decoder.rows))
         return (yield from step(decoder))
 
-    monkeypatch.setattr(continuous._Decoder, "step", counted)
+    monkeypatch.setattr(Decoder, "step", counted)
     settings = dict(n=4, temperature=1.5, top_p=1.0, max_new_tokens=50, slots=8)
     graphs = counters["stats"]["unique_graphs"]
     for prompts in (_prompts(5), _prompts(9)[5:]):  # a second call: other prompts, another cache capacity
@@ -184,7 +185,7 @@ def test_a_failing_compiler_falls_back_to_the_static_step(embedded, caplog):
         raise RuntimeError("no compiler here")
 
     settings = dict(n=2, temperature=1.0, top_p=1.0, max_new_tokens=20, slots=4)
-    with caplog.at_level(logging.WARNING, logger="grpo_ext.evaluation.continuous"):
+    with caplog.at_level(logging.WARNING, logger="grpo_ext.sampler.decoder"):
         got = _run(model, tok, _prompts(3), decode="compiled", compile_options={"backend": broken_backend}, **settings)
     assert got == _run(model, tok, _prompts(3), decode="eager", **settings)
     assert "compiled decode step failed" in caplog.text and "no compiler here" in caplog.text

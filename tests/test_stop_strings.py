@@ -1,4 +1,4 @@
-"""Stop strings (grpo_ext.evaluation.stops): the cut against lm-eval 0.4.13's, the incremental check against lm-eval's
+"""Stop strings (grpo_ext.sampler.stops): the cut against lm-eval 0.4.13's, the incremental check against lm-eval's
 stopping criterion on a byte-level BPE tokenizer whose tokens are known by construction, every backend (the
 continuous sampler, the `generate` fallback, vLLM's requests), the sample cache's key, and GRPO's sampler rollouts.
 
@@ -18,11 +18,11 @@ from transformers.generation.stopping_criteria import StopStringCriteria
 
 from grpo_ext.errors import UserError
 from grpo_ext.evaluation.backends import VLLMBackend
-from grpo_ext.evaluation.continuous import continuous_sample
-from grpo_ext.evaluation.sampling import SamplingParams, derive_seed, encode_prompt_ids, sample
-from grpo_ext.evaluation.stops import StopChecker, cut_at_stop
 from grpo_ext.models import resolve_model_path
 from grpo_ext.rollouts import sample_completions, sampler_settings
+from grpo_ext.sampler.continuous import continuous_sample
+from grpo_ext.sampler.sampling import SamplingParams, derive_seed, encode_prompt_ids, sample
+from grpo_ext.sampler.stops import StopChecker, cut_at_stop
 from grpo_ext.tasks import get_task
 from tests.device_strict import device_strict
 from tests.gguf_fixture import _byte_chars

@@ -20,7 +20,6 @@ from pathlib import Path
 from trl import ModelConfig
 
 from grpo_ext.batching import prompts_drawn
-from grpo_ext.evaluation.sampling import derive_seed
 from grpo_ext.iterative.arms import RETRAINS_RM, USES_RM
 from grpo_ext.iterative.guard import CollapseGuard
 from grpo_ext.iterative.measure import Setting, rm_metrics
@@ -44,6 +43,7 @@ from grpo_ext.iterative.state import (
     write_records,
 )
 from grpo_ext.run_record import training_run
+from grpo_ext.sampler.sampling import derive_seed
 
 __all__ = ["ArmRun"]
 

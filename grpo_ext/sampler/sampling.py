@@ -1,6 +1,6 @@
 """Transformers sampling backend: many samples per prompt, batched, seeded, with a progress bar.
 
-Decoding is continuous batching (:mod:`grpo_ext.evaluation.continuous`): ``batch_size * n`` slots (at most
+Decoding is continuous batching (:mod:`grpo_ext.sampler.continuous`): ``batch_size * n`` slots (at most
 :data:`MAX_SLOTS`) share one KV cache and a slot whose sample ends takes the next sample at once, instead of a batch
 running until its longest row stops; each prompt is prefilled once for its ``n`` samples (lm-eval's HF backend, and
 ``generate(num_return_sequences=n)``, prefill every copy). Where a model cannot be decoded that way
@@ -8,7 +8,7 @@ running until its longest row stops; each prompt is prefilled once for its ``n``
 ``model.generate``.
 
 Determinism: sample ``i`` of a prompt draws its tokens from a counter-based random stream seeded by
-``(seed, prompt, i)`` (see :func:`derive_seed`, :func:`~grpo_ext.evaluation.continuous.counter_uniforms`), so a
+``(seed, prompt, i)`` (see :func:`derive_seed`, :func:`~grpo_ext.sampler.continuous.counter_uniforms`), so a
 sample is the same whatever ran before, whatever the batch size or the other prompts of the call, and after a
 resume; the caller's global RNG is never touched. (The ``generate`` fallback seeds each batch from its prompts
 inside ``torch.random.fork_rng``: deterministic for a given batching.)
@@ -27,9 +27,9 @@ from dataclasses import asdict, dataclass, replace
 import torch
 from tqdm.auto import tqdm
 
-from grpo_ext.evaluation.continuous import ContinuousUnsupported, continuous_sample, left_pad
-from grpo_ext.evaluation.static_step import DECODE_MODES
-from grpo_ext.evaluation.stops import StopChecker, check_stop, cut_at_stop, stop_criteria
+from grpo_ext.sampler.continuous import ContinuousUnsupported, continuous_sample, left_pad
+from grpo_ext.sampler.static_step import DECODE_MODES
+from grpo_ext.sampler.stops import StopChecker, check_stop, cut_at_stop, stop_criteria
 
 logger = logging.getLogger(__name__)
 
@@ -54,9 +54,9 @@ class SamplingParams:
 
     ``temperature == 0`` means greedy decoding (then ``n`` must be 1). ``batch_size`` is the number of *prompts*
     per forward batch (each expanded to ``n`` sequences, so a batch holds ``batch_size * n`` rows). ``decode`` is the
-    continuous sampler's decode step (:mod:`grpo_ext.evaluation.static_step`): ``auto`` (compiled, CUDA graphs, where
+    continuous sampler's decode step (:mod:`grpo_ext.sampler.static_step`): ``auto`` (compiled, CUDA graphs, where
     the model is on CUDA; the eager step elsewhere), ``eager``, ``static`` (fixed shapes, not compiled) or
-    ``compiled``. ``stop``: stop strings (:mod:`grpo_ext.evaluation.stops`): a sample ends as soon as its text holds
+    ``compiled``. ``stop``: stop strings (:mod:`grpo_ext.sampler.stops`): a sample ends as soon as its text holds
     one, and its text is cut before the one completed first, as lm-eval's ``until`` cuts it (empty: EOS and
     ``max_new_tokens`` only).
     """
@@ -163,7 +163,7 @@ def _generate_fallback(model, tokenizer, prompts: list, params: SamplingParams, 
     """Plain ``generate(num_return_sequences=n)`` a batch of ``batch_size`` prompts at a time (models the
     continuous engine cannot decode): each batch seeded from its prompts, inside ``fork_rng``. Stop strings end a row
     through a stopping criterion that reads its new tokens as the continuous sampler does (not transformers'
-    ``stop_strings``, which also reads the prompt: :mod:`grpo_ext.evaluation.stops`); the texts are cut after."""
+    ``stop_strings``, which also reads the prompt: :mod:`grpo_ext.sampler.stops`); the texts are cut after."""
     fork_devices = [device] if device.type == "cuda" else []
     for start in range(0, len(prompts), params.batch_size):
         batch = prompts[start : start + params.batch_size]
@@ -202,7 +202,7 @@ def sample_stream(
 ) -> Iterator[tuple[int, list[str]]]:
     """Yield ``(prompt index, its params.n completions)`` as each prompt's samples are done (not in prompt order).
 
-    ``continuous``: None (default) decodes with continuous batching (:mod:`grpo_ext.evaluation.continuous`,
+    ``continuous``: None (default) decodes with continuous batching (:mod:`grpo_ext.sampler.continuous`,
     ``batch_size * n`` slots, at most :data:`MAX_SLOTS`) where the model allows it and falls back to ``generate``
     otherwise; True asks for it (a warning when it cannot run); False always uses ``generate``. The model is in eval
     mode while sampling. Each text is cut before ``params.stop``'s stop string completed first; both paths end a

@@ -1,4 +1,4 @@
-"""The KV cache of the continuous sampler (:mod:`grpo_ext.evaluation.continuous`): prompts prefilled into per-prompt
+"""The KV cache of the continuous sampler (:mod:`grpo_ext.sampler.continuous`): prompts prefilled into per-prompt
 keys/values, and one cache that every decoding slot shares.
 
 All slots write the new token at the same cache column. A row that takes a slot later has its keys/values copied
@@ -9,10 +9,10 @@ out, the live windows are moved back to the start (:meth:`SlotCache.compact`).
 Two layer kinds, chosen per cache (``static``): the eager ``SlotLayer`` hands attention the columns in use (a view
 whose width grows each step), the static ``StaticSlotLayer`` hands it the whole buffer and writes the new column with
 ``index_copy_`` at a device tensor, as transformers' ``StaticLayer`` does, so every decode step has the same shapes
-and can be compiled / captured (:mod:`grpo_ext.evaluation.static_step`). The columns beyond the current one are
+and can be compiled / captured (:mod:`grpo_ext.sampler.static_step`). The columns beyond the current one are
 masked and hold zeros, so the two attend to the same keys/values.
 
-transformers is imported inside the functions: importing the sampler (``grpo_ext.evaluation.sampling``) must not
+transformers is imported inside the functions: importing the sampler (``grpo_ext.sampler.sampling``) must not
 import it.
 """
 

@@ -1,4 +1,4 @@
-"""Token draws of the continuous sampler (:mod:`grpo_ext.evaluation.continuous`), as pure functions.
+"""Token draws of the continuous sampler (:mod:`grpo_ext.sampler.continuous`), as pure functions.
 
 Sample ``i`` of a prompt draws its ``t``-th token by inverse CDF with the uniform :func:`counter_uniforms`
 ``(seed_i, t)``: a counter-based RNG (as in JAX or Philox), so the number depends on the sample's own seed and

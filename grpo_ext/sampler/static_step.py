@@ -1,4 +1,4 @@
-"""The fixed-shape decode step of the continuous sampler (:mod:`grpo_ext.evaluation.continuous`), for CUDA.
+"""The fixed-shape decode step of the continuous sampler (:mod:`grpo_ext.sampler.continuous`), for CUDA.
 
 On a GPU a decode step of a small model is launch-bound: hundreds of kernel launches, each costing more than its
 work. Capturing the step once (``torch.compile(mode="reduce-overhead")``: CUDA graphs, as transformers'
@@ -9,7 +9,7 @@ every slot's next input is written with its own indexing call. The *static* step
 
 - reads the whole cache buffer ``[slots, heads, capacity, dim]`` with the whole ``[slots, capacity]`` mask (the
   columns beyond the current one are masked and hold zeros), and writes the new column with ``index_copy_`` at a
-  device tensor (:class:`grpo_ext.evaluation.slot_cache.SlotCache` with ``static=True``);
+  device tensor (:class:`grpo_ext.sampler.slot_cache.SlotCache` with ``static=True``);
 - keeps every slot's next input token and position in host arrays, copied to fixed device tensors once a step
   (:class:`StepInputs`);
 - drops free slots only down to a power-of-two *bucket* (:func:`bucket`): a compiled step sees a few batch sizes
@@ -53,7 +53,7 @@ def _call(model, kwargs: dict):
 #: Quantisers whose models' decode step compiles although transformers' ``is_compileable`` says no (it guards
 #: ``generate``'s own compilation). bitsandbytes nf4 on an H100 (benchmarks/results/gpu_2026-11-24/, the QLoRA probe):
 #: the compiled step ran at 166 samples/s against the eager step's 49, and drew the same samples. A failing
-#: compilation still falls back to the uncompiled step with a warning (``continuous._Decoder.static_logits``).
+#: compilation still falls back to the uncompiled step with a warning (``Decoder.static_logits``).
 COMPILES_ANYWAY = frozenset({"Bnb4BitHfQuantizer"})
 
 
