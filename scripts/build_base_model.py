@@ -45,7 +45,7 @@ from grpo_ext.errors import UserError
 from grpo_ext.evaluation.cli import json_object_flag
 from grpo_ext.evaluation.metrics import maj_at_k, pass_at_k
 from grpo_ext.io import atomic_write_json
-from grpo_ext.models import EMBEDDED_MODEL_DIR
+from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
 from grpo_ext.qlora_base import load_as_main_job
 from grpo_ext.sampler.sampling import SamplingParams, sample
 from grpo_ext.tasks import get_task

@@ -19,10 +19,10 @@ from grpo_ext.cli import run_cli
 from grpo_ext.errors import UserError
 from grpo_ext.evaluation.cache import SampleCache
 from grpo_ext.evaluation.metrics import maj_at_k, pass_at_k
-from grpo_ext.models import EMBEDDED_MODEL_DIR
+from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
 from grpo_ext.rewards.checked import checked_reward_func
 from grpo_ext.rewards.process import score_steps
-from grpo_ext.script_args import TaskArguments
+from grpo_ext.script_args import TaskArguments, parse_train_args
 from grpo_ext.tasks.base import require_prompt_column
 from scripts import iterative, publish, train
 from tests.trainer_utils import TASK, tiny_args, tiny_trainer
@@ -32,7 +32,7 @@ CONFIG = ["--config", "configs/default.yaml"]
 
 
 def parse(*flags):
-    return lambda tmp: train.parse_args([*CONFIG, "--output_dir", str(tmp), *flags])
+    return lambda tmp: parse_train_args([*CONFIG, "--output_dir", str(tmp), *flags])
 
 
 def run_train(*flags):
@@ -46,7 +46,7 @@ def yaml_config(text):
     def trigger(tmp):
         path = tmp / "config.yaml"
         path.write_text(Path(CONFIG[1]).read_text() + text)
-        return train.parse_args(["--config", str(path), "--output_dir", str(tmp)])
+        return parse_train_args(["--config", str(path), "--output_dir", str(tmp)])
 
     return trigger
 
@@ -271,7 +271,7 @@ CASES = {
     "unknown YAML key": (yaml_config("lerning_rate: 0.0001\n"), "lerning_rate"),
     "YAML that does not parse": (yaml_config("beta: [0.1\n"), r"--config: .*config\.yaml is not a valid file"),
     "missing --config file": (
-        lambda tmp: train.parse_args(["--config", str(tmp / "nope.yaml")]),
+        lambda tmp: parse_train_args(["--config", str(tmp / "nope.yaml")]),
         r"nope\.yaml: No such file or directory",
     ),
     "task_kwargs not JSON": (parse("--task_kwargs", "{digits: 3"), "task_kwargs: expected a JSON object"),

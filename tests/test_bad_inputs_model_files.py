@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_ext.models import EMBEDDED_MODEL_DIR
+from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
 from scripts import publish, train
 from tests.test_bad_inputs import check_one_line
 from tests.trainer_utils import TRAIN_ARGV

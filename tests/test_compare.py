@@ -11,7 +11,7 @@ from grpo_ext.evaluation.metrics import pass_at_k
 from grpo_ext.methods import paradigm_rows
 from grpo_ext.methods.compare.findings import findings
 from grpo_ext.methods.compare.runs import Run
-from grpo_ext.models import EMBEDDED_MODEL_DIR
+from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = str(EMBEDDED_MODEL_DIR)

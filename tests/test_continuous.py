@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from grpo_ext.models import resolve_model_path
+from grpo_ext.model_paths import resolve_model_path
 from grpo_ext.sampler.continuous import continuous_sample
 from grpo_ext.sampler.sampling import SamplingParams, derive_seed, encode_prompt_ids, sample
 from grpo_ext.sampler.token_draws import choose_tokens, counter_uniforms

@@ -8,7 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from grpo_ext.models import resolve_model_path
+from grpo_ext.model_paths import resolve_model_path
 from grpo_ext.sampler import decode_attention
 from grpo_ext.sampler import decoder as decode_loop
 from grpo_ext.sampler.continuous import continuous_sample

@@ -104,7 +104,7 @@ def test_the_config_check_leaves_what_it_cannot_build_to_the_loader(tmp_path, fi
     import shutil
 
     from grpo_ext.errors import check_weights
-    from grpo_ext.models import EMBEDDED_MODEL_DIR
+    from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
 
     folder = tmp_path / "model"
     shutil.copytree(EMBEDDED_MODEL_DIR, folder)

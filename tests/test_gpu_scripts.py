@@ -11,9 +11,7 @@ import pytest
 import torch
 import yaml
 
-from benchmarks import _common as C
-from benchmarks import _gpu as G
-from benchmarks import gpu_sampling, gpu_step
+from benchmarks import _common, _gpu, gpu_sampling, gpu_step
 from scripts import gpu_check
 
 
@@ -27,13 +25,13 @@ def results_dir(monkeypatch, tmp_path):
     """Where the benchmarks would write (a CPU run must leave the committed GPU results alone)."""
     folder = tmp_path / "results"
     folder.mkdir()
-    monkeypatch.setattr(C, "RESULTS_DIR", folder)
+    monkeypatch.setattr(_common, "RESULTS_DIR", folder)
     return folder
 
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
-    return G.build_random_model("tiny", tmp_path_factory.mktemp("models") / "tiny", device="cpu")
+    return _gpu.build_random_model("tiny", tmp_path_factory.mktemp("models") / "tiny", device="cpu")
 
 
 # ---- without CUDA ------------------------------------------------------------------------------------------------
@@ -45,7 +43,7 @@ def test_benchmarks_without_cuda_say_why_and_write_nothing(module, argv, no_cuda
     printed = capsys.readouterr().out
     assert "needs a CUDA GPU" in printed and "torch.cuda.is_available() is False" in printed
     assert "nothing written" in printed.lower()
-    assert out == {"skipped": G.cuda_unavailable_reason()}
+    assert out == {"skipped": _gpu.cuda_unavailable_reason()}
     assert list(results_dir.iterdir()) == []
 
 
@@ -132,7 +130,7 @@ def test_rewards_with_signal_for_a_random_policy():
     assert gpu_step.token_parity_reward(None, [[2, 3, 4, 5], [1, 3], [0], []]) == [0.5, 0.0, 1.0, 0.0]
     prompts = [f"{a}+{a}=" for a in range(40) for _ in range(4)]  # 40 groups of 4
     ids = [[i, i + 1, 2 * i] for i in range(len(prompts))]
-    rewards = G.smoke_reward(prompts=prompts, completion_ids=ids)
+    rewards = _gpu.smoke_reward(prompts=prompts, completion_ids=ids)
     groups = [rewards[g * 4 : (g + 1) * 4] for g in range(40)]
     parity = gpu_step.token_parity_reward(None, ids)
     for g, group in enumerate(groups):  # a prompt is scored for all its completions or for none
@@ -221,7 +219,7 @@ def test_gpu_check_prepare_builds_the_policy_in_a_child_process(tmp_path):
     """The GPU path of `prepare` (a child process builds the policy and reports its device), with a CPU stand-in."""
     assert gpu_check.prepare(tmp_path, "tiny", "cpu", in_process=False) == "cpu"
     config = json.loads((tmp_path / "policy" / "config.json").read_text())
-    assert config["model_type"] == "qwen2" and config["vocab_size"] == G.SHAPES["tiny"]["vocab_size"]
+    assert config["model_type"] == "qwen2" and config["vocab_size"] == _gpu.SHAPES["tiny"]["vocab_size"]
     assert (tmp_path / "prm" / "model.safetensors").is_file() and (tmp_path / "gsm8k.jsonl").is_file()
 
 

@@ -185,7 +185,7 @@ def test_callback_logs_pass_and_maj_at_k_during_grpo_training(tmp_path):
     from trl import GRPOConfig, GRPOTrainer
 
     from grpo_ext.evaluation.callback import make_passk_callback
-    from grpo_ext.models import resolve_model_path
+    from grpo_ext.model_paths import resolve_model_path
 
     task = get_task("arithmetic")
     config = GRPOConfig(
@@ -227,7 +227,7 @@ def test_adapter_folder_is_loaded_onto_its_base_as_one_model(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from grpo_ext.evaluation.backends import load_backend
-    from grpo_ext.models import resolve_model_path
+    from grpo_ext.model_paths import resolve_model_path
     from grpo_ext.sampler.sampling import SamplingParams, sample
 
     base_path = resolve_model_path(_model())
@@ -264,7 +264,7 @@ def test_a_qlora_adapter_is_scored_on_the_base_it_was_trained_on(tmp_path):
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
     from grpo_ext.evaluation.backends import load_backend, load_model_and_tokenizer
-    from grpo_ext.models import resolve_model_path
+    from grpo_ext.model_paths import resolve_model_path
 
     base_path = resolve_model_path(_model())
     torch.manual_seed(0)
@@ -375,7 +375,7 @@ def two_models(tmp_path_factory, cli):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grpo_ext.models import resolve_model_path
+    from grpo_ext.model_paths import resolve_model_path
 
     folder = tmp_path_factory.mktemp("models") / "perturbed"
     base = resolve_model_path(_model())

@@ -12,7 +12,7 @@ from datasets import Dataset
 
 from grpo_ext.errors import UserError
 from grpo_ext.evaluation.metrics import maj_at_k, pass_at_k
-from grpo_ext.models import EMBEDDED_MODEL_DIR
+from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
 from grpo_ext.tasks import TASKS, HarnessDefaults, Task
 from grpo_ext.tasks.arithmetic import ArithmeticTask
 from grpo_ext.tasks.gsm8k import GSM8KTask

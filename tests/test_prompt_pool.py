@@ -8,7 +8,7 @@ from trl.trainer.utils import RepeatSampler
 
 from grpo_ext.assembly import build_grpo_trainer
 from grpo_ext.batching import RefillPrompts, prompts_drawn, refill_reserve
-from grpo_ext.models import EMBEDDED_MODEL_DIR
+from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
 from tests.trainer_utils import TASK, tiny_args
 
 

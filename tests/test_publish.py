@@ -15,8 +15,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import ModelConfig
 
 from grpo_ext.evaluation.report import write_reports
+from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
 from grpo_ext.modeling import ALL_LINEAR
-from grpo_ext.models import EMBEDDED_MODEL_DIR
 from grpo_ext.run_record import save_resolved_config
 from grpo_ext.script_args import TaskArguments
 from scripts import publish
@@ -299,7 +299,7 @@ def test_trained_with_reads_the_resolved_config(checkpoint):
 def test_an_adapter_on_a_model_grpo_ext_names_is_published_naming_that_model_not_this_machines_folder(
     checkpoint, tmp_path, monkeypatch, name
 ):
-    from grpo_ext.real_model import real_model_dir
+    from grpo_ext.real_model_fetch import real_model_dir
 
     monkeypatch.setenv("GRPO_EXT_CACHE", str(tmp_path / "cache"))
     folder = tmp_path / "run"

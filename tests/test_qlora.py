@@ -17,6 +17,7 @@ from transformers import AutoModelForCausalLM, BitsAndBytesConfig, LlamaConfig, 
 from trl import ModelConfig
 
 from grpo_ext.hub import trainer_model_card
+from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
 from grpo_ext.modeling import (
     ALL_LINEAR,
     full_precision_footprint,
@@ -24,7 +25,6 @@ from grpo_ext.modeling import (
     policy_init,
     prepare_quantized_policy,
 )
-from grpo_ext.models import EMBEDDED_MODEL_DIR
 from tests.trainer_utils import tiny_args, tiny_trainer
 
 MODEL = str(EMBEDDED_MODEL_DIR)

@@ -89,7 +89,7 @@ class LengthPRM:
         self.step_separator, self.scale, self.__name__ = step_separator, scale, "prm_length"
 
     def __call__(self, prompts, completions, **kwargs):
-        from grpo_ext.steps import step_texts
+        from grpo_ext.reasoning_steps import step_texts
         from grpo_ext.tasks.base import completion_text
 
         return [

@@ -358,7 +358,7 @@ def test_fingerprint_sees_every_byte_of_a_large_weights_file(tmp_path):
 
     import hashlib
 
-    from grpo_ext.models import EMBEDDED_MODEL_DIR
+    from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
 
     by_hand = hashlib.sha256()  # name, size and bytes of each config, tokenizer and weights file, sorted by name
     for name in (

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from grpo_ext.models import resolve_model_path
+from grpo_ext.model_paths import resolve_model_path
 from grpo_ext.sampler import slot_cache, static_step
 from grpo_ext.sampler.continuous import continuous_sample
 from grpo_ext.sampler.decoder import Decoder

@@ -1,4 +1,4 @@
-"""grpo_ext.steps: step rules on hand-worked texts, and the step-end token mapping against the brute-force
+"""grpo_ext.reasoning_steps: step rules on hand-worked texts, and the step-end token mapping against the brute-force
 reference (decode every prefix: the implementation before it became linear) on BPE, SentencePiece-like, WordPiece
 and character tokenizers, canonical and non-canonical token sequences."""
 
@@ -13,7 +13,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 from transformers import PreTrainedTokenizerFast
 
 from grpo_ext.char_tokenizer import CHARACTERS, build_char_tokenizer
-from grpo_ext.steps import (
+from grpo_ext.reasoning_steps import (
     DECODE_CONTEXT,
     STEP_RULES,
     _char_ends_of_tokens,

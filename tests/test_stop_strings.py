@@ -18,7 +18,7 @@ from transformers.generation.stopping_criteria import StopStringCriteria
 
 from grpo_ext.errors import UserError
 from grpo_ext.evaluation.backends import VLLMBackend
-from grpo_ext.models import resolve_model_path
+from grpo_ext.model_paths import resolve_model_path
 from grpo_ext.rollouts import sample_completions, sampler_settings
 from grpo_ext.sampler.continuous import continuous_sample
 from grpo_ext.sampler.sampling import SamplingParams, derive_seed, encode_prompt_ids, sample

@@ -30,7 +30,7 @@ def test_driver_searches_own_rates_first_then_trains_the_family_at_the_reference
     search.json says where each rate came from, and the test runs use the test seeds."""
     import grpo_ext.methods.study.report as report
     import grpo_ext.methods.study.runs as runs
-    import grpo_ext.methods.study.signal.stage as signal_stage
+    import grpo_ext.methods.study.signal.stage_zero as signal_stage
 
     out = tmp_path / "out"
     jobs, measured_before, measured = [], [], []

@@ -32,7 +32,7 @@ def test_completions_take_their_prompt_format_and_draws_are_cut_at_stop_strings(
 def tiny_chat_model(tmp_path_factory):
     """A random tiny Llama with a byte-level BPE tokenizer and a chat template (SmolLM2's layout), 4096 positions."""
     from grpo_ext.methods.study.rehearsal import tiny_model_like
-    from grpo_ext.real_model import convert_gguf
+    from grpo_ext.real_model_fetch import convert_gguf
     from tests.gguf_fixture import write_tiny_gguf
 
     folder = tmp_path_factory.mktemp("tiny_chat")

@@ -15,7 +15,7 @@ import grpo_ext.methods.study.runs as runs
 from grpo_ext.cli import run_cli
 from grpo_ext.methods.cost import COST_FILE
 from grpo_ext.methods.study.config import load_study
-from grpo_ext.models import EMBEDDED_MODEL_DIR
+from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = load_study(ROOT / "configs" / "compare.yaml")

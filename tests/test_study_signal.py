@@ -14,8 +14,8 @@ import yaml
 from grpo_ext.errors import UserError
 from grpo_ext.methods.study.config import Signal, load_study
 from grpo_ext.methods.study.signal import measure as signal_measure
-from grpo_ext.methods.study.signal import stage
-from grpo_ext.methods.study.signal.section import SIGNAL_FILE, TITLE, read_signal, render_signal
+from grpo_ext.methods.study.signal import stage_zero
+from grpo_ext.methods.study.signal.report_section import SIGNAL_FILE, TITLE, read_signal, render_signal
 from grpo_ext.methods.study.signal.settings import arm_values
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,7 +158,7 @@ def measured(monkeypatch):
         calls.append((objective, samples, minibatches, kwargs["group_size"], kwargs["max_completion_length"]))
         return _row(objective, samples, 0.1)
 
-    monkeypatch.setattr(stage, "load_model_and_tokenizer", lambda name: (torch.nn.Linear(1, 1), None))
+    monkeypatch.setattr(stage_zero, "load_model_and_tokenizer", lambda name: (torch.nn.Linear(1, 1), None))
     monkeypatch.setattr(signal_measure, "measure_signal", fake_measure)
     return calls
 
@@ -167,17 +167,17 @@ def test_the_stage_measures_once_and_again_only_when_its_settings_change(tmp_pat
     study = load_study(STUDY)
     options = {"configs": str(study.configs_dir), "quick": False, "progress": False}
     batch, group = _arm_batch()
-    first = stage.run_signal_stage(study, tmp_path, options)
+    first = stage_zero.run_signal_stage(study, tmp_path, options)
     grid = [(o, n) for o in ("grpo", "sft") for n in study.signal.samples]
     assert [c[:2] for c in measured] == grid and {c[2:] for c in measured} == {(study.signal.minibatches, group, 48)}
     recorded = json.loads((tmp_path / SIGNAL_FILE).read_text())
     assert recorded == first and recorded["settings"]["arm_samples"] == batch and len(recorded["rows"]) == len(grid)
 
-    assert stage.run_signal_stage(study, tmp_path, options) == first  # the same settings: read, not measured
+    assert stage_zero.run_signal_stage(study, tmp_path, options) == first  # the same settings: read, not measured
     assert len(measured) == len(grid) and "holds these settings; reused" in capsys.readouterr().out
 
     fewer = dataclasses.replace(study.signal, minibatches=4)
-    again = stage.run_signal_stage(dataclasses.replace(study, signal=fewer), tmp_path, options)
+    again = stage_zero.run_signal_stage(dataclasses.replace(study, signal=fewer), tmp_path, options)
     assert len(measured) == 2 * len(grid) and again["settings"]["minibatches"] == 4
     assert (
         f"other settings (minibatches: {study.signal.minibatches!r} -> 4); measuring again" in capsys.readouterr().out
@@ -194,7 +194,7 @@ def test_quick_measures_the_arms_quick_batch_only(tmp_path, measured):
         "quick_flags": "--max_steps 2",
         "quick_method_flags": {"online": "--per_device_train_batch_size 16 --num_generations 4"},
     }
-    settings = stage.run_signal_stage(study, tmp_path, options)["settings"]
+    settings = stage_zero.run_signal_stage(study, tmp_path, options)["settings"]
     assert measured == [("grpo", 16, 3, 4, 48), ("sft", 16, 3, 4, 48)]
     assert settings["samples"] == [16] and settings["arm_samples"] == 16 and settings["quick"] is True
 
@@ -264,18 +264,18 @@ def test_a_signal_measured_on_other_weights_of_the_same_base_name_is_measured_ag
     """`base: <folder>` rebuilt in place (a new base, same name): signal.json of the old weights is not reused."""
     import shutil
 
-    from grpo_ext.models import EMBEDDED_MODEL_DIR
+    from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
 
     base = tmp_path / "base"
     shutil.copytree(EMBEDDED_MODEL_DIR, base)
     study = dataclasses.replace(load_study(STUDY), base=str(base))
     options = {"configs": str(study.configs_dir), "quick": False, "progress": False}
     out = tmp_path / "study"
-    stage.run_signal_stage(study, out, options)
+    stage_zero.run_signal_stage(study, out, options)
     first = len(measured)
-    stage.run_signal_stage(study, out, options)
+    stage_zero.run_signal_stage(study, out, options)
     assert len(measured) == first  # the same weights: reused
     config = json.loads((base / "config.json").read_text())
     (base / "config.json").write_text(json.dumps({**config, "rms_norm_eps": 1e-5}))  # other weights' config
-    stage.run_signal_stage(study, out, options)
+    stage_zero.run_signal_stage(study, out, options)
     assert len(measured) == 2 * first and "model_fingerprint" in capsys.readouterr().out

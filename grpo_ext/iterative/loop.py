@@ -22,6 +22,7 @@ from trl import ModelConfig
 from grpo_ext.batching import prompts_drawn
 from grpo_ext.iterative.arms import RETRAINS_RM, USES_RM
 from grpo_ext.iterative.guard import CollapseGuard
+from grpo_ext.iterative.iteration_zero import RM_DATA_FILE, Clock, load_policy, train_rm
 from grpo_ext.iterative.measure import Setting, rm_metrics
 from grpo_ext.iterative.policy import (
     RewardLog,
@@ -33,7 +34,6 @@ from grpo_ext.iterative.policy import (
 from grpo_ext.iterative.replay import mix_with_replay
 from grpo_ext.iterative.report import write_report
 from grpo_ext.iterative.rm_training import load_reward_model
-from grpo_ext.iterative.start import RM_DATA_FILE, Clock, load_policy, train_rm
 from grpo_ext.iterative.state import (
     iteration_dir,
     read_records,

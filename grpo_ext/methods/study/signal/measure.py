@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 
 from grpo_ext.advantages import outcome_advantages, zero_std_mask
 from grpo_ext.errors import UserError
-from grpo_ext.methods.study.signal.core import (
+from grpo_ext.methods.study.signal.cosines import (
     CONFIDENCE,
     LOSS_TYPES,
     jackknife_interval,

@@ -1,4 +1,4 @@
-"""The study report's section on stage 0: ``<out>/signal.json`` (written by :mod:`.stage`) as Markdown."""
+"""The study report's section on stage 0: ``<out>/signal.json`` (written by :mod:`.stage_zero`) as Markdown."""
 
 from __future__ import annotations
 

