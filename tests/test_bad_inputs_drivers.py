@@ -103,7 +103,7 @@ def compare_runs(*specs):
 
 
 def run_methods(argv):
-    from tests.test_study_driver import fresh_driver
+    from tests.methods.study.test_study_driver import fresh_driver
 
     return fresh_driver().main(argv)
 

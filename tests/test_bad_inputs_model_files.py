@@ -89,7 +89,7 @@ def adapter(base_of):
 
 
 def wider_base(tmp, folder):
-    from tests.test_reward_models import make_tiny_policy
+    from tests.rewards.test_reward_models import make_tiny_policy
 
     return make_tiny_policy(tmp / "wider", hidden=48)
 

@@ -11,7 +11,7 @@ import torch
 from accelerate.state import AcceleratorState, PartialState
 
 from tests.device_strict import device_strict
-from tests.test_prm_formats import make_step_tag_prm
+from tests.rewards.test_prm_formats import make_step_tag_prm
 from tests.trainer_utils import TASK, GRPOExtTrainer, tiny_args, tiny_trainer
 
 EXTENSIONS = {

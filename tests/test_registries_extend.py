@@ -221,7 +221,7 @@ def test_a_registered_method_is_parsed_trained_recorded_and_tabled(tmp_path, toy
     assert record["method"]["runner"] == "toy" and "build" not in record["method"]
     assert "| Toy SFT | q, o ~ P_sft(Q, O) | - | 1 |" in paradigm_markdown()
 
-    from tests.test_study_driver import fresh_driver
+    from tests.methods.study.test_study_driver import fresh_driver
 
     # the study's --quick flags (scripts/run_methods.py) come from the entry
     assert fresh_driver().quick_method_flags(rehearsal=False)["toy"] == "--per_device_train_batch_size 2"

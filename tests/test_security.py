@@ -89,7 +89,7 @@ def _publish_with_report(tmp_path, result, checkpoint=None):
 
 def _embedded_result(**changes):
     from grpo_ext.evaluation.backends import load_fingerprint
-    from tests.test_publish import harness_result
+    from tests.hub.test_publish import harness_result
 
     return {**harness_result("run", load_fingerprint("embedded")), **changes}
 

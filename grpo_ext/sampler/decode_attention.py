@@ -14,10 +14,10 @@ over the whole contiguous buffer with the unused columns masked. Steps with more
 worked examples: ~170 of the ~190 prompt tokens of the real-model study's prompts), the sampler prefills them once and
 keeps their keys/values apart (``[heads, P, dim]`` a layer) instead of in every slot; each step then reads them once
 for all rows' queries (one ``[KV, rows x groups, dim] @ [KV, dim, P]`` product) and the slots hold each row's own
-columns only, with one softmax over both. In float32 its samples are those of ``sdpa`` (tests/test_decode_attention.py);
-in bf16 its error against a float32 attention is eager's (about twice sdpa's kernel's, 0.4% vs 0.2% of the output's
-mean magnitude), below the rest of a bf16 forward's: the next-token distributions of bf16 and float32 models differ
-as much with either (total variation ~0.005).
+columns only, with one softmax over both. In float32 its samples are those of ``sdpa``
+(tests/sampler/test_decode_attention.py); in bf16 its error against a float32 attention is eager's (about twice sdpa's
+kernel's, 0.4% vs 0.2% of the output's mean magnitude), below the rest of a bf16 forward's: the next-token
+distributions of bf16 and float32 models differ as much with either (total variation ~0.005).
 
 :func:`cpu_decode_attention` switches a model to it for the duration of one forward pass (restored after, so the
 trainer's forward and backward passes never see it), and only where it is measured ahead: a CPU model in bf16 / fp16

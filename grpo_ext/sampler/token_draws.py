@@ -74,7 +74,7 @@ def choose_tokens(
 ) -> torch.Tensor:
     """One token per row of ``logits [R, V]``: argmax when ``temperature == 0``, else a draw with ``uniforms [R]``.
 
-    The rule for one sample decoded alone (the reference tests/test_continuous.py checks the sampler against);
+    The rule for one sample decoded alone (the reference tests/sampler/test_continuous.py checks the sampler against);
     :func:`draw_tokens` applies it to all the samples that share a row at once."""
     if temperature == 0:
         return logits.argmax(-1)

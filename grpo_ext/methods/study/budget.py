@@ -2,7 +2,7 @@
 rates measured on the machine (the study's ``budget`` section), in core-seconds.
 
     budget:
-      core_hours: 12                    # the limit (tests/test_real_study.py checks the shipped study fits)
+      core_hours: 12                    # the limit (tests/methods/study/test_real_study.py: the shipped study fits)
       seconds_per_sequence: {online: 2.3, sft: 1.8, rft: 1.8, dpo: 2.4}   # one trained sequence, one core
       eval_samples_per_second: {trained: 15, base: 9}                     # one core
 
