@@ -9,7 +9,7 @@ import pytest
 
 from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
 from scripts import publish, train
-from tests.test_bad_inputs import check_one_line, parse, yaml_config
+from tests.bad_inputs import check_one_line, parse, yaml_config
 from tests.test_bad_inputs_model_files import harness_flags, harness_main, run_folder, train_flags
 
 CASES = {

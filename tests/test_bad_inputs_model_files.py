@@ -13,7 +13,7 @@ import pytest
 
 from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
 from scripts import publish, train
-from tests.test_bad_inputs import check_one_line
+from tests.bad_inputs import check_one_line
 from tests.trainer_utils import TRAIN_ARGV
 
 QUESTIONS = ["12+3=", "7+8=", "40-1=", "5+5="]

@@ -11,7 +11,7 @@ import torch
 from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
 from grpo_ext.script_args import parse_train_args
 from scripts import publish, train
-from tests.test_bad_inputs import (
+from tests.bad_inputs import (
     CONFIG,
     check_one_line,
     parse,
