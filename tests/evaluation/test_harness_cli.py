@@ -1,4 +1,5 @@
-"""evals/passk_majk.py end to end on the embedded model, its error handling, and the training callback."""
+"""evals/passk_majk.py end to end on the embedded model and its error handling (the training callback:
+tests/evaluation/test_callback.py; adapters loaded onto their base: tests/evaluation/test_backends.py)."""
 
 import importlib.util
 import json
@@ -10,7 +11,6 @@ import numpy as np
 import pytest
 
 from grpo_ext.cli import run_cli
-from grpo_ext.errors import UserError
 from grpo_ext.evaluation.metrics import answer_diversity, cover_at, maj_at_k, pass_at_k, pass_hat_k
 from grpo_ext.tasks import get_task
 
@@ -179,138 +179,6 @@ def test_the_script_itself_exits_2_with_one_line(python, tmp_path):
     assert proc.returncode == 2
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert errors == [errors[0]] and "unknown task 'nope'" in errors[0] and "Traceback" not in proc.stderr
-
-
-def test_callback_logs_pass_and_maj_at_k_during_grpo_training(tmp_path):
-    from trl import GRPOConfig, GRPOTrainer
-
-    from grpo_ext.evaluation.callback import make_passk_callback
-    from grpo_ext.model_paths import resolve_model_path
-
-    task = get_task("arithmetic")
-    config = GRPOConfig(
-        output_dir=str(tmp_path),
-        use_cpu=True,
-        bf16=False,
-        max_steps=2,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=16,
-        report_to="none",
-        activation_checkpointing=False,
-        logging_steps=1,
-        save_strategy="no",
-        learning_rate=1e-5,
-    )
-    trainer = GRPOTrainer(
-        model=resolve_model_path(_model()),
-        reward_funcs=task.outcome_reward,
-        args=config,
-        train_dataset=task.load("train", 16),
-    )
-    callback = make_passk_callback(task, n_prompts=4, n=4, ks=(1, 4, 8), every=1, trainer=trainer)
-    assert callback.ks == [1, 4]  # 8 > n: dropped with a warning
-    assert callback.params.max_new_tokens == 16  # the trainer's max_completion_length
-    trainer.train()
-    evals = [entry for entry in trainer.state.log_history if "eval/pass@1" in entry]
-    assert [entry["step"] for entry in evals] == [1, 2]
-    for entry in evals:
-        assert 0.0 <= entry["eval/pass@1"] <= entry["eval/pass@4"] <= 1.0 and "eval/maj@4" in entry
-        assert "reward" not in entry  # TRL's training metrics stay in their own entries
-    assert sum("reward" in entry for entry in trainer.state.log_history) == 2
-    assert trainer.model.training  # put back in training mode after each evaluation
-
-
-def test_adapter_folder_is_loaded_onto_its_base_as_one_model(tmp_path):
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from grpo_ext.evaluation.backends import load_backend
-    from grpo_ext.model_paths import resolve_model_path
-    from grpo_ext.sampler.sampling import SamplingParams, sample
-
-    base_path = resolve_model_path(_model())
-    torch.manual_seed(0)
-    peft_model = get_peft_model(
-        AutoModelForCausalLM.from_pretrained(base_path),
-        LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False),
-    ).eval()
-    peft_model.save_pretrained(tmp_path / "adapter")
-    tokenizer = AutoTokenizer.from_pretrained(base_path)
-    assert json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())["base_model_name_or_path"]
-
-    backend = load_backend(str(tmp_path / "adapter"), "transformers")
-    assert backend.fingerprint and not hasattr(backend.model, "peft_config")  # merged: one plain model
-    prompts = get_task("arithmetic").load("test", 6)["prompt"]
-    greedy = SamplingParams(n=1, temperature=0, max_new_tokens=20)
-    # the PEFT model in memory (the trainer's case) samples through continuous batching as it is
-    assert backend.generate(prompts, greedy) == sample(
-        peft_model, tokenizer, prompts, greedy, progress=False, continuous=True
-    )
-    with pytest.raises(FileNotFoundError, match="base model is missing"):
-        (tmp_path / "broken").mkdir()
-        (tmp_path / "broken" / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "/no/base"}))
-        load_backend(str(tmp_path / "broken"), "transformers")
-
-
-def test_a_qlora_adapter_is_scored_on_the_base_it_was_trained_on(tmp_path):
-    """An adapter whose run record says the base was loaded in 4 bit (QLoRA) is loaded onto the base quantised the
-    same way, unmerged; `full_precision` (and an adapter without such a record) merges it into the fp32 base. Both
-    against references built here with transformers' and PEFT's own calls."""
-    import torch
-    import yaml
-    from peft import LoraConfig, PeftModel, get_peft_model
-    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
-
-    from grpo_ext.evaluation.backends import load_backend, load_model_and_tokenizer
-    from grpo_ext.model_paths import resolve_model_path
-
-    base_path = resolve_model_path(_model())
-    torch.manual_seed(0)
-    lora = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
-    get_peft_model(AutoModelForCausalLM.from_pretrained(base_path), lora).save_pretrained(tmp_path / "qlora")
-    record = {"model": {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4", "use_bnb_nested_quant": True}}
-    (tmp_path / "qlora" / "grpo_ext_config.yaml").write_text(yaml.safe_dump(record))
-    ids = torch.tensor([[5, 9, 14, 3, 7, 11]])
-
-    def logits(model):
-        with torch.no_grad():
-            return model(input_ids=ids).logits
-
-    quantized, _ = load_model_and_tokenizer(str(tmp_path / "qlora"), device="cpu")
-    nf4 = BitsAndBytesConfig(
-        load_in_4bit=True,
-        bnb_4bit_quant_type="nf4",
-        bnb_4bit_use_double_quant=True,
-        bnb_4bit_compute_dtype=torch.float32,
-    )
-    reference = PeftModel.from_pretrained(
-        AutoModelForCausalLM.from_pretrained(base_path, quantization_config=nf4, dtype=torch.float32),
-        tmp_path / "qlora",
-    ).eval()
-    for layer in reference.modules():  # as in training (grpo_ext.modeling.prepare_quantized_policy)
-        if hasattr(layer, "support_avx512bf16_for_cpu"):
-            layer.support_avx512bf16_for_cpu = False
-    assert isinstance(quantized, PeftModel) and getattr(quantized, "is_loaded_in_4bit", False)
-    torch.testing.assert_close(logits(quantized), logits(reference))
-
-    full, _ = load_model_and_tokenizer(str(tmp_path / "qlora"), device="cpu", adapter_base="full_precision")
-    merged = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_path), tmp_path / "qlora")
-    assert not isinstance(full, PeftModel) and not getattr(full, "is_loaded_in_4bit", False)
-    torch.testing.assert_close(logits(full), logits(merged.merge_and_unload().eval()))
-    assert (logits(full) - logits(quantized)).abs().max() > 1e-3  # the two loads are different models
-
-    # the sample cache tells the two loads apart; an adapter trained on a full-precision base has one load
-    as_trained = load_backend(str(tmp_path / "qlora"), "transformers")
-    unquantized = load_backend(str(tmp_path / "qlora"), "transformers", adapter_base="full_precision")
-    assert as_trained.fingerprint != unquantized.fingerprint
-    record["model"]["load_in_4bit"] = False
-    (tmp_path / "qlora" / "grpo_ext_config.yaml").write_text(yaml.safe_dump(record))
-    plain = load_backend(str(tmp_path / "qlora"), "transformers")
-    assert plain.fingerprint == unquantized.fingerprint and not isinstance(plain.model, PeftModel)
-    with pytest.raises(UserError, match="adapter_base: expected one of as_trained, full_precision"):
-        load_model_and_tokenizer(str(tmp_path / "qlora"), adapter_base="fp32")
 
 
 def test_read_report_gives_back_what_the_harness_wrote(small_run, tmp_path):
