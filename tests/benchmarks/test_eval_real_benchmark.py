@@ -4,10 +4,22 @@ random Llama with a SmolLM2-shaped chat tokenizer, in seconds: the JSON's shape 
 from __future__ import annotations
 
 import json
+import logging
 
+import pytest
 import torch
 
 from benchmarks import eval_real
+
+
+@pytest.fixture(autouse=True)
+def grpo_ext_log_level():
+    """eval_real.main quiets the package's logger (a benchmark's output is its table); restored here, as the tests
+    after this one read the package's INFO lines (tests/test_qlora.py's memory footprint)."""
+    logger = logging.getLogger("grpo_ext")
+    level = logger.level
+    yield
+    logger.setLevel(level)
 
 
 def test_eval_real_json_on_a_tiny_model(tmp_path, tiny_chat_tokenizer):
