@@ -13,7 +13,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -38,7 +38,7 @@ def model_dir() -> str:
     override = os.environ.get("GRPO_EXT_BENCH_MODEL") or os.environ.get("GRPO_EXT_TEST_MODEL")
     if override:
         return override
-    from grpo_ext.models import resolve_model_path
+    from grpo_ext.model_paths import resolve_model_path
 
     return resolve_model_path("embedded")
 
@@ -207,3 +207,17 @@ def load_result(name: str) -> dict | None:
 def load_cell(values) -> str:
     """A load-average list as one summary cell (``0.5 / 0.7 / 0.9``); empty when there is none."""
     return " / ".join(str(v) for v in values) if values else ""
+
+
+def dated_rows(result: dict | None, rows: Callable[[dict], Iterable[Sequence]]) -> list[list]:
+    """A benchmark's rows of the ``run_all`` summary: ``rows(result)`` gives ``(measure, value, target, verdict)`` per
+    row, or with a fifth item, that row's own load average; each row gets the load average at the end of the run
+    (``load_average_end``) unless it has its own, and the run's date. No rows before the benchmark has run
+    (``result`` None). Every benchmark's ``summary_rows`` builds its rows here, so the columns agree."""
+    if not result:
+        return []
+    # a row's own load average when it has one (a result of several runs); the run's end load otherwise
+    return [
+        [*row[:4], load_cell(row[4] if len(row) > 4 else result["load_average_end"]), result["date"]]
+        for row in rows(result)
+    ]

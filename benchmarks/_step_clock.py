@@ -36,9 +36,9 @@ def cpu_facts() -> dict:
 
 def device_facts(device: str) -> dict:
     if device == "cuda":
-        from benchmarks import _gpu as G
+        from benchmarks import _gpu
 
-        return G.device_facts(device)
+        return _gpu.device_facts(device)
     return cpu_facts()
 
 

@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from benchmarks import _common as C
+from benchmarks import _common
 from grpo_ext.advantages import process_advantages
 
 TARGET_MS = 50.0
@@ -74,8 +74,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--reps", type=int, default=21, help="timed runs of process_advantages")
     parser.add_argument("--ref-reps", type=int, default=5, help="timed runs of the Python loop reference")
     args = parser.parse_args(argv)
-    C.set_threads(1)
-    load_start = C.load_average()
+    _common.set_threads(1)
+    load_start = _common.load_average()
 
     x = make_step_rewards(args.n, args.t, args.steps, args.group_size)
     steps_per_row = float((~torch.isnan(x)).sum(1).float().mean())
@@ -92,15 +92,15 @@ def main(argv: list[str] | None = None) -> dict:
         "reference": lambda r: reference_process_advantages(x, args.group_size),
     }
     cpu: dict[str, list[float]] = {}
-    times = C.alternate(fns, reps=args.ref_reps, warmup=1, cpu_times=cpu)
+    times = _common.alternate(fns, reps=args.ref_reps, warmup=1, cpu_times=cpu)
     ours_times = ours_times[per_ref:]  # drop the warm-up round's runs
-    ours_s, ref_s = C.summary([w for w, _ in ours_times]), C.summary(times["reference"])
-    ours_cpu = C.summary([c for _, c in ours_times])
+    ours_s, ref_s = _common.summary([w for w, _ in ours_times]), _common.summary(times["reference"])
+    ours_cpu = _common.summary([c for _, c in ours_times])
     ours_ms = ours_s["median"] * 1e3
     speedup = ref_s["median"] / ours_s["median"]
     passed = ours_ms <= TARGET_MS
-    load = C.load_average()
-    table = C.markdown_table(
+    load = _common.load_average()
+    table = _common.markdown_table(
         ["measure", "value", "target", "result", "load avg (1/5/15 min)"],
         [
             [
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> dict:
                 f"{ours_ms:.1f} ms ({ours_s['q1'] * 1e3:.1f}-{ours_s['q3'] * 1e3:.1f}); "
                 f"CPU time {ours_cpu['median'] * 1e3:.1f} ms",
                 f"<= {TARGET_MS:.0f} ms",
-                C.verdict(passed),
+                _common.verdict(passed),
                 " / ".join(map(str, load)),
             ],
             [
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> dict:
         "load_average_start": load_start,
         "ours_seconds": ours_s,
         "ours_cpu_seconds": ours_cpu,
-        "reference_cpu_seconds": C.summary(cpu["reference"]),
+        "reference_cpu_seconds": _common.summary(cpu["reference"]),
         "reference_seconds": ref_s,
         "max_abs_diff_vs_reference": max_abs_diff,
         "median_ms": ours_ms,
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> dict:
         "target": f"<= {TARGET_MS} ms median",
         "pass": passed,
     }
-    C.write_results("advantages", payload, table)
+    _common.write_results("advantages", payload, table)
     return payload
 
 
@@ -150,23 +150,14 @@ def _time_many(fn, k: int) -> list[tuple[float, float]]:
 
 
 def summary_rows() -> list[list]:
-    """This benchmark's rows of the `run_all` summary, from its results file: measure, value, target, result, load
-    average, date (`run_all` adds the benchmark's name)."""
-    rows = []
-    r = C.load_result("advantages")
-    if r:
-        rows.append(
-            [
-                f"process_advantages N={r['params']['n']} T={r['params']['t']}, 1 thread "
-                f"({r['speedup']:.0f}x the Python loop)",
-                f"{r['median_ms']:.1f} ms",
-                "<= 50 ms",
-                C.verdict(r["pass"]),
-                C.load_cell(r["load_average_end"]),
-                r["date"],
-            ]
-        )
-    return rows
+    """This benchmark's rows of the `run_all` summary (:func:`benchmarks._common.dated_rows`)."""
+
+    def rows(r):
+        n, t = r["params"]["n"], r["params"]["t"]
+        measure = f"process_advantages N={n} T={t}, 1 thread ({r['speedup']:.0f}x the Python loop)"
+        yield measure, f"{r['median_ms']:.1f} ms", "<= 50 ms", _common.verdict(r["pass"])
+
+    return _common.dated_rows(_common.load_result("advantages"), rows)
 
 
 if __name__ == "__main__":

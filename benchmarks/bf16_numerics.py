@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import argparse
 
-from benchmarks import _common as C
+from benchmarks import _common
 
 NAME = "bf16_numerics"
 TEMPERATURE = 0.7
@@ -76,8 +76,8 @@ def main(argv: list[str] | None = None) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl.trainer.utils import add_fused_lm_head
 
-    from grpo_ext.evaluation.token_draws import counter_uniforms, draw_from_cdf, token_cdf
-    from grpo_ext.models import resolve_model_path
+    from grpo_ext.model_paths import resolve_model_path
+    from grpo_ext.sampler.token_draws import counter_uniforms, draw_from_cdf, token_cdf
     from grpo_ext.tasks import get_task
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--completion", type=int, default=64)
     parser.add_argument("--name", default=NAME)
     args = parser.parse_args(argv)
-    C.set_threads(1)
+    _common.set_threads(1)
     torch.manual_seed(0)
     folder = resolve_model_path(args.model)
     tok = AutoTokenizer.from_pretrained(folder)
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> dict:
         for label, r in results.items()
         if label != "sampling"
     ]
-    text = C.markdown_table(
+    text = _common.markdown_table(
         ["base", "|d logp| mean", "|d logp| max", "|d sum logp| / completion", "LoRA grad cosine", "grad rel. err"],
         rows_out,
     )
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> dict:
         f"T = {TEMPERATURE}. Next-token distributions bf16 vs fp32 over {s['positions']} positions: total variation "
         f"mean {s['tv_mean']:.4f}, max {s['tv_max']:.3f}; the same inverse-CDF draw at {s['same_draw_share']:.1%}"
     )
-    C.write_results(args.name, payload, text)
+    _common.write_results(args.name, payload, text)
     return payload
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from benchmarks import _common as C
+from benchmarks import _common
 
 DECODES = ("eager", "static", "compiled")
 
@@ -31,27 +31,27 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--compiled", action="store_true", help="also time decode='compiled' (inductor, CPU)")
     args = parser.parse_args(argv)
-    C.set_threads(1)
+    _common.set_threads(1)
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grpo_ext.evaluation import continuous
-    from grpo_ext.evaluation.sampling import SamplingParams, sample
+    from grpo_ext.sampler.decoder import Decoder
+    from grpo_ext.sampler.sampling import SamplingParams, sample
     from grpo_ext.tasks import get_task
 
-    model = AutoModelForCausalLM.from_pretrained(C.model_dir(), dtype=torch.float32).eval()
-    tokenizer = AutoTokenizer.from_pretrained(C.model_dir())
+    model = AutoModelForCausalLM.from_pretrained(_common.model_dir(), dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(_common.model_dir())
     prompts = list(get_task("arithmetic").load("test", args.prompts)["prompt"])
     decodes = DECODES if args.compiled else DECODES[:2]
     steps = [0]
-    step = continuous._Decoder.step
+    step = Decoder.step
 
     def counted(decoder):  # decode steps of a call (the warm-up's: the same for every side and repetition)
         steps[0] += 1
         return (yield from step(decoder))
 
-    continuous._Decoder.step = counted
+    Decoder.step = counted
     rows, results = [], []
     for batch in (int(b) for b in args.batch.split(",")):
         outputs, counts = {}, {}
@@ -70,22 +70,22 @@ def main(argv: list[str] | None = None) -> dict:
             steps[0] = 0
             call(-1)
             counts[decode] = steps[0]
-        times = C.alternate(sides, reps=args.reps, warmup=0)
+        times = _common.alternate(sides, reps=args.reps, warmup=0)
         same = all(outputs[d, i] == outputs["eager", i] for d in decodes for i in range(args.reps))
         result = {"batch": batch, "slots": min(batch * args.n, 512), "decode_steps": counts, "same_samples": same}
-        result["seconds"] = {d: C.summary(t) for d, t in times.items()}
-        result["time_over_eager"] = {d: C.paired_ratio(times[d], times["eager"]) for d in decodes if d != "eager"}
+        result["seconds"] = {d: _common.summary(t) for d, t in times.items()}
+        result["time_over_eager"] = {d: _common.paired_ratio(times[d], times["eager"]) for d in decodes if d != "eager"}
         results.append(result)
         for d in decodes:
             s, ratio = result["seconds"][d], result["time_over_eager"].get(d)
             cell = "1" if ratio is None else f"{ratio['median_of_ratios']:.3f}x ({ratio['q1']:.3f}-{ratio['q3']:.3f})"
             rows.append([result["slots"], d, f"{s['median']:.3g} ({s['q1']:.3g}-{s['q3']:.3g})",
                          f"{s['median'] / counts[d] * 1e3:.3g}", counts[d], cell, same])  # fmt: skip
-    continuous._Decoder.step = step
-    table = C.markdown_table(["slots", "decode", "median s (IQR)", "ms / decode step", "decode steps",
+    Decoder.step = step
+    table = _common.markdown_table(["slots", "decode", "median s (IQR)", "ms / decode step", "decode steps",
                               "time / eager (IQR)", "same samples"], rows)  # fmt: skip
     payload = {"params": vars(args), "results": results}
-    C.write_results("decode_steps_cpu", payload, table)
+    _common.write_results("decode_steps_cpu", payload, table)
     return payload
 
 

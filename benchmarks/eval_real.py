@@ -12,7 +12,7 @@ SmolLM2-135M-Instruct (`make real-model`), `word_arithmetic` test problems, n sa
 - **after**: the harness as shipped for a CPU with native bf16 (`avx512_bf16` / `amx_bf16` / Arm `bf16`,
   `grpo_ext.modeling.cpu_bf16_support`; float32 elsewhere, recorded): the base in bfloat16, the task's stop strings
   (`Question:`: the sample ends at the token completing it), the continuous sampler with its bf16 decode attention
-  (`grpo_ext/evaluation/decode_attention.py`), `--after-batch` prompts a batch.
+  (`grpo_ext/sampler/decode_attention.py`), `--after-batch` prompts a batch.
 - **lm_eval**: lm-eval's `HFLM.generate_until` on the after side's model object (same dtype), the same prompt texts
   (our chat-template rendering; the token ids are checked equal to the sampler's), `until` = the task's stop strings,
   `do_sample`, the same temperature, top_p 1, top_k 0, `max_gen_toks`, `--lm-eval-batch` rows a batch (default: the
@@ -43,12 +43,12 @@ import sys
 
 import torch
 
-from benchmarks import _common as C
+from benchmarks import _common
 from benchmarks.stop_strings import CountingTokenizer
 from grpo_ext.evaluation.backends import TransformersBackend, load_model_and_tokenizer
 from grpo_ext.evaluation.bootstrap import bootstrap_mean_ci, bootstrap_paired_difference_ci
 from grpo_ext.evaluation.harness import evaluate_model, load_problems
-from grpo_ext.evaluation.sampling import SamplingParams, encode_prompt_ids
+from grpo_ext.sampler.sampling import SamplingParams, encode_prompt_ids
 from grpo_ext.tasks import get_task
 
 MODEL = "smollm2-135m-instruct"
@@ -147,10 +147,10 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error(f"--sides: distinct names from {', '.join(SIDES)}")
     if args.reps < 1 or args.problems < args.reps:
         parser.error("--reps must be >= 1 and <= --problems")
-    C.set_threads(1)
+    _common.set_threads(1)
     logging.getLogger("grpo_ext").setLevel(logging.WARNING)
     logging.getLogger("lm_eval").setLevel(logging.WARNING)
-    load_start = C.load_average()
+    load_start = _common.load_average()
 
     task = get_task("word_arithmetic", **PROMPTS[args.prompt])
     problems = load_problems(task, "test", args.problems)
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> dict:
     fns = {side: (theirs if side == "lm_eval" else ours(side)) for side in sides}
     cpu: dict[str, list[float]] = {}
     print(f"{len(problems)} problems x {args.n} in {args.reps} chunks; sides {', '.join(sides)}", file=sys.stderr)
-    wall = C.alternate(fns, reps=args.reps, warmup=1 if warm else 0, cpu_times=cpu)
+    wall = _common.alternate(fns, reps=args.reps, warmup=1 if warm else 0, cpu_times=cpu)
 
     eos_ids = {t for t in (tokenizer.eos_token_id, tokenizer.pad_token_id) if t is not None}
     for rec in record.get("lm_eval", []):
@@ -234,8 +234,8 @@ def main(argv: list[str] | None = None) -> dict:
         per_problem = [correct[side][i] / args.n for i in ids]
         interval = bootstrap_mean_ci(per_problem)
         res = {
-            "seconds": C.summary(wall[side]),
-            "cpu_seconds": C.summary(cpu[side]),
+            "seconds": _common.summary(wall[side]),
+            "cpu_seconds": _common.summary(cpu[side]),
             "samples_per_cpu_second": sum(samples) / sum(cpu[side]),
             "samples_per_second": sum(samples) / sum(wall[side]),
             "tokens_per_cpu_second": sum(tokens) / sum(cpu[side]),
@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> dict:
             return None
         rate = {s: [rec["samples"] / t for rec, t in zip(record[s], cpu[s], strict=True)] for s in (a, b)}
         wall_rate = {s: [rec["samples"] / t for rec, t in zip(record[s], wall[s], strict=True)] for s in (a, b)}
-        return {"cpu": C.paired_ratio(rate[a], rate[b]), "wall": C.paired_ratio(wall_rate[a], wall_rate[b])}
+        return {"cpu": _common.paired_ratio(rate[a], rate[b]), "wall": _common.paired_ratio(wall_rate[a], wall_rate[b])}
 
     ratios = {
         name: r
@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> dict:
                 f"{diff['estimate']:+.3f} [{diff['low']:+.3f}, {diff['high']:+.3f}]" if diff else "",
             ]
         )
-    table = C.markdown_table(
+    table = _common.markdown_table(
         [
             "side",
             "samples / CPU s",
@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> dict:
         f"alternated after a warm-up; CPU bf16: {support}."
     )
     if passed is not None:
-        table += f" Target after/before >= {TARGET}x with pass@1 within noise: {C.verdict(passed)}."
+        table += f" Target after/before >= {TARGET}x with pass@1 within noise: {_common.verdict(passed)}."
     payload = {
         "params": vars(args) | {"before_batch": before_batch, "lm_eval_rows": lm_rows},
         "device": "cpu",
@@ -338,9 +338,9 @@ def main(argv: list[str] | None = None) -> dict:
         "ratios": ratios,
         "target": f"after / before >= {TARGET}x samples per CPU second, pass@1 paired difference interval holds 0",
         "pass": passed,
-        "load_average": C.load_average(),
+        "load_average": _common.load_average(),
     }
-    C.write_results(args.out_name, payload, table)
+    _common.write_results(args.out_name, payload, table)
     return payload
 
 

@@ -10,7 +10,7 @@ loading, lm-eval's task building and request construction are done once, outside
 `HFLM.generate_until(requests x repeats)` against our harness's `evaluate_model` (no cache) over
 `TransformersBackend` (it orders and batches the prompts, samples, decodes and also scores: a few ms). Both sides'
 mean accuracy and completion length are reported, to show they sample the same distribution, and how many distinct
-prefixes the samples had (our sampler decodes each once: `grpo_ext/evaluation/continuous.py`).
+prefixes the samples had (our sampler decodes each once: `grpo_ext/sampler/continuous.py`).
 
 Target: ours >= 1.5x lm-eval (median of per-repetition ratios), at every batch size.
 """
@@ -24,10 +24,10 @@ import sys
 
 import torch
 
-from benchmarks import _common as C
+from benchmarks import _common
 from grpo_ext.evaluation.backends import TransformersBackend
 from grpo_ext.evaluation.harness import evaluate_model
-from grpo_ext.evaluation.sampling import SamplingParams
+from grpo_ext.sampler.sampling import SamplingParams
 from grpo_ext.tasks.arithmetic import ArithmeticTask
 
 TARGET = 1.5
@@ -38,7 +38,7 @@ def lm_eval_requests(n_prompts: int, repeats: int, max_tokens: int):
     """lm-eval's instances for our task (each cloned `repeats` times, as lm-eval's evaluator does) + the docs."""
     from lm_eval.tasks import TaskManager, get_task_dict
 
-    manager = TaskManager(include_path=[str(C.ROOT / "evals" / "lm_eval_tasks")], metadata={"n": n_prompts})
+    manager = TaskManager(include_path=[str(_common.ROOT / "evals" / "lm_eval_tasks")], metadata={"n": n_prompts})
     task = get_task_dict([TASK], manager)[TASK]
     task.set_config("repeats", repeats)
     task.set_config("generation_kwargs", {**task.config.generation_kwargs, "max_gen_toks": max_tokens})
@@ -106,15 +106,15 @@ def measure(model, tokenizer, rows: int, args, requests, problems, load_cell_fn)
         if r >= 0:
             quality["lm_eval"].append(score([(req.args[0], c) for req, c in zip(requests, flat, strict=True)]))
 
-    times = C.alternate({"ours": ours, "lm_eval": theirs}, reps=args.reps, warmup=args.warmup)
+    times = _common.alternate({"ours": ours, "lm_eval": theirs}, reps=args.reps, warmup=args.warmup)
     samples = len(requests)
     rates = {name: [samples / t for t in times[name]] for name in times}
-    ratio = C.paired_ratio(rates["ours"], rates["lm_eval"])
+    ratio = _common.paired_ratio(rates["ours"], rates["lm_eval"])
     return {
         "rows": rows,
         "prompts_per_batch_ours": rows // args.n,
-        "seconds": {name: C.summary(t) for name, t in times.items()},
-        "samples_per_second": {name: C.summary(r) for name, r in rates.items()},
+        "seconds": {name: _common.summary(t) for name, t in times.items()},
+        "samples_per_second": {name: _common.summary(r) for name, r in rates.items()},
         "ratio": ratio,
         "quality": {name: {k: sum(q[k] for q in qs) / len(qs) for k in qs[0]} for name, qs in quality.items()},
         "pass": ratio["median_of_ratios"] >= TARGET,
@@ -148,13 +148,13 @@ def main(argv: list[str] | None = None) -> dict:
     batches = [int(b) for b in args.batch.split(",")]
     if any(b % args.n for b in batches):
         parser.error("--batch values must be multiples of --n (our batches hold whole prompts x n rows)")
-    C.set_threads(1)
+    _common.set_threads(1)
     logging.getLogger("lm_eval").setLevel(logging.WARNING)
-    load_start = C.load_average()
+    load_start = _common.load_average()
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder = args.model or C.model_dir()
+    folder = args.model or _common.model_dir()
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     requests, docs, gen_kwargs = lm_eval_requests(args.prompts, args.n, args.max_tokens)
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> dict:
     results = []
     for rows in batches:
         print(f"batch {rows} sequences:", file=sys.stderr, flush=True)
-        results.append(measure(model, tokenizer, rows, args, requests, problems, C.load_average))
+        results.append(measure(model, tokenizer, rows, args, requests, problems, _common.load_average))
     samples = len(requests)
 
     table_rows = []
@@ -186,11 +186,11 @@ def main(argv: list[str] | None = None) -> dict:
                 f"{ours['median']:.0f} vs {theirs['median']:.0f} samples/s = **{ratio['median_of_ratios']:.2f}x** "
                 f"(IQR {ratio['q1']:.2f}-{ratio['q3']:.2f})",
                 f">= {TARGET}x",
-                C.verdict(res["pass"]),
+                _common.verdict(res["pass"]),
                 " / ".join(map(str, res["load_average"])),
             ]
         )
-    table = C.markdown_table(
+    table = _common.markdown_table(
         [
             f"ours / lm-eval samples per second (median of {args.reps} alternated runs)",
             "value",
@@ -222,42 +222,31 @@ def main(argv: list[str] | None = None) -> dict:
         "target": f"ours / lm-eval >= {TARGET} at every batch size",
         "pass": all(res["pass"] for res in results),
     }
-    C.write_results("eval_throughput" + (f"_fewshot{args.fewshot}" if args.fewshot else ""), payload, table)
+    _common.write_results("eval_throughput" + (f"_fewshot{args.fewshot}" if args.fewshot else ""), payload, table)
     return payload
 
 
 def summary_rows() -> list[list]:
-    """This benchmark's rows of the `run_all` summary, from its results file: measure, value, target, result, load
-    average, date (`run_all` adds the benchmark's name)."""
-    rows = []
-    r = C.load_result("eval_throughput")
-    if r:
+    """This benchmark's rows of the `run_all` summary (:func:`benchmarks._common.dated_rows`)."""
+
+    def rows(r):
         for res in r["results"]:
-            rows.append(
-                [
-                    f"samples/s ours / lm-eval HFLM, batch {res['rows']} sequences",
-                    f"{res['ratio']['median_of_ratios']:.2f}x",
-                    ">= 1.5x",
-                    C.verdict(res["pass"]),
-                    C.load_cell(res["load_average"]),
-                    r["date"],
-                ]
-            )
-    for path in sorted(C.RESULTS_DIR.glob("eval_throughput_fewshot*.json")):  # `--fewshot K`: long prompts, info
-        r = json.loads(path.read_text())
+            measure = f"samples/s ours / lm-eval HFLM, batch {res['rows']} sequences"
+            value = f"{res['ratio']['median_of_ratios']:.2f}x"
+            yield measure, value, ">= 1.5x", _common.verdict(res["pass"]), res["load_average"]
+
+    def fewshot_rows(r):  # `--fewshot K`: long prompts, for information
         for res in r["results"]:
-            rows.append(
-                [
-                    f"same, {r['params']['fewshot']} solved problems prepended to every "
-                    f"prompt (long prompts; info), batch {res['rows']}",
-                    f"{res['ratio']['median_of_ratios']:.2f}x",
-                    "(info)",
-                    "",
-                    C.load_cell(res["load_average"]),
-                    r["date"],
-                ]
+            measure = (
+                f"same, {r['params']['fewshot']} solved problems prepended to every "
+                f"prompt (long prompts; info), batch {res['rows']}"
             )
-    return rows
+            yield measure, f"{res['ratio']['median_of_ratios']:.2f}x", "(info)", "", res["load_average"]
+
+    found = _common.dated_rows(_common.load_result("eval_throughput"), rows)
+    for path in sorted(_common.RESULTS_DIR.glob("eval_throughput_fewshot*.json")):
+        found += _common.dated_rows(json.loads(path.read_text()), fewshot_rows)
+    return found
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ new tokens (random weights draw EOS with probability ~1/151,936 a token, so near
 the same work on every side). Slots (rows decoding at once) = P x N on every side.
 
 Sides:
-- ours: `grpo_ext.evaluation.sampling.sample` (the harness's transformers backend: continuous batching, shared
+- ours: `grpo_ext.sampler.sampling.sample` (the harness's transformers backend: continuous batching, shared
   prefill, per-sample random streams), `batch_size = P`, with the eager decode step (`decode="eager"`, today's);
 - ours_static: the same with the fixed-shape decode step, not compiled (`decode="static"`);
 - ours_compiled: the fixed-shape step through `torch.compile(mode="reduce-overhead")`, CUDA graphs
@@ -49,8 +49,7 @@ import time
 from pathlib import Path
 from unittest import mock
 
-from benchmarks import _common as C
-from benchmarks import _gpu as G
+from benchmarks import _common, _gpu
 
 METHODS = ("ours", "ours_static", "ours_compiled", "generate", "generate_static", "vllm")
 #: ours_<decode> rows: SamplingParams.decode of each (plain "ours" is the eager step)
@@ -101,7 +100,7 @@ def make_ours(
     outputs: dict | None = None,
 ):
     """Our sampler with ``decode``; ``outputs[r]`` keeps repetition ``r``'s samples when given."""
-    from grpo_ext.evaluation.sampling import SamplingParams, sample
+    from grpo_ext.sampler.sampling import SamplingParams, sample
 
     def run(r: int) -> list[list[str]]:
         params = SamplingParams(
@@ -124,7 +123,7 @@ def make_ours(
 def make_generate(model, tokenizer, prompts: list[str], n: int, max_new_tokens: int, static: bool, lengths: list):
     import torch
 
-    from grpo_ext.evaluation.sampling import encode_prompts
+    from grpo_ext.sampler.sampling import encode_prompts
 
     device = next(model.parameters()).device
     enc = encode_prompts(tokenizer, prompts, device)
@@ -187,7 +186,7 @@ def measure(sides: dict, device, reps: int) -> tuple[dict, dict, dict]:
                 return
             try:
                 fn(r)
-                G.synchronize(device)
+                _gpu.synchronize(device)
             except Exception as err:
                 errors[name] = f"{type(err).__name__}: {err}"
                 print(f"  {name} failed: {errors[name]}", file=sys.stderr, flush=True)
@@ -197,12 +196,12 @@ def measure(sides: dict, device, reps: int) -> tuple[dict, dict, dict]:
     calls = {name: timed(name, fn) for name, fn in sides.items()}
     warmup = {}
     for name, call in calls.items():
-        G.synchronize(device)
+        _gpu.synchronize(device)
         start = time.perf_counter()
         call(-1)
         warmup[name] = time.perf_counter() - start
         print(f"  warm-up {name}: {warmup[name]:.3g} s", file=sys.stderr, flush=True)
-    times = C.alternate(calls, reps=reps, warmup=0)
+    times = _common.alternate(calls, reps=reps, warmup=0)
     ok = [name for name in times if name not in errors]
     return {k: warmup[k] for k in ok}, {k: times[k] for k in ok}, errors
 
@@ -223,7 +222,7 @@ def agreement(outputs: dict[str, dict], name: str) -> float | None:
 
 
 def run_config(model, tokenizer, folder, problems, prompts_n: int, n: int, args, device, llm_cache: dict) -> dict:
-    from grpo_ext.evaluation.sampling import encode_prompt_ids
+    from grpo_ext.sampler.sampling import encode_prompt_ids
 
     prompts = list(problems[:prompts_n])
     lengths: dict[str, list[float]] = {"generate": [], "generate_static": []}
@@ -247,11 +246,11 @@ def run_config(model, tokenizer, folder, problems, prompts_n: int, n: int, args,
         except Exception as err:  # vLLM cannot be tested here (no GPU): record why, keep the other results
             vllm = f"failed: {type(err).__name__}: {err}"
     warmup, times, errors = measure(sides, device, args.reps)
-    summaries = {name: C.summary(t) for name, t in times.items()}
+    summaries = {name: _common.summary(t) for name, t in times.items()}
     ours, static_generate = times.get("ours"), times.get("generate_static")
-    ratios = {name: C.paired_ratio(t, ours) for name, t in times.items() if name != "ours" and ours is not None}
+    ratios = {name: _common.paired_ratio(t, ours) for name, t in times.items() if name != "ours" and ours is not None}
     over_static = {
-        name: C.paired_ratio(t, static_generate)
+        name: _common.paired_ratio(t, static_generate)
         for name, t in times.items()
         if name != "generate_static" and static_generate is not None
     }
@@ -266,7 +265,7 @@ def run_config(model, tokenizer, folder, problems, prompts_n: int, n: int, args,
         "time_over_ours": ratios,
         "time_over_generate_static": over_static,
         "same_samples_as_ours": {ours_name(d): agreement(outputs, d) for d in args.decodes if d != "eager"},
-        "generate_mean_new_tokens": {k: C.median(v) for k, v in lengths.items() if v},
+        "generate_mean_new_tokens": {k: _common.median(v) for k, v in lengths.items() if v},
         "vllm": vllm,
         "errors": errors,
     }
@@ -307,7 +306,7 @@ def table(results: list[dict]) -> str:
             )
     headers = ["prompts x samples", "slots", "method", "warm-up s", "median s (IQR)", "ms / decode step",
                "samples/s", "time / ours (IQR)", "time / generate_static (IQR)"]  # fmt: skip
-    return C.markdown_table(headers, rows)
+    return _common.markdown_table(headers, rows)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -315,7 +314,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--configs", default="8x16,32x16", help="prompts x samples, comma-separated")
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--shape", default="0.5b", choices=sorted(G.SHAPES))
+    parser.add_argument("--shape", default="0.5b", choices=sorted(_gpu.SHAPES))
     parser.add_argument("--no-vllm", action="store_true", help="leave vLLM out even when it is installed")
     parser.add_argument(
         "--decodes", default=",".join(DECODES), help="our sampler's decode steps to time (eager,static,compiled)"
@@ -333,7 +332,7 @@ def main(argv: list[str] | None = None) -> dict:
     configs = parse_configs(args.configs)
     args.decodes = parse_decodes(args.decodes)
     if args.device == "cuda":
-        reason = G.cuda_unavailable_reason()
+        reason = _gpu.cuda_unavailable_reason()
         if reason is not None:
             print(f"{NAME}: needs a CUDA GPU: {reason}. Nothing measured, nothing written.")
             return {"skipped": reason}
@@ -341,14 +340,14 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grpo_ext.evaluation import static_step
+    from grpo_ext.sampler import static_step
     from grpo_ext.tasks import get_task
 
     device = torch.device(args.device)
     problems = get_task("arithmetic").load("test", max(p for p, _ in configs))["prompt"]
     workdir = Path(tempfile.mkdtemp(prefix="grpo_ext_gpu_sampling_"))
     try:
-        folder = G.build_random_model(args.shape, workdir / f"qwen2.5-{args.shape}-random", device=args.device)
+        folder = _gpu.build_random_model(args.shape, workdir / f"qwen2.5-{args.shape}-random", device=args.device)
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()
         tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -365,9 +364,9 @@ def main(argv: list[str] | None = None) -> dict:
         shutil.rmtree(workdir, ignore_errors=True)
     text = table(results)
     payload = {
-        "device": G.device_facts(device),
+        "device": _gpu.device_facts(device),
         "params": vars(args) | {"configs": configs, "model": f"random-weight Qwen2.5-{args.shape} shape",
-                                "vocab_size": G.SHAPES[args.shape]["vocab_size"], "dtype": str(dtype),
+                                "vocab_size": _gpu.SHAPES[args.shape]["vocab_size"], "dtype": str(dtype),
                                 "compile_options": options},
         "results": results,
     }  # fmt: skip
@@ -375,7 +374,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(text)
         print(f"\n{NAME}: CPU rehearsal, not written (GPU results only)")
         return payload
-    C.write_results(NAME, payload, text)
+    _common.write_results(NAME, payload, text)
     return payload
 
 

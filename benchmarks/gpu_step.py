@@ -60,8 +60,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks import _common as C
-from benchmarks import _gpu as G
+from benchmarks import _common, _gpu
 from grpo_ext.stand_ins import RESULT_MARK
 
 NAME = "gpu_step"
@@ -163,7 +162,7 @@ def run_kind(folder: str, kind: str, settings: dict, *, device: str, reps: int, 
     trainers, resident, warmup_seconds = {}, {}, {}
     with tempfile.TemporaryDirectory(prefix="grpo_ext_gpu_step_") as tmp:
         for variant in variants:
-            start_bytes = G.allocated(device)
+            start_bytes = _gpu.allocated(device)
             try:
                 set_seed(0)
                 trainer = build_trainer(folder, kind, variant, settings, device, Path(tmp))
@@ -172,10 +171,10 @@ def run_kind(folder: str, kind: str, settings: dict, *, device: str, reps: int, 
                 batches = make_batches(trainer.train_dataset, settings, warmup + max(EXTRA_WARMUP.values()) + reps)
                 seconds = []
                 for w in range(n_warm):
-                    G.synchronize(device)
+                    _gpu.synchronize(device)
                     start = time.perf_counter()
                     one_step(trainer, batches[w])
-                    G.synchronize(device)
+                    _gpu.synchronize(device)
                     seconds.append(time.perf_counter() - start)
             except Exception as err:  # one variant failing (e.g. a static cache TRL cannot use) keeps the others
                 errors[variant] = f"{type(err).__name__}: {err}"
@@ -183,7 +182,7 @@ def run_kind(folder: str, kind: str, settings: dict, *, device: str, reps: int, 
                 continue
             trainers[variant] = (trainer, batches[-reps:])
             warmup_seconds[variant] = seconds
-            end_bytes = G.allocated(device)
+            end_bytes = _gpu.allocated(device)
             resident[variant] = None if start_bytes is None else end_bytes - start_bytes
 
         step_extra: dict[str, list[int]] = {v: [] for v in trainers}
@@ -197,38 +196,38 @@ def run_kind(folder: str, kind: str, settings: dict, *, device: str, reps: int, 
                 if variant in errors:
                     return
                 set_seed(1000 + r)
-                before = G.allocated(device)
-                G.reset_peak(device)
+                before = _gpu.allocated(device)
+                _gpu.reset_peak(device)
                 try:
                     losses[variant].append(one_step(trainer, batches[r]))
-                    G.synchronize(device)
+                    _gpu.synchronize(device)
                 except Exception as err:
                     errors[variant] = f"{type(err).__name__}: {err}"
                     print(f"  {kind}/{variant} failed: {errors[variant]}", file=sys.stderr, flush=True)
                     return
-                peak = G.max_allocated(device)
+                peak = _gpu.max_allocated(device)
                 if peak is not None:
                     step_extra[variant].append(peak - before)
                 lengths[variant].append(trainer._metrics["train"]["completions/mean_length"][-1])
 
             return fn
 
-        times = C.alternate({v: runner(v) for v in trainers}, reps=reps, warmup=0) if trainers else {}
+        times = _common.alternate({v: runner(v) for v in trainers}, reps=reps, warmup=0) if trainers else {}
     ok = [v for v in times if v not in errors]
     out = {"kind": kind, "errors": errors, "variants": {}}
     for v in ok:
         peak = None if resident[v] is None or not step_extra[v] else resident[v] + max(step_extra[v])
         out["variants"][v] = {
             "warmup_seconds": warmup_seconds[v],
-            "seconds": C.summary(times[v]),
+            "seconds": _common.summary(times[v]),
             "resident_bytes": resident[v],
             "step_extra_bytes": step_extra[v],
             "peak_bytes": peak,
-            "mean_completion_length": C.median(lengths[v]),
+            "mean_completion_length": _common.median(lengths[v]),
             "losses": losses[v],
         }
     if "off" in ok:
-        out["time_over_off"] = {v: C.paired_ratio(times[v], times["off"]) for v in ok if v != "off"}
+        out["time_over_off"] = {v: _common.paired_ratio(times[v], times["off"]) for v in ok if v != "off"}
     return out
 
 
@@ -239,7 +238,7 @@ def run_worker(*args: str) -> dict:
     """One worker in a fresh interpreter (a clean CUDA allocator for each kind); its JSON result."""
     cmd = [sys.executable, "-m", "benchmarks.gpu_step", "--worker", *args]
     print(f"  $ {' '.join(cmd[1:4])} {' '.join(a[:60] for a in cmd[4:])}", file=sys.stderr, flush=True)
-    proc = subprocess.run(cmd, cwd=C.ROOT, stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+    proc = subprocess.run(cmd, cwd=_common.ROOT, stdout=subprocess.PIPE, text=True, env=os.environ.copy())
     lines = [line for line in proc.stdout.splitlines() if line.startswith(MARK)]
     if proc.returncode != 0 or not lines:
         return {"error": f"worker exited with code {proc.returncode} (its stderr is above)"}
@@ -291,7 +290,7 @@ def table(shape: str, kinds: dict) -> str:
                 ]
             )
     headers = ["shape", "kind", "variant", "step s (IQR)", "time / off", "warm-up s", "peak memory", "resident"]
-    return C.markdown_table(headers, rows)
+    return _common.markdown_table(headers, rows)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -312,8 +311,8 @@ def main(argv: list[str] | None = None) -> dict:
         name, *rest = args.worker
         if name == "build":
             out = {
-                "folder": str(G.build_random_model(rest[0], rest[1], device=rest[2])),
-                "device": G.device_facts(rest[2]),
+                "folder": str(_gpu.build_random_model(rest[0], rest[1], device=rest[2])),
+                "device": _gpu.device_facts(rest[2]),
             }
         else:
             folder, kind, settings, device = rest[0], rest[1], json.loads(rest[2]), rest[3]
@@ -323,13 +322,13 @@ def main(argv: list[str] | None = None) -> dict:
 
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
-    bad = [s for s in shapes if s not in G.SHAPES] + [k for k in kinds if k not in KINDS]
+    bad = [s for s in shapes if s not in _gpu.SHAPES] + [k for k in kinds if k not in KINDS]
     if bad:
-        raise SystemExit(f"--shapes / --kinds: unknown {bad}; shapes {sorted(G.SHAPES)}, kinds {list(KINDS)}")
+        raise SystemExit(f"--shapes / --kinds: unknown {bad}; shapes {sorted(_gpu.SHAPES)}, kinds {list(KINDS)}")
     if args.batch % args.group:
         raise SystemExit(f"--batch ({args.batch}) must be a multiple of --group ({args.group})")
     if args.device == "cuda":
-        reason = G.cuda_unavailable_reason()
+        reason = _gpu.cuda_unavailable_reason()
         if reason is not None:
             print(f"{NAME}: needs a CUDA GPU: {reason}. Nothing measured, nothing written.")
             return {"skipped": reason}
@@ -362,14 +361,14 @@ def main(argv: list[str] | None = None) -> dict:
         payload = {
             "device": built.get("device"),
             "shape": shape,
-            "model": f"random-weight Qwen2.5-{shape} shape, vocabulary {G.SHAPES[shape]['vocab_size']}",
+            "model": f"random-weight Qwen2.5-{shape} shape, vocabulary {_gpu.SHAPES[shape]['vocab_size']}",
             "params": {k: v for k, v in vars(args).items() if k != "worker"} | {"settings": settings, "lora": LORA},
             "kinds": results,
             "sampler_target": target,
         }
         payloads[shape] = payload
         if args.device == "cuda":
-            C.write_results(f"{NAME}_{shape}", payload, text)
+            _common.write_results(f"{NAME}_{shape}", payload, text)
         else:
             print(text)
             print(f"\n{NAME}: CPU rehearsal, not written (GPU results only)")

@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from benchmarks import _common as C
+from benchmarks import _common
 from grpo_ext.evaluation import bootstrap, majority, metrics
 
 TARGET_S = 2.0
@@ -187,8 +187,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--large-reps", type=int, default=3)
     parser.add_argument("--exact-baseline", action="store_true", help="also time the exact maj@k engine (minutes)")
     args = parser.parse_args(argv)
-    C.set_threads(1)
-    load_start = C.load_average()
+    _common.set_threads(1)
+    load_start = _common.load_average()
     ks = tuple(k for k in KS if k <= args.n)
 
     data = {regime: make_problems(args.problems, args.n, regime) for regime in REGIMES}
@@ -219,17 +219,17 @@ def main(argv: list[str] | None = None) -> dict:
 
         return fn
 
-    times = C.alternate(
+    times = _common.alternate(
         {r: runner(r) for r in REGIMES}, reps=args.reps, warmup=1, before=lambda name, r: clear_caches()
     )
-    load = C.load_average()
+    load = _common.load_average()
     rows, summaries = [], {}
     for regime in REGIMES:
-        total = C.summary(times[regime])
+        total = _common.summary(times[regime])
         summaries[regime] = {
             "total_seconds": total,
-            "pass_seconds": C.summary(split[regime]["pass"]),
-            "maj_seconds": C.summary(split[regime]["maj"]),
+            "pass_seconds": _common.summary(split[regime]["pass"]),
+            "maj_seconds": _common.summary(split[regime]["maj"]),
             "distinct_signatures": distinct[regime],
             "metric_means": results_means[regime],
         }
@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> dict:
                 f"{total['median']:.2f} s (pass {summaries[regime]['pass_seconds']['median']:.3f} s, "
                 f"maj {summaries[regime]['maj_seconds']['median']:.2f} s)",
                 f"<= {TARGET_S:.0f} s" if is_target else "(info)",
-                C.verdict(total["median"] <= TARGET_S) if is_target else "",
+                _common.verdict(total["median"] <= TARGET_S) if is_target else "",
                 " / ".join(map(str, load)) if is_target else "",
             ]
         )
@@ -262,13 +262,13 @@ def main(argv: list[str] | None = None) -> dict:
         large_parts.append(parts)
         large_means.update(means)
 
-    large_load = C.load_average()
-    large_times = C.alternate({"large": large}, reps=args.large_reps, warmup=0, before=lambda name, r: clear_caches())[
-        "large"
-    ]
-    large_total = C.summary(large_times)
+    large_load = _common.load_average()
+    large_times = _common.alternate(
+        {"large": large}, reps=args.large_reps, warmup=0, before=lambda name, r: clear_caches()
+    )["large"]
+    large_total = _common.summary(large_times)
     large_passed = large_total["median"] <= LARGE_TARGET_S
-    part_medians = {name: C.median([p[name] for p in large_parts]) for name in large_parts[0]}
+    part_medians = {name: _common.median([p[name] for p in large_parts]) for name in large_parts[0]}
     rows.append(
         [
             f"every metric (pass@k, pass^k, maj@k, Cover@tau, diversity, 95% bootstrap CI of each mean), "
@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> dict:
             f"{large_total['median']:.1f} s (maj@k {part_medians['maj@k']:.1f} s, "
             f"bootstrap {part_medians['bootstrap']:.2f} s)",
             f"<= {LARGE_TARGET_S:.0f} s",
-            C.verdict(large_passed),
+            _common.verdict(large_passed),
             " / ".join(map(str, large_load)),
         ]
     )
@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> dict:
             ]
         )
 
-    table = C.markdown_table(["measure", "value", "target", "result", "load avg (1/5/15 min)"], rows)
+    table = _common.markdown_table(["measure", "value", "target", "result", "load avg (1/5/15 min)"], rows)
     payload = {
         "params": vars(args) | {"ks": list(ks)},
         "load_average_start": load_start,
@@ -323,41 +323,26 @@ def main(argv: list[str] | None = None) -> dict:
         },
         "single_problems": singles,
     }
-    C.write_results("metrics", payload, table)
+    _common.write_results("metrics", payload, table)
     return payload
 
 
 def summary_rows() -> list[list]:
-    """This benchmark's rows of the `run_all` summary, from its results file: measure, value, target, result, load
-    average, date (`run_all` adds the benchmark's name)."""
-    rows = []
-    r = C.load_result("metrics")
-    if r:
-        rows.append(
-            [
-                f"pass@k + maj@k, {r['params']['problems']} problems, n={r['params']['n']}, "
-                f"k=1..{r['params']['ks'][-1]}",
-                f"{r['median_seconds']:.2f} s",
-                "<= 2 s",
-                C.verdict(r["pass"]),
-                C.load_cell(r["load_average_end"]),
-                r["date"],
-            ]
-        )
+    """This benchmark's rows of the `run_all` summary (:func:`benchmarks._common.dated_rows`)."""
+
+    def rows(r):
+        p = r["params"]
+        measure = f"pass@k + maj@k, {p['problems']} problems, n={p['n']}, k=1..{p['ks'][-1]}"
+        yield measure, f"{r['median_seconds']:.2f} s", "<= 2 s", _common.verdict(r["pass"])
         large = r.get("large")
         if large:
-            rows.append(
-                [
-                    f"every metric + bootstrap, {large['problems']} problems, n={large['n']}, "
-                    f"k=1..{large['ks'][-1]} (powers of two)",
-                    f"{large['total_seconds']['median']:.1f} s",
-                    "<= 30 s",
-                    C.verdict(large["pass"]),
-                    C.load_cell(r["load_average_end"]),
-                    r["date"],
-                ]
+            measure = (
+                f"every metric + bootstrap, {large['problems']} problems, n={large['n']}, "
+                f"k=1..{large['ks'][-1]} (powers of two)"
             )
-    return rows
+            yield measure, f"{large['total_seconds']['median']:.1f} s", "<= 30 s", _common.verdict(large["pass"])
+
+    return _common.dated_rows(_common.load_result("metrics"), rows)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ import yaml
 from transformers import set_seed
 from trl import GRPOConfig, GRPOTrainer
 
-from benchmarks import _common as C
+from benchmarks import _common
 from grpo_ext.config import GRPOExtConfig
 from grpo_ext.tasks import get_task
 from grpo_ext.trainer import GRPOExtTrainer
@@ -75,7 +75,7 @@ ALL_ON = {  # configs/process.yaml + configs/adaptive_kl.yaml + zero_std_groups:
 
 def base_settings(batch: int | None) -> tuple[dict, dict]:
     """GRPO settings and task kwargs from configs/default.yaml (the embedded default)."""
-    config = yaml.safe_load((C.ROOT / "configs" / "default.yaml").read_text())
+    config = yaml.safe_load((_common.ROOT / "configs" / "default.yaml").read_text())
     settings = {k: config[k] for k in GRPO_KEYS if k in config}
     if batch is not None:
         settings["per_device_train_batch_size"] = batch
@@ -153,9 +153,9 @@ def main(argv: list[str] | None = None) -> dict:
         help="instead of the benchmark: cProfile --reps steps of one trainer and print the top",
     )
     args = parser.parse_args(argv)
-    C.set_threads(1)
-    model = args.model or C.model_dir()
-    load_start = C.load_average()
+    _common.set_threads(1)
+    model = args.model or _common.model_dir()
+    load_start = _common.load_average()
 
     with tempfile.TemporaryDirectory(prefix="grpo_ext_bench_") as tmp:
         names = [args.profile] if args.profile else ["trl", "off", "trl_kl", "all_on"]
@@ -182,18 +182,18 @@ def main(argv: list[str] | None = None) -> dict:
         if args.profile:
             return profile(trainers[args.profile], batches, args.reps, before, args.profile)
         cpu: dict[str, list[float]] = {}
-        times = C.alternate(
+        times = _common.alternate(
             {n: runner(n) for n in trainers}, reps=args.reps, warmup=args.warmup, before=before, cpu_times=cpu
         )
 
-    load = C.load_average()
+    load = _common.load_average()
     reps = range(args.reps)
     identical = all(losses["off"][r] == losses["trl"][r] for r in reps)
     same_lengths = all(lengths[n][r] == lengths["trl"][r] for n in trainers for r in reps)
-    summaries = {n: C.summary(t) for n, t in times.items()}
+    summaries = {n: _common.summary(t) for n, t in times.items()}
     pairs = {"off": ("off", "trl"), "all_on": ("all_on", "trl_kl"), "all_on_vs_trl_beta0": ("all_on", "trl")}
-    ratios = {key: C.paired_ratio(times[a], times[b]) for key, (a, b) in pairs.items()}
-    cpu_ratios = {key: C.paired_ratio(cpu[a], cpu[b]) for key, (a, b) in pairs.items()}
+    ratios = {key: _common.paired_ratio(times[a], times[b]) for key, (a, b) in pairs.items()}
+    cpu_ratios = {key: _common.paired_ratio(cpu[a], cpu[b]) for key, (a, b) in pairs.items()}
     verdicts = {n: ratios[n]["median_of_ratios"] <= TARGETS[n][1] for n in TARGETS}
     cpu_verdicts = {n: cpu_ratios[n]["median_of_ratios"] <= TARGETS[n][1] for n in TARGETS}
     load_cell = " / ".join(map(str, load))
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> dict:
         )
 
     def verdict_cell(key):
-        return f"{C.verdict(verdicts[key])} (CPU time: {C.verdict(cpu_verdicts[key])})"
+        return f"{_common.verdict(verdicts[key])} (CPU time: {_common.verdict(cpu_verdicts[key])})"
 
     rows = [
         ["TRL GRPOTrainer, beta 0: step time", ms("trl"), "", "", ""],
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> dict:
         ["**all on / TRL (beta 0.04)**", ratio_cell("all_on"), "<= 1.10x", verdict_cell("all_on"), load_cell],
         ["all on / TRL (beta 0), for information", ratio_cell("all_on_vs_trl_beta0"), "", "", ""],
     ]
-    table = C.markdown_table(
+    table = _common.markdown_table(
         [
             f"measure (median of {args.reps} alternated steps, IQR)",
             "value",
@@ -246,17 +246,17 @@ def main(argv: list[str] | None = None) -> dict:
         "params": vars(args) | {"model": model, "settings": settings},
         "load_average_start": load_start,
         "step_seconds": summaries,
-        "step_cpu_seconds": {n: C.summary(t) for n, t in cpu.items()},
+        "step_cpu_seconds": {n: _common.summary(t) for n, t in cpu.items()},
         "ratios": ratios,
         "cpu_time_ratios": cpu_ratios,
         "losses_off_equal_trl": identical,
         "same_completion_lengths": same_lengths,
-        "mean_completion_length": {n: C.median(list(v.values())) for n, v in lengths.items()},
+        "mean_completion_length": {n: _common.median(list(v.values())) for n, v in lengths.items()},
         "targets": {n: f"{n} / {b} <= {t}" for n, (b, t) in TARGETS.items()},
         "pass": verdicts,
         "pass_cpu_time": cpu_verdicts,
     }
-    C.write_results("overhead", payload, table)
+    _common.write_results("overhead", payload, table)
     return payload
 
 
@@ -278,11 +278,9 @@ def profile(trainer, batches, reps: int, before, name: str) -> dict:
 
 
 def summary_rows() -> list[list]:
-    """This benchmark's rows of the `run_all` summary, from its results file: measure, value, target, result, load
-    average, date (`run_all` adds the benchmark's name)."""
-    rows = []
-    r = C.load_result("overhead")
-    if r:
+    """This benchmark's rows of the `run_all` summary (:func:`benchmarks._common.dated_rows`)."""
+
+    def rows(r):
         for key, label, target in (
             ("off", "GRPOExtTrainer, extensions off / TRL GRPOTrainer", "<= 1.02x"),
             ("all_on", "GRPOExtTrainer, all on / TRL GRPOTrainer (same beta)", "<= 1.10x"),
@@ -290,20 +288,12 @@ def summary_rows() -> list[list]:
             ratio = r["ratios"][key]
             cpu = r.get("cpu_time_ratios", {}).get(key)
             value = f"{ratio['median_of_ratios']:.3f}x" + (f" (CPU time {cpu['median_of_ratios']:.3f}x)" if cpu else "")
-            result = C.verdict(r["pass"][key])
+            result = _common.verdict(r["pass"][key])
             if "pass_cpu_time" in r:
-                result += f" (CPU time: {C.verdict(r['pass_cpu_time'][key])})"
-            rows.append(
-                [
-                    f"{label}: median step time",
-                    value,
-                    target,
-                    result,
-                    C.load_cell(r["load_average_end"]),
-                    r["date"],
-                ]
-            )
-    return rows
+                result += f" (CPU time: {_common.verdict(r['pass_cpu_time'][key])})"
+            yield f"{label}: median step time", value, target, result
+
+    return _common.dated_rows(_common.load_result("overhead"), rows)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Process-reward-model scoring time per GRPO step, as a share of the step, on the embedded task (CPU, one thread);
-and the step-end token mapping of `grpo_ext.steps` on a long non-canonical BPE completion (issue 19).
+and the step-end token mapping of `grpo_ext.reasoning_steps` on a long non-canonical BPE completion (issue 19).
 
     python -m benchmarks.prm_scoring [--reps 10] [--warmup 2] [--batch 64] [--mapping-reps 5]
 
@@ -33,7 +33,7 @@ from pathlib import Path
 
 from transformers import set_seed
 
-from benchmarks import _common as C
+from benchmarks import _common
 from benchmarks.overhead import base_settings, make_batches, one_step
 from grpo_ext.rewards.prm import PRM_FORMATS
 from grpo_ext.stand_ins import build_prm
@@ -100,7 +100,7 @@ def bpe_tokenizer(vocab_size: int = 2000):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    fixtures = C.ROOT / "tests" / "fixtures"
+    fixtures = _common.ROOT / "tests" / "fixtures"
     rows = [
         json.loads(line)
         for name in ("gsm8k_sample.jsonl", "math_sample.jsonl")
@@ -135,7 +135,7 @@ def long_noncanonical_completion(tokenizer, texts: list[str], length: int = 816,
 
 def mapping_benchmark(reps: int, lengths: tuple[int, ...] = (816, 3264)) -> dict:
     """Prefix decoding vs incremental decoding on completions of each length (x4 in length: x16 vs x4 in time)."""
-    from grpo_ext import steps
+    from grpo_ext import reasoning_steps
 
     tokenizer, texts = bpe_tokenizer()
     out = {"vocab_size": len(tokenizer), "lengths": {}}
@@ -143,16 +143,16 @@ def mapping_benchmark(reps: int, lengths: tuple[int, ...] = (816, 3264)) -> dict
         ids = long_noncanonical_completion(tokenizer, texts, length)
         assert tokenizer(tokenizer.decode(ids), add_special_tokens=False)["input_ids"] != ids  # really non-canonical
         fns = {
-            "prefix_decoding": lambda _r, ids=ids: steps.char_ends_by_prefix_decoding(tokenizer, ids),
-            "incremental": lambda _r, ids=ids: steps.char_ends_by_incremental_decoding(tokenizer, ids),
+            "prefix_decoding": lambda _r, ids=ids: reasoning_steps.char_ends_by_prefix_decoding(tokenizer, ids),
+            "incremental": lambda _r, ids=ids: reasoning_steps.char_ends_by_incremental_decoding(tokenizer, ids),
         }
         equal = fns["prefix_decoding"](0) == fns["incremental"](0)
-        times = C.alternate(fns, reps=reps, warmup=1)
+        times = _common.alternate(fns, reps=reps, warmup=1)
         out["lengths"][length] = {
-            "steps": len(steps.step_end_token_indices(tokenizer, ids, "newline")),
+            "steps": len(reasoning_steps.step_end_token_indices(tokenizer, ids, "newline")),
             "equal_char_ends": equal,
-            "seconds": {k: C.summary(v) for k, v in times.items()},
-            "speedup": C.paired_ratio(times["prefix_decoding"], times["incremental"]),
+            "seconds": {k: _common.summary(v) for k, v in times.items()},
+            "speedup": _common.paired_ratio(times["prefix_decoding"], times["incremental"]),
         }
     return out
 
@@ -170,9 +170,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--model", default=None, help="policy folder (default: the embedded model)")
     parser.add_argument("--mapping-reps", type=int, default=5)
     args = parser.parse_args(argv)
-    C.set_threads(1)
-    model = args.model or C.model_dir()
-    load_start = C.load_average()
+    _common.set_threads(1)
+    model = args.model or _common.model_dir()
+    load_start = _common.load_average()
 
     with tempfile.TemporaryDirectory(prefix="grpo_ext_prm_bench_") as tmp:
         trainers, timers, params, dataset, settings = build_trainers(model, args.batch, Path(tmp))
@@ -193,13 +193,13 @@ def main(argv: list[str] | None = None) -> dict:
 
             return fn
 
-        times = C.alternate({n: runner(n) for n in trainers}, reps=args.reps, warmup=args.warmup, before=before)
+        times = _common.alternate({n: runner(n) for n in trainers}, reps=args.reps, warmup=args.warmup, before=before)
     mapping = mapping_benchmark(args.mapping_reps)
 
-    shares = {n: C.paired_ratio(prm_seconds[n], times[n]) for n in trainers}
+    shares = {n: _common.paired_ratio(prm_seconds[n], times[n]) for n in trainers}
     rows = []
     for n in trainers:
-        s, p = C.summary(times[n]), C.summary(prm_seconds[n])
+        s, p = _common.summary(times[n]), _common.summary(prm_seconds[n])
         rows.append(
             [
                 f"{n} ({params[n] / 1e6:.2f} M parameters)",
@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> dict:
                 f"{shares[n]['median_of_ratios']:.3f} (IQR {shares[n]['q1']:.3f}-{shares[n]['q3']:.3f})",
             ]
         )
-    table = C.markdown_table(
+    table = _common.markdown_table(
         [
             f"PRM format (median of {args.reps} alternated steps)",
             "PRM scoring per step",
@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     table += (
         f"\n\n{settings['per_device_train_batch_size']} samples a step, max {settings['max_completion_length']} "
-        f"completion tokens, embedded policy, 1 thread; load average {' / '.join(map(str, C.load_average()))}."
+        f"completion tokens, embedded policy, 1 thread; load average {' / '.join(map(str, _common.load_average()))}."
     )
     mapping_rows = []
     for length, m in mapping["lengths"].items():
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> dict:
                 "yes" if m["equal_char_ends"] else "NO",
             ]
         )
-    table += "\n\n" + C.markdown_table(
+    table += "\n\n" + _common.markdown_table(
         [
             f"step-end mapping, non-canonical byte-level BPE completion ({mapping['vocab_size']} tokens vocabulary)",
             "decode every prefix (before)",
@@ -246,33 +246,23 @@ def main(argv: list[str] | None = None) -> dict:
     payload = {
         "params": vars(args) | {"model": model, "settings": settings, "prm_parameters": params},
         "load_average_start": load_start,
-        "step_seconds": {n: C.summary(t) for n, t in times.items()},
-        "prm_seconds": {n: C.summary(t) for n, t in prm_seconds.items()},
+        "step_seconds": {n: _common.summary(t) for n, t in times.items()},
+        "prm_seconds": {n: _common.summary(t) for n, t in prm_seconds.items()},
         "prm_share_of_step": shares,
         "step_end_mapping": mapping,
     }
-    C.write_results("prm_scoring", payload, table)
+    _common.write_results("prm_scoring", payload, table)
     return payload
 
 
 def summary_rows() -> list[list]:
-    """This benchmark's rows of the `run_all` summary, from its results file: measure, value, target, result, load
-    average, date (`run_all` adds the benchmark's name)."""
-    rows = []
-    r = C.load_result("prm_scoring")
-    if r:
+    """This benchmark's rows of the `run_all` summary (:func:`benchmarks._common.dated_rows`)."""
+
+    def rows(r):
         shares = " / ".join(f"{v['median_of_ratios']:.2f}x" for v in r["prm_share_of_step"].values())
-        rows.append(
-            [
-                f"PRM time / GRPO step time ({', '.join(r['prm_share_of_step'])})",
-                shares,
-                "(info)",
-                "",
-                C.load_cell(r["load_average_end"]),
-                r["date"],
-            ]
-        )
-    return rows
+        yield f"PRM time / GRPO step time ({', '.join(r['prm_share_of_step'])})", shares, "(info)", ""
+
+    return _common.dated_rows(_common.load_result("prm_scoring"), rows)
 
 
 if __name__ == "__main__":

@@ -46,53 +46,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks import _common as C
+from benchmarks import _common
+from benchmarks._memory import peak, reset_peak, rss
 from grpo_ext.stand_ins import SHAPES
 
 MARK = "@@RESULT@@"
 TARGET_FOOTPRINT, TARGET_STEP = 0.40, 0.35
 PUBLISHED_PARAMETERS = {"0.5b": 494_032_768, "1.5b": 1_543_714_304}  # the hub models' parameter counts
 LORA = dict(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
-
-
-# ---- memory probes ---------------------------------------------------------------------------------------------
-
-
-def _status(field: str) -> int | None:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def rss() -> int:
-    value = _status("VmRSS")
-    if value is None:
-        import psutil
-
-        value = psutil.Process().memory_info().rss
-    return value
-
-
-def reset_peak() -> bool:
-    """Reset the kernel's peak-RSS counter (Linux >= 4.0); False where that is not possible."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
-
-
-def peak() -> int:
-    value = _status("VmHWM")
-    if value is None:
-        import resource
-
-        value = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return value
 
 
 # ---- workers (each in its own process) -------------------------------------------------------------------------
@@ -249,7 +210,7 @@ def run_worker(*args: str) -> dict:
     """Run one worker in a fresh interpreter; returns its JSON result."""
     cmd = [sys.executable, "-m", "benchmarks.qlora_memory", "--worker", *args]
     print(f"  $ {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
-    proc = subprocess.run(cmd, cwd=C.ROOT, capture_output=True, text=True, env=os.environ.copy())
+    proc = subprocess.run(cmd, cwd=_common.ROOT, capture_output=True, text=True, env=os.environ.copy())
     lines = [line for line in proc.stdout.splitlines() if line.startswith(MARK)]
     if proc.returncode != 0 or not lines:
         sys.stderr.write(proc.stderr[-4000:])
@@ -285,7 +246,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        C.set_threads(1)
+        _common.set_threads(1)
         name, *rest = args.worker
         if name == "build":
             out = worker_build(*rest)
@@ -296,7 +257,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(MARK + json.dumps(out), flush=True)
         return out
 
-    load_start = C.load_average()
+    load_start = _common.load_average()
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="grpo_ext_qlora_bench_"))
     footprints, steps = {}, {}
@@ -321,7 +282,7 @@ def main(argv: list[str] | None = None) -> dict:
             shutil.rmtree(workdir, ignore_errors=True)
 
     blank = ("", "", "")  # no target, result or load for an information row
-    load = C.load_average()
+    load = _common.load_average()
     load_cell = " / ".join(map(str, load))
     rows = []
     for shape, f in footprints.items():
@@ -337,7 +298,7 @@ def main(argv: list[str] | None = None) -> dict:
                 f"{mib(nf4['lora_bytes'])})",
                 f"{mib(nf4['total_bytes'])} = **{f['ratio']:.3f}x** bf16",
                 f"<= {TARGET_FOOTPRINT}x" if is_target else "(info)",
-                C.verdict(f["ratio"] <= TARGET_FOOTPRINT) if is_target else "",
+                _common.verdict(f["ratio"] <= TARGET_FOOTPRINT) if is_target else "",
                 load_cell if is_target else "",
             ]
         )
@@ -357,11 +318,11 @@ def main(argv: list[str] | None = None) -> dict:
                 f"**QLoRA / full step peak RSS ({label})**",
                 f"{ratio:.3f}x",
                 f"<= {TARGET_STEP}x",
-                C.verdict(ratio <= TARGET_STEP),
+                _common.verdict(ratio <= TARGET_STEP),
                 load_cell,
             ]
         )
-    table = C.markdown_table(["measure", "value", "target", "result", "load avg (1/5/15 min)"], rows)
+    table = _common.markdown_table(["measure", "value", "target", "result", "load avg (1/5/15 min)"], rows)
     verdicts = {}
     if "1.5b" in footprints:
         verdicts["footprint_1.5b"] = footprints["1.5b"]["ratio"] <= TARGET_FOOTPRINT
@@ -380,29 +341,24 @@ def main(argv: list[str] | None = None) -> dict:
         },
         "pass": verdicts,
     }
-    C.write_results("qlora_memory", payload, table)
+    _common.write_results("qlora_memory", payload, table)
     return payload
 
 
 def summary_rows() -> list[list]:
-    """This benchmark's rows of the `run_all` summary, from its results file: measure, value, target, result, load
-    average, date (`run_all` adds the benchmark's name)."""
-    r = C.load_result("qlora_memory")
-    if not r:
-        return []
-    tail = [C.load_cell(r["load_average_end"]), r["date"]]
-    rows = []
-    if "1.5b" in r["footprints"]:
-        ratio, ok = r["footprints"]["1.5b"]["ratio"], r["pass"]["footprint_1.5b"]
-        rows.append(
-            ["weights nf4 + LoRA / bf16, Qwen2.5-1.5B shape", f"{ratio:.3f}x", "<= 0.40x", C.verdict(ok), *tail]
-        )
-    for key, label in (("step_peak", "no activation checkpointing"), ("step_peak_ac", "activation checkpointing")):
-        if key in r.get("step_peak_ratios", {}):
-            measure = f"GRPO training step peak RSS, QLoRA / full bf16 (fused AdamW), 0.5B shape ({label})"
-            ratio = r["step_peak_ratios"][key]
-            rows.append([measure, f"{ratio:.3f}x", "<= 0.35x", C.verdict(r["pass"][key]), *tail])
-    return rows
+    """This benchmark's rows of the `run_all` summary (:func:`benchmarks._common.dated_rows`)."""
+
+    def rows(r):
+        if "1.5b" in r["footprints"]:
+            ratio, ok = r["footprints"]["1.5b"]["ratio"], r["pass"]["footprint_1.5b"]
+            yield "weights nf4 + LoRA / bf16, Qwen2.5-1.5B shape", f"{ratio:.3f}x", "<= 0.40x", _common.verdict(ok)
+        for key, label in (("step_peak", "no activation checkpointing"), ("step_peak_ac", "activation checkpointing")):
+            if key in r.get("step_peak_ratios", {}):
+                measure = f"GRPO training step peak RSS, QLoRA / full bf16 (fused AdamW), 0.5B shape ({label})"
+                ratio = r["step_peak_ratios"][key]
+                yield measure, f"{ratio:.3f}x", "<= 0.35x", _common.verdict(r["pass"][key])
+
+    return _common.dated_rows(_common.load_result("qlora_memory"), rows)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ does (on a CPU only the completion positions: ``grpo_ext.modeling.compact_log_pr
 in ``:all_positions`` (TRL's own CPU path, every position through the LM head): ``generate:float32:all_positions``,
 the recipe before issue 37, is the default's first variant and the baseline of the speed-ups. A part ``:eager`` builds
 the policy with ``attn_implementation: eager`` instead of transformers' default ``sdpa`` (``sampler:bfloat16:eager``;
-the sampler's CPU decode steps attend with ``grpo_ext/evaluation/decode_attention.py`` either way). A part
+the sampler's CPU decode steps attend with ``grpo_ext/sampler/decode_attention.py`` either way). A part
 ``:shared_prompt`` turns on ``share_prompt_forward`` (``grpo_ext/shared_prompt.py``: the loss's forward and backward
 compute each group's prompt once, and micro-batches hold whole groups); every other variant runs with it off, whatever
 the recipe says (``sampler:bfloat16:shared_prompt`` against ``sampler:bfloat16``: 45 against 64 CPU s a step, the
@@ -64,7 +64,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks import _common as C
+from benchmarks import _common
 from benchmarks._step_clock import PhaseClock, device_facts, resolve_device
 from benchmarks._step_clock import synchronize as _synchronize
 
@@ -305,10 +305,10 @@ def run(
             return fn
 
         order = list(trainers)
-        for r in range(reps):  # C.alternate's rotation, one repetition at a time so each can be written out
+        for r in range(reps):  # _common.alternate's rotation, one repetition at a time so each can be written out
             shift = r % len(order) if order else 0
             rotated = order[shift:] + order[:shift]
-            C.alternate({n: runner(n, r) for n in rotated}, reps=1, warmup=0, progress=False)
+            _common.alternate({n: runner(n, r) for n in rotated}, reps=1, warmup=0, progress=False)
             print(
                 f"  rep {r + 1}/{reps}: " + ", ".join(f"{n} {steps[n][-1]['step']:.4g}s" for n in rotated if steps[n]),
                 file=sys.stderr,
@@ -327,19 +327,19 @@ def summarise(raw: dict, names: list[str]) -> dict:
     out = {}
     for n in ok:
         rows = raw["steps"][n]
-        entry = {p: C.summary([r[p] for r in rows]) for p in PHASES + CPU_PHASES}
+        entry = {p: _common.summary([r[p] for r in rows]) for p in PHASES + CPU_PHASES}
         for suffix in ("", "_cpu"):
-            entry["loss_forward_backward" + suffix] = C.summary(
+            entry["loss_forward_backward" + suffix] = _common.summary(
                 [r["loss_forward" + suffix] + r["loss_backward" + suffix] for r in rows]
             )
         for key in ("mean_completion_length", "clipped_ratio", "reward"):
-            entry[key] = C.median([r[key] for r in rows])
+            entry[key] = _common.median([r[key] for r in rows])
         entry["steps"] = rows
         entry["warmup_steps"] = raw["warmups"].get(n, [])
         entry |= raw["built"].get(n, {})
         if base is not None:
             for suffix in ("", "_cpu"):
-                entry[f"speedup{suffix}_over_{base}"] = C.paired_ratio(
+                entry[f"speedup{suffix}_over_{base}"] = _common.paired_ratio(
                     [r["step" + suffix] for r in raw["steps"][base]], [r["step" + suffix] for r in rows]
                 )
         out[n] = entry
@@ -384,7 +384,7 @@ def table(summary: dict, errors: dict, names: list[str]) -> str:
         "clipped",
         "mean reward",
     ]
-    return C.markdown_table(headers, rows)
+    return _common.markdown_table(headers, rows)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -400,15 +400,17 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps of each variant first")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="auto: CUDA when visible")
     parser.add_argument("--name", default=NAME, help="the result's name: <--out>/<name>.json")
-    parser.add_argument("--out", default=str(C.RESULTS_DIR), help="the result's folder (default benchmarks/results)")
+    parser.add_argument(
+        "--out", default=str(_common.RESULTS_DIR), help="the result's folder (default benchmarks/results)"
+    )
     args = parser.parse_args(argv)
     if args.reps < 1 or args.warmup < 0:
         raise SystemExit("--reps must be >= 1 and --warmup >= 0")
     variants = parse_variants(args.variants)
     names = [variant_name(*v) for v in variants]
     device = resolve_device(args.device)
-    config = str(Path(args.config) if Path(args.config).is_absolute() else C.ROOT / args.config)
-    C.set_threads(1)
+    config = str(Path(args.config) if Path(args.config).is_absolute() else _common.ROOT / args.config)
+    _common.set_threads(1)
     facts = device_facts(device)
     print(f"{NAME}: {', '.join(names)} on {facts.get('name') or device}", file=sys.stderr, flush=True)
 
@@ -436,7 +438,7 @@ def write(raw, reps_done, args, names, overrides, config, device, facts) -> dict
     payload = {
         "device": facts,
         "params": {
-            "config": os.path.relpath(config, C.ROOT) if config.startswith(str(C.ROOT)) else config,
+            "config": os.path.relpath(config, _common.ROOT) if config.startswith(str(_common.ROOT)) else config,
             "overrides": overrides,
             "variants": names,
             "cpu_continuous_batching_config": CPU_CONTINUOUS_BATCHING if device == "cpu" else None,
@@ -448,7 +450,7 @@ def write(raw, reps_done, args, names, overrides, config, device, facts) -> dict
         **summary,
         "errors": raw["errors"],
     }
-    C.write_results(args.name, payload, text, results_dir=Path(args.out))
+    _common.write_results(args.name, payload, text, results_dir=Path(args.out))
     return payload
 
 

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from benchmarks import _common as C
+from benchmarks import _common
 
 # Run one after the other in this order, and summarised in it: a new benchmark is a module with `main` and
 # `summary_rows` plus its name here.
@@ -48,18 +48,19 @@ def main(argv: list[str] | None = None) -> int:
     failed = []
     if not args.summary_only:
         for name in names:
-            print(f"\n=== benchmarks/{name}.py (load average {C.load_cell(C.load_average())}) ===", flush=True)
+            load = _common.load_cell(_common.load_average())
+            print(f"\n=== benchmarks/{name}.py (load average {load}) ===", flush=True)
             start = time.perf_counter()
-            code = subprocess.call([sys.executable, "-m", f"benchmarks.{name}"], cwd=C.ROOT)
+            code = subprocess.call([sys.executable, "-m", f"benchmarks.{name}"], cwd=_common.ROOT)
             print(f"=== {name}: exit code {code}, {time.perf_counter() - start:.0f} s ===", flush=True)
             if code:
                 failed.append(name)
     rows = summary_rows()
-    table = C.markdown_table(
+    table = _common.markdown_table(
         ["benchmark", "measure", "value", "target", "result", "load avg (1/5/15 min)", "date"], rows
     )
-    C.RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    (C.RESULTS_DIR / "summary.json").write_text(json.dumps({"rows": rows, "table": table}, indent=2) + "\n")
+    _common.RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    (_common.RESULTS_DIR / "summary.json").write_text(json.dumps({"rows": rows, "table": table}, indent=2) + "\n")
     print("\n" + table)
     if failed:
         print(f"\nbenchmarks that crashed: {', '.join(failed)}", file=sys.stderr)

@@ -20,11 +20,11 @@ from __future__ import annotations
 import argparse
 import logging
 
-from benchmarks import _common as C
+from benchmarks import _common
 from grpo_ext.evaluation.backends import TransformersBackend, load_model_and_tokenizer
 from grpo_ext.evaluation.harness import evaluate_model, load_problems
-from grpo_ext.evaluation.sampling import SamplingParams
-from grpo_ext.evaluation.stops import cut_at_stop
+from grpo_ext.sampler.sampling import SamplingParams
+from grpo_ext.sampler.stops import cut_at_stop
 from grpo_ext.tasks import get_task
 
 MODEL = "smollm2-135m-instruct"
@@ -75,9 +75,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", default=MODEL)
     args = parser.parse_args(argv)
-    C.set_threads(1)
+    _common.set_threads(1)
     logging.getLogger("grpo_ext").setLevel(logging.WARNING)
-    load_start = C.load_average()
+    load_start = _common.load_average()
 
     model, tokenizer = load_model_and_tokenizer(args.model, device="cpu")
     counting = CountingTokenizer(tokenizer)
@@ -113,20 +113,20 @@ def main(argv: list[str] | None = None) -> dict:
         return run
 
     cpu: dict[str, list[float]] = {}
-    times = C.alternate({name: side(name) for name in sides}, reps=args.reps, warmup=args.warmup, cpu_times=cpu)
+    times = _common.alternate({name: side(name) for name in sides}, reps=args.reps, warmup=args.warmup, cpu_times=cpu)
     samples = args.problems * args.n
     rates = {name: [samples / t for t in times[name]] for name in times}
     # one thread on shared cores: the CPU seconds of this process are the steadier measure of the work
     cpu_rates = {name: [samples / t for t in cpu[name]] for name in cpu}
-    ratio = C.paired_ratio(rates["stop"], rates["no_stop"])
-    cpu_ratio = C.paired_ratio(cpu_rates["stop"], cpu_rates["no_stop"])
+    ratio = _common.paired_ratio(rates["stop"], rates["no_stop"])
+    cpu_ratio = _common.paired_ratio(cpu_rates["stop"], cpu_rates["no_stop"])
     results = {
         name: {
-            "seconds": C.summary(times[name]),
-            "samples_per_second": C.summary(rates[name]),
-            "cpu_seconds": C.summary(cpu[name]),
-            "samples_per_cpu_second": C.summary(cpu_rates[name]),
-            "tokens_per_sample": C.median([r["tokens_per_sample"] for r in runs[name]]),
+            "seconds": _common.summary(times[name]),
+            "samples_per_second": _common.summary(rates[name]),
+            "cpu_seconds": _common.summary(cpu[name]),
+            "samples_per_cpu_second": _common.summary(cpu_rates[name]),
+            "tokens_per_sample": _common.median([r["tokens_per_sample"] for r in runs[name]]),
             "pass@1": runs[name][0]["pass@1"],
             "answers_extracted": runs[name][0]["answers_extracted"],
             "pass@1_same_every_rep": len({r["pass@1"] for r in runs[name]}) == 1,
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> dict:
         ]
         for name, res in results.items()
     ]
-    table = C.markdown_table(
+    table = _common.markdown_table(
         ["side", "samples/s (wall)", "samples per CPU second", "tokens a sample", "pass@1", "stop strings"], rows
     )
     table += (
@@ -177,9 +177,9 @@ def main(argv: list[str] | None = None) -> dict:
         "ratio": ratio,
         "cpu_ratio": cpu_ratio,
         "paired_samples": changes,
-        "load_average": C.load_average(),
+        "load_average": _common.load_average(),
     }
-    C.write_results("stop_strings", payload, table)
+    _common.write_results("stop_strings", payload, table)
     return payload
 
 

@@ -18,7 +18,7 @@ def build_char_tokenizer(characters: str = CHARACTERS, model_max_length: int = 1
     """One token per character; unknown characters map to <unk>."""
     vocab = {tok: i for i, tok in enumerate((*SPECIAL_TOKENS, *characters))}
     tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    # Every character is its own pre-token, with exact character offsets (steps.py relies on them).
+    # Every character is its own pre-token, with exact character offsets (reasoning_steps.py relies on them).
     tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tokenizer.decoder = decoders.Fuse()
     return PreTrainedTokenizerFast(

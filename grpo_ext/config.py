@@ -21,7 +21,7 @@ STOP_STRINGS_NEED_SAMPLER = (
     "`stop` goes in generation_kwargs): set generation_backend: sampler or remove stop_strings"
 )
 CPU_BF16 = ("off", "auto", "on")
-# The sampler's decode steps: grpo_ext.evaluation.static_step.DECODE_MODES, a floor above this one (a test keeps the
+# The sampler's decode steps: grpo_ext.sampler.static_step.DECODE_MODES, a floor above this one (a test keeps the
 # two equal). Checked whatever the backend: a typo is refused even where the value is not read yet.
 SAMPLER_DECODES = ("auto", "eager", "static", "compiled")
 
@@ -76,9 +76,9 @@ class GRPOExtConfig(GRPOConfig):
         process_reward_model_batch_size (`int`, *optional*, defaults to `16`):
             Completions per forward pass of the process reward model (>= 1).
         step_separator (`str` or `None`, *optional*, defaults to `None`):
-            How a completion splits into reasoning steps (`grpo_ext.steps`): `"newline"`, `"blank_line"`, `"step_k"`
-            (steps start at lines `Step <k>:`) or a literal separator string. When unset: the task's rule when the
-            trainer is built by `build_grpo_trainer`, else a literal newline. Must be non-empty when set.
+            How a completion splits into reasoning steps (`grpo_ext.reasoning_steps`): `"newline"`, `"blank_line"`,
+            `"step_k"` (steps start at lines `Step <k>:`) or a literal separator string. When unset: the task's rule
+            when the trainer is built by `build_grpo_trainer`, else a literal newline. Must be non-empty when set.
         process_include_outcome (`bool`, *optional*, defaults to `False`):
             With step rewards, add each completion's outcome reward as one more step ending at its last token.
 
@@ -119,12 +119,12 @@ class GRPOExtConfig(GRPOConfig):
 
         generation_backend (`str`, *optional*, defaults to `"trl"`):
             `"trl"`: TRL's own generation (transformers `generate`, or vLLM with `use_vllm`). `"sampler"`: grpo-ext's
-            continuous-batching sampler (`grpo_ext.evaluation.continuous`: each prompt prefilled once for its group,
+            continuous-batching sampler (`grpo_ext.sampler.continuous`: each prompt prefilled once for its group,
             slots refilled as samples end, the decode step compiled with CUDA graphs on a GPU, `sampler_decode`), for
             full, LoRA and QLoRA policies. The completions keep TRL's form (ids up to and including the first EOS,
             at most `max_completion_length`); `temperature`, `top_p`, `top_k` and `min_p` are honoured, and a
             `repetition_penalty` other than 1 or a `generation_kwargs` entry the sampler cannot honour is an error.
-            Sample `i` of a prompt is drawn as the harness draws it (`grpo_ext.evaluation.sampling.sample_seed`)
+            Sample `i` of a prompt is drawn as the harness draws it (`grpo_ext.sampler.sampling.sample_seed`)
             with a seed derived from `seed`, the generation round and the process. Not with `use_vllm`, tools or
             vision-language models.
         sampler_decode (`str`, *optional*, defaults to `"auto"`):

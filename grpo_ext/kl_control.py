@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from grpo_ext.registration import qualified_name
+
 __all__ = [
     "KL_CONTROLLERS",
     "KL_ERROR_CLIP",
@@ -317,10 +319,6 @@ def _adaptive_card(training: dict) -> str:
     )
 
 
-def _qualified_name(fn: Callable) -> str:
-    return f"{fn.__module__}.{fn.__qualname__}"
-
-
 #: ``kl_controller`` value -> its entry; the first is the default (TRL's constant beta).
 KL_CONTROLLERS: dict[str, KLControllerSpec] = {}
 
@@ -330,7 +328,7 @@ def register_kl_controller(spec: KLControllerSpec) -> KLControllerSpec:
     trainer, the resume rule, the range checks and the model card read the entry. A taken name is a ``ValueError``
     unless the entry is built by the same function (its module reloaded, as `register_gradient_coefficient` allows)."""
     existing = KL_CONTROLLERS.get(spec.name)
-    if existing is not None and _qualified_name(existing.from_config) != _qualified_name(spec.from_config):
+    if existing is not None and qualified_name(existing.from_config) != qualified_name(spec.from_config):
         raise ValueError(f"KL controller {spec.name!r} is already registered")
     KL_CONTROLLERS[spec.name] = spec
     return spec

@@ -132,7 +132,7 @@ def check_config_matches_weights(folder: str | Path, what: str) -> None:
 def check_adapter_base(folder: str | Path, what: str, base_model: str | None = None) -> None:
     """A PEFT adapter folder's base (``base_model``, else its ``adapter_config.json``'s) is a model folder other than
     the adapter, and every LoRA matrix fits the base layer it adapts; a base that is a hub id is not checked."""
-    from grpo_ext.models import resolve_model_path
+    from grpo_ext.model_paths import resolve_model_path
 
     folder = Path(folder)
     config_file = folder / "adapter_config.json"

@@ -1,7 +1,7 @@
 """GRPO's completions from grpo-ext's continuous-batching sampler (`generation_backend: sampler`).
 
 TRL generates a batch with transformers' `generate`: every row is prefilled (a prompt once per sample of its group)
-and decoded until the longest row stops. The harness's sampler (:mod:`grpo_ext.evaluation.continuous`) prefills a
+and decoded until the longest row stops. The harness's sampler (:mod:`grpo_ext.sampler.continuous`) prefills a
 prompt once for its group, refills slots as samples end, and on a GPU replays the decode step as CUDA graphs. Here
 it stands in for `generate` behind TRL's `_generate_single_turn`, returning what TRL returns there: each row's new
 token ids up to and including its first EOS, at most `max_new_tokens` of them.
@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 
 from grpo_ext.config import STOP_STRINGS_NEED_SAMPLER
 from grpo_ext.errors import UserError
-from grpo_ext.evaluation.continuous import ContinuousUnsupported, continuous_sample
-from grpo_ext.evaluation.sampling import MAX_SLOTS, derive_seed, sample_seed
-from grpo_ext.evaluation.static_step import DECODE_MODES
-from grpo_ext.evaluation.stops import StopChecker, check_stop
+from grpo_ext.sampler.continuous import ContinuousUnsupported, continuous_sample
+from grpo_ext.sampler.sampling import MAX_SLOTS, derive_seed, sample_seed
+from grpo_ext.sampler.static_step import DECODE_MODES
+from grpo_ext.sampler.stops import StopChecker, check_stop
 
 __all__ = ["SamplerSettings", "rollout_seed", "sample_completions", "sampler_settings", "sampler_settings_of"]
 
@@ -189,7 +189,7 @@ def sample_completions(
     """One completion (new token ids, the EOS kept; or up to the token that completes a stop string of
     ``settings.stop``, kept) per row: rows of the same prompt share its prefill, and the
     ``i``-th row of a prompt is its sample ``i`` seeded as the harness seeds it (``sample_seed(seed, prompt, i)``), so
-    ``grpo_ext.evaluation.sampling.sample`` with that seed draws the same completions. ``prompts`` are the rows'
+    ``grpo_ext.sampler.sampling.sample`` with that seed draws the same completions. ``prompts`` are the rows'
     prompts (strings or conversations), ``prompt_ids`` their token ids."""
     if len(prompt_ids) != len(prompts):
         raise ValueError(f"sample_completions: {len(prompt_ids)} rows of ids for {len(prompts)} prompts")

@@ -72,7 +72,7 @@ def save_resolved_config(output_dir: str | os.PathLike, task_args, training_args
     the output folder or the repository (the shipped base model as `embedded`, a real model by its name), so the
     record names no folder of the machine that ran it. ``task_args``: any dataclass holding the task fields
     (`grpo_ext.script_args.TaskFields`)."""
-    from grpo_ext.models import known_model_name
+    from grpo_ext.model_paths import known_model_name
 
     task = dataclasses.asdict(task_args)
     task.pop("overwrite_output_dir", None)  # what happened to an earlier run's folder, not how this one trained

@@ -89,7 +89,7 @@ def build_random_model(shape: str, folder: str | Path, *, dtype: str = "bfloat16
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config
 
-    from grpo_ext.models import EMBEDDED_MODEL_DIR
+    from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
 
     folder = Path(folder)
     tokenizer = AutoTokenizer.from_pretrained(EMBEDDED_MODEL_DIR)

@@ -44,10 +44,10 @@ from grpo_ext.char_tokenizer import build_char_tokenizer
 from grpo_ext.errors import UserError
 from grpo_ext.evaluation.cli import json_object_flag
 from grpo_ext.evaluation.metrics import maj_at_k, pass_at_k
-from grpo_ext.evaluation.sampling import SamplingParams, sample
 from grpo_ext.io import atomic_write_json
-from grpo_ext.models import EMBEDDED_MODEL_DIR
+from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
 from grpo_ext.qlora_base import load_as_main_job
+from grpo_ext.sampler.sampling import SamplingParams, sample
 from grpo_ext.tasks import get_task
 
 HELD_OUT = ("validation", "test")  # where settings are chosen and results reported

@@ -21,9 +21,9 @@ def main(adapters: list[str]) -> dict:
     from peft import PeftModel
     from transformers import AutoTokenizer
 
-    from grpo_ext.evaluation.sampling import SamplingParams, sample
-    from grpo_ext.models import EMBEDDED_MODEL_DIR
+    from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
     from grpo_ext.qlora_base import load_as_main_job
+    from grpo_ext.sampler.sampling import SamplingParams, sample
     from grpo_ext.tasks import get_task
 
     task = get_task("arithmetic", min_operands=2, max_operands=4, digits=2, operators="+-")

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main(argv: list[str]) -> Path:
     from grpo_ext.evaluation.cli import HarnessArgumentParser  # a bad flag is one line, exit 2
-    from grpo_ext.real_model import REAL_MODELS, fetch_real_model
+    from grpo_ext.real_model_fetch import REAL_MODELS, fetch_real_model
 
     parser = HarnessArgumentParser(prog="real_model.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--name", default="smollm2-135m-instruct", choices=sorted(REAL_MODELS))

@@ -217,7 +217,7 @@ def main(argv: list[str]) -> dict:
     from grpo_ext.evaluation.failures import anatomy_legend, anatomy_markdown
     from grpo_ext.evaluation.passk_majk import main as harness
     from grpo_ext.io import atomic_write_json, atomic_write_text
-    from grpo_ext.models import resolve_model_path
+    from grpo_ext.model_paths import resolve_model_path
     from grpo_ext.tasks import get_task
 
     parser = HarnessArgumentParser(prog="real_result.py", description=__doc__.split("\n\n")[0])

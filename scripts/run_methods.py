@@ -163,7 +163,7 @@ def main(argv: list[str]) -> dict:
     from grpo_ext.io import atomic_write_json, portable_path
     from grpo_ext.methods.study.config import load_study
     from grpo_ext.methods.study.runs import Job, check_arms, read_score, run_jobs
-    from grpo_ext.models import resolve_model_path
+    from grpo_ext.model_paths import resolve_model_path
 
     study = load_study(args.study)
     check_values_once(study, args.study)
@@ -220,7 +220,7 @@ def main(argv: list[str]) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     if study.signal is not None:  # stage 0: the learning signal at the base, before the search spends any budget
-        from grpo_ext.methods.study.signal.stage import run_signal_stage
+        from grpo_ext.methods.study.signal.stage_zero import run_signal_stage
 
         run_signal_stage(study, out, options)
     signal_done = time.perf_counter()

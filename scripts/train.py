@@ -12,22 +12,12 @@ time writes into a folder (a lock), and a folder holding another run's results i
 from __future__ import annotations
 
 
-def parse_args(argv: list[str]):
-    """The three argument groups; whatever they reject is a `UserError` (see `grpo_ext.cli.parse_trl_config`)."""
-    from trl import ModelConfig
-
-    from grpo_ext.cli import parse_trl_config
-    from grpo_ext.config import GRPOExtConfig
-    from grpo_ext.script_args import TrainArguments
-
-    return parse_trl_config((TrainArguments, GRPOExtConfig, ModelConfig), argv)
-
-
 def main(argv: list[str]) -> None:
     from grpo_ext.checkpoints import check_resumable
     from grpo_ext.run_folder import OutputFolderLock, check_loads_outside, prepare_output_dir
+    from grpo_ext.script_args import parse_train_args
 
-    task_args, training_args, model_args = parse_args(argv)
+    task_args, training_args, model_args = parse_train_args(argv)
     check_loads_outside(training_args.output_dir, _loaded_paths(model_args, training_args))
     resume = training_args.resume_from_checkpoint
     if resume:  # a checkpoint folder or nothing; checked whole before any model is loaded
@@ -80,7 +70,7 @@ def _train(task_args, training_args, model_args) -> None:
     main_process = trainer.accelerator.is_main_process
     model_id = model_args.model_name_or_path  # resolved by policy_init
     if main_process:
-        from grpo_ext.modeling import log_memory_footprint
+        from grpo_ext.memory_footprint import log_memory_footprint
 
         log_memory_footprint(trainer.model, model_id)
     if task_args.passk_eval_steps:

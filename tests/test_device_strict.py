@@ -11,7 +11,7 @@ import torch
 from accelerate.state import AcceleratorState, PartialState
 
 from tests.device_strict import device_strict
-from tests.test_prm_formats import make_step_tag_prm
+from tests.rewards.test_prm_formats import make_step_tag_prm
 from tests.trainer_utils import TASK, GRPOExtTrainer, tiny_args, tiny_trainer
 
 EXTENSIONS = {
@@ -106,7 +106,7 @@ def test_the_accelerator_follows_the_config_whatever_set_the_process_state_up(tm
 
 def test_the_iterative_policy_trainer_keeps_one_device(tmp_path, gpu_like_default_device):
     from grpo_ext.iterative.policy import build_policy_trainer
-    from grpo_ext.models import EMBEDDED_MODEL_DIR
+    from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
 
     args = _copied_config_in_a_fresh_process(tmp_path)
     args.advantage_mode = "process"  # the step verifier's scores feed the advantages (a process RM type needs it)
@@ -121,7 +121,7 @@ def test_the_iterative_policy_trainer_keeps_one_device(tmp_path, gpu_like_defaul
 @pytest.mark.parametrize("decode", ["eager", "static"])
 def test_the_sampler_makes_no_tensor_without_a_device(tiny_char_llama, decode):
     """The harness's sampler (and so `generation_backend: sampler`) run whole with torch's default device `meta`."""
-    from grpo_ext.evaluation.sampling import SamplingParams, sample
+    from grpo_ext.sampler.sampling import SamplingParams, sample
 
     model, tokenizer = tiny_char_llama()
     params = SamplingParams(n=4, temperature=1.0, top_p=0.9, max_new_tokens=12, seed=1, decode=decode)

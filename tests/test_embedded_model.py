@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from grpo_ext.models import EMBEDDED_MODEL_DIR, resolve_model_path
+from grpo_ext.model_paths import EMBEDDED_MODEL_DIR, resolve_model_path
 from grpo_ext.tasks import get_task
 
 

@@ -71,8 +71,8 @@ def test_an_iteration_that_scored_no_reward_fails(tmp_path, monkeypatch, capsys)
     """The iterative loop's GRPO step: a reward source that scored nothing ends the run with one line, the
     iteration's record says `failed` and no iteration is saved as done (it was recorded `complete` before)."""
     from grpo_ext.iterative import Experiment
-    from tests.test_iterative import quick_args
-    from tests.test_reward_models import make_tiny_policy
+    from tests.iterative.test_iterative import quick_args
+    from tests.rewards.test_reward_models import make_tiny_policy
 
     def unscored(self, prompts, completions, **kwargs):
         return [None] * len(prompts)
@@ -104,7 +104,7 @@ def test_the_config_check_leaves_what_it_cannot_build_to_the_loader(tmp_path, fi
     import shutil
 
     from grpo_ext.errors import check_weights
-    from grpo_ext.models import EMBEDDED_MODEL_DIR
+    from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
 
     folder = tmp_path / "model"
     shutil.copytree(EMBEDDED_MODEL_DIR, folder)

@@ -37,12 +37,12 @@ def test_iterative_report_records_portable_model_folders(tmp_path):
 
 
 def test_benchmark_results_record_portable_paths(tmp_path, monkeypatch, capsys):
-    from benchmarks import _common as C
+    from benchmarks import _common
 
-    monkeypatch.setattr(C, "RESULTS_DIR", tmp_path)
-    monkeypatch.setattr(C, "ROOT", tmp_path)
+    monkeypatch.setattr(_common, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(_common, "ROOT", tmp_path)
     params = {"model": EMBEDDED, "workdir": str(REPO_ROOT / "outputs" / "bench"), "reps": 3, "lora": {"r": 16}}
-    C.write_results("demo", {"params": params, "speedup": 2.0}, "| a |")
+    _common.write_results("demo", {"params": params, "speedup": 2.0}, "| a |")
     record = json.loads((tmp_path / "demo.json").read_text())
     portable = {"model": "grpo_ext/assets/embedded", "workdir": "outputs/bench", "reps": 3, "lora": {"r": 16}}
     assert record["params"] == portable

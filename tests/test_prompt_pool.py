@@ -8,7 +8,7 @@ from trl.trainer.utils import RepeatSampler
 
 from grpo_ext.assembly import build_grpo_trainer
 from grpo_ext.batching import RefillPrompts, prompts_drawn, refill_reserve
-from grpo_ext.models import EMBEDDED_MODEL_DIR
+from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
 from tests.trainer_utils import TASK, tiny_args
 
 
@@ -85,9 +85,9 @@ TOP_LEVEL_CONFIGS = ["default.yaml", "qlora.yaml", "process.yaml", "refill.yaml"
 def test_no_shipped_run_trains_on_a_prompt_twice(root, name):
     """The main job and the extension configs draw no more prompts than they load (the task's default 20,000 when
     train_size is unset)."""
-    from scripts.train import parse_args
+    from grpo_ext.script_args import parse_train_args
 
-    task_args, training_args, _ = parse_args(["--config", str(root / "configs" / name)])
+    task_args, training_args, _ = parse_train_args(["--config", str(root / "configs" / name)])
     available = task_args.train_size or len(TASK.load("train"))
     assert prompts_drawn(training_args) <= available
 

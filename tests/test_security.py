@@ -23,7 +23,7 @@ def test_the_real_model_wheel_and_gguf_are_pinned_and_anything_else_is_refused(t
     import pytest
 
     from grpo_ext.errors import UserError
-    from grpo_ext.real_model import REAL_MODELS
+    from grpo_ext.real_model_fetch import REAL_MODELS
     from scripts import real_model
     from tests.test_real_model import NAME, make_wheel, pin
 
@@ -50,8 +50,8 @@ def test_a_cached_folder_of_another_model_is_not_taken_for_the_real_model(tmp_pa
 
     import pytest
 
-    from grpo_ext.models import resolve_model_path
-    from grpo_ext.real_model import SOURCE_RECORD, is_complete, real_model_dir
+    from grpo_ext.model_paths import resolve_model_path
+    from grpo_ext.real_model_fetch import SOURCE_RECORD, is_complete, real_model_dir
     from tests.test_real_model import NAME
 
     monkeypatch.setenv("GRPO_EXT_CACHE", str(tmp_path))
@@ -75,7 +75,7 @@ def _publish_with_report(tmp_path, result, checkpoint=None):
     import json
     import shutil
 
-    from grpo_ext.models import EMBEDDED_MODEL_DIR
+    from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
     from scripts import publish
 
     if checkpoint is None:
@@ -89,7 +89,7 @@ def _publish_with_report(tmp_path, result, checkpoint=None):
 
 def _embedded_result(**changes):
     from grpo_ext.evaluation.backends import load_fingerprint
-    from tests.test_publish import harness_result
+    from tests.hub.test_publish import harness_result
 
     return {**harness_result("run", load_fingerprint("embedded")), **changes}
 
@@ -103,7 +103,7 @@ def test_publish_refuses_a_report_of_another_model_or_without_a_fingerprint(tmp_
     from safetensors.torch import load_file, save_file
 
     from grpo_ext.errors import UserError
-    from grpo_ext.models import EMBEDDED_MODEL_DIR
+    from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
 
     trained = tmp_path / "trained"
     shutil.copytree(EMBEDDED_MODEL_DIR, trained)

@@ -8,7 +8,7 @@ import torch
 
 from grpo_ext.advantages import process_advantages
 from grpo_ext.kl_control import AdaptiveKLController
-from grpo_ext.steps import step_end_token_indices
+from grpo_ext.reasoning_steps import step_end_token_indices
 from grpo_ext.tasks.arithmetic import Problem
 from tests.trainer_utils import TASK, GRPOConfig, GRPOExtTrainer, GRPOTrainer, tiny_args, tiny_trainer
 

@@ -9,7 +9,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from grpo_ext.config import GRPOExtConfig
 from grpo_ext.errors import UserError
-from grpo_ext.models import EMBEDDED_MODEL_DIR
+from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
 from grpo_ext.trainer import GRPOExtTrainer
 from tests.trainer_utils import TASK, tiny_args, tiny_trainer
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from trl import GRPOConfig, GRPOTrainer
 
 from grpo_ext.config import GRPOExtConfig
-from grpo_ext.models import EMBEDDED_MODEL_DIR
+from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
 from grpo_ext.tasks import get_task
 from grpo_ext.trainer import GRPOExtTrainer
 

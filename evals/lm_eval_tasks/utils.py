@@ -9,7 +9,7 @@
   ``data_files`` knob.
 - ``keep_all_samples``: a ``custom`` filter that hands every one of the ``repeats`` generations of a document to
   ``process_results`` (lm-eval's default ``take_first`` filter would keep one), each cut before its task's first stop
-  string (:attr:`Task.stop_strings`, cut as the harness cuts: :func:`grpo_ext.evaluation.stops.cut_at_stop`). A
+  string (:attr:`Task.stop_strings`, cut as the harness cuts: :func:`grpo_ext.sampler.stops.cut_at_stop`). A
   YAML's ``until`` is its task's stop strings, so lm-eval has stopped and cut there already; the filter makes a task
   named another way (``--metadata '{"grpo_ext_task": ...}'`` over another task's YAML) scored on the same text.
 - ``process_results``: the metrics a model card lists (the registry's, :mod:`grpo_ext.evaluation.registry`: pass@k and
@@ -30,7 +30,7 @@ from datasets import DatasetDict
 from grpo_ext.errors import UserError, one_line
 from grpo_ext.evaluation.registry import default_ks, headline_entries
 from grpo_ext.evaluation.scoring import score_problem
-from grpo_ext.evaluation.stops import cut_at_stop
+from grpo_ext.sampler.stops import cut_at_stop
 from grpo_ext.tasks import TASKS, Task, get_task
 
 #: The largest k the YAMLs' metric_list names (their `repeats`: 16).

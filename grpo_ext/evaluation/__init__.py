@@ -1,14 +1,7 @@
 """Evaluation harness: pass@k / maj@k (and pass^k, Cover@tau, answer diversity) of a model on a verifiable task.
 
-Sampling:
+Sampling (the generation engine itself is :mod:`grpo_ext.sampler`, which training's rollouts share):
 
-- ``sampling``: the transformers sampler (``SamplingParams``, ``sample``, ``sample_stream``), seeded per sample;
-- ``continuous``: its continuous-batching decode loop (slots sharing one KV cache, shared prefill and prefixes);
-- ``slot_cache``: that loop's KV cache (per-prompt prefill, per-slot windows, compaction);
-- ``static_step``: the fixed-shape decode step for CUDA (``SamplingParams.decode``: whole-cache attention,
-  power-of-two slot buckets, torch.compile / CUDA graphs);
-- ``token_draws``: its token draws as pure functions (counter-based uniforms, inverse CDF): samples independent of
-  batching;
 - ``backends``: where samples come from (transformers, vLLM), ``load_backend``;
 - ``cache``: the resumable JSONL sample cache (``SampleCache``, ``model_fingerprint``, ``task_id_for``).
 

@@ -3,12 +3,12 @@
 - :class:`TransformersBackend`: a model in memory (the trainer's policy) or loaded from a folder: a full model,
   or a PEFT adapter folder (``adapter_config.json`` naming ``base_model_name_or_path``) loaded onto its base as it
   was trained (a QLoRA adapter on the base quantised as its run recorded) and, on a full-precision base, merged
-  into one model. Samples with :func:`grpo_ext.evaluation.sampling.sample` (continuous batching).
+  into one model. Samples with :func:`grpo_ext.sampler.sampling.sample` (continuous batching).
 - :class:`VLLMBackend`: vLLM's offline ``LLM``, one request per prompt with ``SamplingParams(n=...)`` (vLLM
   shares the prompt's prefix across the ``n`` samples itself). vLLM is imported only when this backend is built.
 
 Both honour ``SamplingParams.stop`` as lm-eval's ``until`` does (a sample's text is cut before its stop string):
-the transformers backend ends the sample at the token that completes it (:mod:`grpo_ext.evaluation.stops`), vLLM
+the transformers backend ends the sample at the token that completes it (:mod:`grpo_ext.sampler.stops`), vLLM
 through its own ``stop``.
 
 :func:`load_backend` picks one by name: ``auto`` is vLLM when it is importable and a CUDA GPU is present,
@@ -25,9 +25,9 @@ from pathlib import Path
 
 from grpo_ext.errors import UserError, check_tokenizer, check_weights
 from grpo_ext.evaluation.cache import model_fingerprint  # re-exported: callers import it from here too
-from grpo_ext.evaluation.sampling import SamplingParams, derive_seed, sample, sample_stream
-from grpo_ext.evaluation.stops import cut_at_stop
-from grpo_ext.models import resolve_model_path
+from grpo_ext.model_paths import resolve_model_path
+from grpo_ext.sampler.sampling import SamplingParams, derive_seed, sample, sample_stream
+from grpo_ext.sampler.stops import cut_at_stop
 
 logger = logging.getLogger(__name__)
 
@@ -214,7 +214,7 @@ def adapter_quantization(folder: Path, adapter_base: str = "as_trained"):
 
 
 class TransformersBackend(Backend):
-    """Samples with a transformers model (continuous batching; see :mod:`grpo_ext.evaluation.sampling`).
+    """Samples with a transformers model (continuous batching; see :mod:`grpo_ext.sampler.sampling`).
 
     Build it from a model in memory (``TransformersBackend(model, tokenizer)``, e.g. the trainer's policy, PEFT
     or not) or from a folder with :meth:`from_pretrained`.
@@ -312,7 +312,7 @@ class VLLMBackend(Backend):
         """One vLLM ``SamplingParams`` per prompt (its own seed, so a prompt's samples do not depend on the batch).
 
         Stop strings go to vLLM's ``stop``: vLLM ends a sample when its new text holds one and hands back the text
-        before it (``include_stop_str_in_output`` off, its default), as :func:`~grpo_ext.evaluation.stops.cut_at_stop`
+        before it (``include_stop_str_in_output`` off, its default), as :func:`~grpo_ext.sampler.stops.cut_at_stop`
         cuts (vLLM takes the first stop string *in list order* among those the last token completed, which differs
         only where two of them complete at the same token). Passed only when there are some (the request is then the
         one it always was)."""

@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from grpo_ext.errors import TOKENIZER_FILES, UserError, user_file
-from grpo_ext.models import resolve_model_path
+from grpo_ext.model_paths import resolve_model_path
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from transformers import TrainerCallback
 
 from grpo_ext.evaluation.backends import TransformersBackend
 from grpo_ext.evaluation.harness import check_ks, evaluate_model, validate_problems
-from grpo_ext.evaluation.sampling import SamplingParams
+from grpo_ext.sampler.sampling import SamplingParams
 from grpo_ext.tasks import Task, get_task
 
 logger = logging.getLogger(__name__)

@@ -196,7 +196,7 @@ class HarnessSettings:
     task_id: str
     split: str
     limit: int | None
-    params: Any  # a grpo_ext.evaluation.sampling.SamplingParams
+    params: Any  # a grpo_ext.sampler.sampling.SamplingParams
     ks: list[int]
     by: tuple[str, ...] = ()  # the attributes the report is sliced by (--by)
 
@@ -207,8 +207,8 @@ def harness_settings(args: argparse.Namespace) -> HarnessSettings:
     attribute the task declares."""
     from grpo_ext.evaluation.harness import check_ks
     from grpo_ext.evaluation.registry import default_ks
-    from grpo_ext.evaluation.sampling import SamplingParams
     from grpo_ext.evaluation.slices import check_by
+    from grpo_ext.sampler.sampling import SamplingParams
     from grpo_ext.tasks import get_task
 
     task_kwargs = task_kwargs_flag(args.task_kwargs)

@@ -13,7 +13,7 @@ null (:meth:`Task.extract_strict_answer`); ``kind``: the anatomy's kind (null fo
 :func:`question_text` of the prompt (its last ``Question: ...``, without a few-shot prompt's examples).
 
 Samples are indexed and each index is drawn from its own seeded stream, so the excerpt is the same file whether the
-samples were drawn now or read from the cache (``tests/test_report_slices.py``).
+samples were drawn now or read from the cache (``tests/evaluation/test_report_slices.py``).
 """
 
 from __future__ import annotations

@@ -52,8 +52,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from grpo_ext.reasoning_steps import step_texts
 from grpo_ext.report_format import fmt, md_header, md_row
-from grpo_ext.steps import step_texts
 
 if TYPE_CHECKING:  # imported where a task is at hand: counting and rendering serve reports read back without one
     from grpo_ext.tasks.base import Task

@@ -27,8 +27,8 @@ from grpo_ext.errors import UserError
 from grpo_ext.evaluation.backends import Backend
 from grpo_ext.evaluation.cache import SampleCache, prompt_key, task_id_for
 from grpo_ext.evaluation.excerpt import excerpt_rows
-from grpo_ext.evaluation.sampling import SamplingParams, derive_seed
 from grpo_ext.evaluation.scoring import DEFAULT_TAUS, check_taus, score_problem, summarize
+from grpo_ext.sampler.sampling import SamplingParams, derive_seed
 from grpo_ext.tasks.base import Task
 
 logger = logging.getLogger(__name__)
@@ -114,8 +114,8 @@ def check_problems_fit(backend: Backend, problems: Sequence[dict], max_new_token
     model's positions, and the chat template renders every prompt; else one `UserError` naming ``what`` (the model
     flag), the problem and the lengths (:mod:`grpo_ext.prompt_fit`). A backend without a tokenizer and model in this
     process (vLLM) is not checked here: vLLM refuses an over-long prompt itself."""
-    from grpo_ext.evaluation.sampling import encode_prompt_ids
     from grpo_ext.prompt_fit import check_prompts_fit, model_positions, rendering_prompts
+    from grpo_ext.sampler.sampling import encode_prompt_ids
 
     tokenizer, model = getattr(backend, "tokenizer", None), getattr(backend, "model", None)
     if tokenizer is None or model is None or not problems:

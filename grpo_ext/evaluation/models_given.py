@@ -22,7 +22,7 @@ __all__ = ["check_models", "model_identity", "unfinished_run"]
 def model_identity(name_or_path: str) -> str:
     """What a ``--model`` value names: the resolved real path of a local folder (symlinks followed), else the hub
     id as given."""
-    from grpo_ext.models import resolve_model_path
+    from grpo_ext.model_paths import resolve_model_path
 
     resolved = resolve_model_path(name_or_path)
     path = Path(resolved).expanduser()

@@ -298,7 +298,7 @@ _KEY_FIELDS = ("temperature", "top_p", "max_new_tokens", "seed")  # what Samplin
 
 
 def _params_key(params: dict, where: str) -> str:
-    from grpo_ext.evaluation.sampling import SamplingParams  # imports torch: only for results that lack the key
+    from grpo_ext.sampler.sampling import SamplingParams  # imports torch: only for results that lack the key
 
     try:
         # n stays 1: the key leaves n out, and a greedy result's n must be 1 for SamplingParams anyway; the stop

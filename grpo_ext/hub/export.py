@@ -27,7 +27,7 @@ from grpo_ext.hub.card import build_model_card
 from grpo_ext.hub.eval_report import read_checked_report
 from grpo_ext.hub.training import is_embedded, trained_with
 from grpo_ext.io import atomic_write_json
-from grpo_ext.models import known_model_name
+from grpo_ext.model_paths import known_model_name
 from grpo_ext.run_record import CONFIG_FILE
 
 __all__ = [
@@ -121,7 +121,7 @@ def adapter_base(folder: Path) -> str | None:
 def _named_base(base: str | None) -> str | None:
     """`base` as an upload names it: PEFT records the folder the base was loaded from, and for a model grpo-ext names
     (`embedded`, `smollm2-135m-instruct`) that folder is this machine's cache; its name resolves on any machine with
-    grpo-ext (`grpo_ext.models.resolve_model_path`) and says nothing about this one."""
+    grpo-ext (`grpo_ext.model_paths.resolve_model_path`) and says nothing about this one."""
     return (known_model_name(base) or base) if base else base
 
 
@@ -136,7 +136,7 @@ def _check_base_is_downloadable(base: str | None, folder: Path) -> None:
 
 
 def _resolve_base(name: str | None, folder: Path) -> str:
-    from grpo_ext.models import resolve_model_path
+    from grpo_ext.model_paths import resolve_model_path
 
     if not name:
         raise PublishError(f"CHECKPOINT: {folder / ADAPTER_CONFIG} names no base model; pass --base-model")

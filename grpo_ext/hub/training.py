@@ -61,7 +61,7 @@ def is_embedded(name: str | None) -> bool:
     """Whether `name` is the shipped embedded base model (its name or its folder)."""
     if not name:
         return False
-    from grpo_ext.models import EMBEDDED_MODEL_DIR, EMBEDDED_NAME
+    from grpo_ext.model_paths import EMBEDDED_MODEL_DIR, EMBEDDED_NAME
 
     return name == EMBEDDED_NAME or Path(name).resolve() == EMBEDDED_MODEL_DIR.resolve()
 

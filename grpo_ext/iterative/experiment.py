@@ -1,6 +1,6 @@
 """The experiment: every arm of every seed, resumable, ``workers`` runs at a time, one combined report.
 
-Jobs: a seed's iteration 0 (:mod:`grpo_ext.iterative.start`), then each of its arms (:class:`ArmRun`). A job
+Jobs: a seed's iteration 0 (:mod:`grpo_ext.iterative.iteration_zero`), then each of its arms (:class:`ArmRun`). A job
 is a process of its own when ``workers > 1`` (spawned: each imports torch once and uses the thread count its
 environment gives, ``OMP_NUM_THREADS=1`` on a shared CPU), else runs in this one. Every job saves its state after
 each iteration, so a killed experiment started again with the same command redoes no finished iteration. The report
@@ -21,7 +21,7 @@ from grpo_ext.batching import prompts_drawn
 from grpo_ext.errors import UserError
 from grpo_ext.iterative.args import IterativeArguments
 from grpo_ext.iterative.arms import USES_RM
-from grpo_ext.iterative.start import START_DIR, START_STATE_FILE
+from grpo_ext.iterative.iteration_zero import START_DIR, START_STATE_FILE
 from grpo_ext.iterative.state import LOOP_STATE_FILE, load_state
 
 __all__ = ["Experiment", "run_experiment", "seed_dir"]
@@ -184,9 +184,9 @@ def exit_with_parent(parent_pid: int, poll_seconds: float = 1.0) -> None:
 
 def run_job(experiment: Experiment, kind: str, seed: int) -> None:
     """A seed's iteration 0 (``kind="start"``) or one arm's iterations (``kind`` = the arm)."""
+    from grpo_ext.iterative.iteration_zero import run_start
     from grpo_ext.iterative.loop import ArmRun
     from grpo_ext.iterative.measure import Setting
-    from grpo_ext.iterative.start import run_start
 
     e = experiment
     setting = Setting(e.it_args, e.training_args, seed)

@@ -20,9 +20,9 @@ from pathlib import Path
 from trl import ModelConfig
 
 from grpo_ext.batching import prompts_drawn
-from grpo_ext.evaluation.sampling import derive_seed
 from grpo_ext.iterative.arms import RETRAINS_RM, USES_RM
 from grpo_ext.iterative.guard import CollapseGuard
+from grpo_ext.iterative.iteration_zero import RM_DATA_FILE, Clock, load_policy, train_rm
 from grpo_ext.iterative.measure import Setting, rm_metrics
 from grpo_ext.iterative.policy import (
     RewardLog,
@@ -34,7 +34,6 @@ from grpo_ext.iterative.policy import (
 from grpo_ext.iterative.replay import mix_with_replay
 from grpo_ext.iterative.report import write_report
 from grpo_ext.iterative.rm_training import load_reward_model
-from grpo_ext.iterative.start import RM_DATA_FILE, Clock, load_policy, train_rm
 from grpo_ext.iterative.state import (
     iteration_dir,
     read_records,
@@ -44,6 +43,7 @@ from grpo_ext.iterative.state import (
     write_records,
 )
 from grpo_ext.run_record import training_run
+from grpo_ext.sampler.sampling import derive_seed
 
 __all__ = ["ArmRun"]
 

@@ -11,9 +11,9 @@ import random
 from pathlib import Path
 
 from grpo_ext.errors import UserError
-from grpo_ext.evaluation.sampling import derive_seed
 from grpo_ext.iterative.labels import check_verifier, label_samples
 from grpo_ext.iterative.rm_training import evaluate_reward_model
+from grpo_ext.sampler.sampling import derive_seed
 
 __all__ = ["RM_EVAL_SETS", "Setting", "rm_metrics"]
 
@@ -77,7 +77,7 @@ class Setting:
 
     # ---- sampling --------------------------------------------------------------------------------------------
     def sample(self, model, tokenizer, prompts, n: int, seed: int) -> list[list[str]]:
-        from grpo_ext.evaluation.sampling import SamplingParams, sample
+        from grpo_ext.sampler.sampling import SamplingParams, sample
 
         params = SamplingParams(
             n=n,
@@ -119,7 +119,7 @@ class Setting:
         from grpo_ext.evaluation.backends import TransformersBackend, model_fingerprint
         from grpo_ext.evaluation.harness import evaluate_model
         from grpo_ext.evaluation.results import EvalResult
-        from grpo_ext.evaluation.sampling import SamplingParams
+        from grpo_ext.sampler.sampling import SamplingParams
 
         k = self.args.eval_samples
         params = SamplingParams(

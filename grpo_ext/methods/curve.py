@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 from grpo_ext.evaluation.callback import PassKMajKCallback
 from grpo_ext.evaluation.harness import validate_problems
-from grpo_ext.evaluation.sampling import SamplingParams
 from grpo_ext.methods.config import trained_sequences_per_step
+from grpo_ext.sampler.sampling import SamplingParams
 
 __all__ = ["CURVE_SPLIT", "LearningCurve", "add_learning_curve"]
 

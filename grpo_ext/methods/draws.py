@@ -9,7 +9,7 @@ import gc
 import random
 import time
 
-from grpo_ext.evaluation.sampling import SamplingParams
+from grpo_ext.sampler.sampling import SamplingParams
 
 __all__ = ["as_completion", "cut_at_stop", "dpo_pairs", "distinct_prompts", "draw_from_base", "rft_examples"]
 
@@ -45,7 +45,7 @@ def draw_from_base(ctx) -> tuple[list[str], list[str], list[list[str]]]:
     import torch
 
     from grpo_ext.evaluation.backends import load_model_and_tokenizer
-    from grpo_ext.evaluation.sampling import sample
+    from grpo_ext.sampler.sampling import sample
 
     method_args = ctx.method_args
     prompts = list(ctx.train_dataset["prompt"])

@@ -63,6 +63,9 @@ class Method:
             :func:`grpo_ext.methods.runners.train_method`.
         config_class: ``() -> type``, the TRL config dataclass its config file is parsed into.
         sequences_per_example: sequences one training example is (a DPO pair: 2).
+        beta_positive: whether its config's ``beta`` must be > 0 (DPO: at 0 it learns nothing, below 0 it prefers
+            the rejected answers); otherwise ``beta`` >= 0 (GRPO's KL coefficient may be 0). The study's search
+            axes are checked against it.
         quick_flags, rehearsal_flags: what the study's ``--quick`` adds to a run of it (scripts/run_methods.py: the
             embedded base; a rehearsal on a tiny random model of a real base).
 
@@ -81,6 +84,7 @@ class Method:
     build: Callable[[Any], Any] = field(metadata={"how": True})
     config_class: Callable[[], type] = field(metadata={"how": True})
     sequences_per_example: int = field(default=1, metadata={"how": True})
+    beta_positive: bool = field(default=False, metadata={"how": True})
     quick_flags: str = field(default="", metadata={"how": True})
     rehearsal_flags: str = field(default="", metadata={"how": True})
 
@@ -100,11 +104,16 @@ class Method:
         return {f.name: getattr(self, f.name) for f in fields(self) if not f.metadata.get("how")}
 
     @property
+    def draws_from_base(self) -> bool:
+        """Whether its training outputs are drawn from the base model once, before training (RFT, DPO)."""
+        return not self.online and self.reward_function != "-"
+
+    @property
     def samples_from(self) -> str:
         """Which model generates the training outputs."""
         if self.online:
             return "current policy (online)"
-        return "none (reference solutions)" if self.reward_function == "-" else "base model, once (offline)"
+        return "base model, once (offline)" if self.draws_from_base else "none (reference solutions)"
 
 
 METHODS: dict[str, Method] = {}
@@ -154,6 +163,7 @@ _DPO = dict(
     build=trainers.build_dpo,
     config_class=trainers.dpo_config,
     sequences_per_example=2,  # a (chosen, rejected) pair
+    beta_positive=True,
     quick_flags="--per_device_train_batch_size 8 --samples_per_prompt 4 --sample_max_new_tokens 32 --sample_budget 32",
     rehearsal_flags="--per_device_train_batch_size 2 --samples_per_prompt 2 --sample_max_new_tokens 16 "
     "--sample_budget 16 --curve_n 2",

@@ -6,8 +6,8 @@ from its config.json when not given) as a callable with TRL's reward signature:
 - ``token_classification``: TRL's PRM format (``PRMTrainer``), :class:`ProcessRewardModel` below. A
   token-classification model reads ``prompt + completion`` (each tokenized without special tokens) and is labelled
   at the last token of each step. A step's score is P(label 1) there: the softmax of a two-label head, or the
-  sigmoid of a one-logit head. Steps and their last tokens come from :mod:`grpo_ext.steps`, as the trainer finds
-  them; :func:`step_end_positions` is also where the iterative loop's PRM training puts its labels, so labels and
+  sigmoid of a one-logit head. Steps and their last tokens come from :mod:`grpo_ext.reasoning_steps`, as the trainer
+  finds them; :func:`step_end_positions` is also where the iterative loop's PRM training puts its labels, so labels and
   scores sit on the same tokens.
 - ``step_tag`` (Math-Shepherd) and ``qwen_prm`` (Qwen2.5-Math-PRM): :mod:`grpo_ext.rewards.prm_formats`; the steps
   are re-joined in the PRM's own input format and each tag's score maps back to the policy's step.
@@ -32,6 +32,8 @@ from pathlib import Path
 import torch
 
 from grpo_ext.errors import UserError
+from grpo_ext.reasoning_steps import step_end_token_indices
+from grpo_ext.registration import qualified_name
 from grpo_ext.rewards.classifier import right_pad, token_ids
 from grpo_ext.rewards.prm_formats import (
     STEP_TAG_DEFAULTS,
@@ -42,7 +44,6 @@ from grpo_ext.rewards.prm_formats import (
     model_load_kwargs,
 )
 from grpo_ext.rewards.weights import require_safetensors, reward_model_folder
-from grpo_ext.steps import step_end_token_indices
 from grpo_ext.tasks.base import completion_text
 
 __all__ = [
@@ -192,14 +193,10 @@ def register_prm_format(entry: PRMFormat) -> PRMFormat:
     """Add ``entry`` to :data:`PRM_FORMATS`: a taken name is a ``ValueError`` unless it is loaded by the same function
     (its module reloaded)."""
     existing = PRM_FORMATS.get(entry.name)
-    if existing is not None and _qualified_name(existing.load) != _qualified_name(entry.load):
+    if existing is not None and qualified_name(existing.load) != qualified_name(entry.load):
         raise ValueError(f"PRM format {entry.name!r} is already registered")
     PRM_FORMATS[entry.name] = entry
     return entry
-
-
-def _qualified_name(fn: Callable) -> str:
-    return f"{fn.__module__}.{fn.__qualname__}"
 
 
 def get_prm_format(name: str) -> PRMFormat:

@@ -3,8 +3,8 @@
 Each is a callable with TRL's reward signature returning, for each completion, one score in [0, 1] per step. How a
 completion reaches the PRM:
 
-1. the policy's completion is split into steps by the policy's step rule (:func:`grpo_ext.steps.step_texts`, the
-   split the trainer maps to token indices with :func:`grpo_ext.steps.step_end_token_indices`);
+1. the policy's completion is split into steps by the policy's step rule (:func:`grpo_ext.reasoning_steps.step_texts`,
+   the split the trainer maps to token indices with :func:`grpo_ext.reasoning_steps.step_end_token_indices`);
 2. the steps are re-joined in the PRM's own input format, a tag after each step;
 3. the PRM's score at the i-th tag is the i-th step's score, so it lands on the i-th step end of the policy's tokens
    whatever separator the policy writes and whatever tag the PRM reads.
@@ -29,8 +29,8 @@ from pathlib import Path
 import torch
 
 from grpo_ext.errors import UserError, user_file
+from grpo_ext.reasoning_steps import step_texts
 from grpo_ext.rewards.classifier import right_pad, with_pad_token
-from grpo_ext.steps import step_texts
 from grpo_ext.tasks.base import completion_text
 
 __all__ = [

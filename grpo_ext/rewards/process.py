@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import torch
 
 from grpo_ext.errors import UserError
+from grpo_ext.reasoning_steps import step_end_token_indices
 from grpo_ext.rewards.checked import as_values, call_users_function, func_name, reward_value
-from grpo_ext.steps import step_end_token_indices
 
 
 @dataclass
@@ -33,7 +33,7 @@ def score_steps(
 ) -> list[ScoredSteps]:
     """Each function's step scores, summed over functions (a NaN score makes that step missing).
 
-    Every function must return, per completion, exactly as many scores as `grpo_ext.steps` finds steps.
+    Every function must return, per completion, exactly as many scores as `grpo_ext.reasoning_steps` finds steps.
     """
     ends = [step_end_token_indices(tokenizer, ids, separator) for ids in completion_ids_list]
     totals = [[0.0] * len(e) for e in ends]

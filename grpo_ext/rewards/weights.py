@@ -17,7 +17,7 @@ HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktok
 def reward_model_folder(name_or_path: str | Path, field: str = "process_reward_model") -> Path:
     """A local model folder, or a hub id fetched into the hub cache (only :data:`HUB_FILES`: no pickled weights and
     no code are downloaded); errors name `field`."""
-    from grpo_ext.models import resolve_model_path
+    from grpo_ext.model_paths import resolve_model_path
 
     folder = Path(str(name_or_path)).expanduser()
     if folder.exists():

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datasets import Dataset
 
 from grpo_ext.errors import UserError
-from grpo_ext.steps import step_texts
+from grpo_ext.reasoning_steps import step_texts
 from grpo_ext.tasks.base import HarnessDefaults, Task
 
 STEP_SEPARATOR = ";"

@@ -7,9 +7,10 @@ Data comes from the hub (``load_dataset("openai/gsm8k", "main", split=...)``) or
 same format (``data_files=``: a JSON/JSONL/parquet/CSV path, a list of paths, or a ``{split: path(s)}`` dict).
 
 The prompt asks for step-by-step reasoning written the way ``step_separator`` splits steps (``"newline"`` by
-default: one step per line; ``"blank_line"``, ``"step_k"`` or a literal separator, see :mod:`grpo_ext.steps`; worked
-examples are written the same way), and a final answer as ``\\boxed{...}`` or after ``####``. A completion's answer
-is the last ``\\boxed{}`` if there is one, else the number after the last ``####``, else the last number in the text,
+default: one step per line; ``"blank_line"``, ``"step_k"`` or a literal separator, see
+:mod:`grpo_ext.reasoning_steps`; worked examples are written the same way), and a final answer as ``\\boxed{...}``
+or after ``####``. A completion's answer is the last ``\\boxed{}`` if there is one, else the number after the
+last ``####``, else the last number in the text,
 normalised (``grpo_ext.tasks.answers.normalize_number``).
 """
 
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 from datasets import Dataset
 
 from grpo_ext.errors import UserError
-from grpo_ext.steps import join_steps, step_instruction, step_rule
+from grpo_ext.reasoning_steps import join_steps, step_instruction, step_rule
 from grpo_ext.tasks.answers import last_boxed, last_number, normalize_boxed, normalize_number, numbers_in
 from grpo_ext.tasks.base import Task
 from grpo_ext.tasks.data import DataFiles, as_prompt, data_source, load_split

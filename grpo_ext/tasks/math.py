@@ -29,7 +29,7 @@ from functools import lru_cache
 from datasets import Dataset
 
 from grpo_ext.errors import UserError
-from grpo_ext.steps import step_instruction, step_rule
+from grpo_ext.reasoning_steps import step_instruction, step_rule
 from grpo_ext.tasks.answers import last_boxed
 from grpo_ext.tasks.base import Task
 from grpo_ext.tasks.data import DataFiles, as_prompt, load_split
@@ -143,7 +143,8 @@ class MathTask(Task):
     what math-verify reads; :meth:`normalize_answer` turns it into the voting key. Knobs: ``data_files`` (local copy
     in the MATH format), ``dataset_name``/``dataset_config`` (hub source), ``levels``/``types`` (keep only these
     ``level``/``type`` values, e.g. ``["Level 1"]``), ``conversational``, math-verify timeouts (main thread only), and
-    ``step_separator`` (the step rule the prompt asks for and the trainer splits on, see :mod:`grpo_ext.steps`).
+    ``step_separator`` (the step rule the prompt asks for and the trainer splits on, see
+    :mod:`grpo_ext.reasoning_steps`).
     """
 
     name = "math"

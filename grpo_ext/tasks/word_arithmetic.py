@@ -34,7 +34,7 @@ import re
 from datasets import Dataset
 
 from grpo_ext.errors import UserError
-from grpo_ext.steps import step_texts
+from grpo_ext.reasoning_steps import step_texts
 from grpo_ext.tasks.arithmetic import ArithmeticTask, Problem
 from grpo_ext.tasks.base import HarnessDefaults, completion_text
 from grpo_ext.tasks.data import as_prompt

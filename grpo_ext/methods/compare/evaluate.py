@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from grpo_ext.evaluation.cli import CACHE_NAME
-from grpo_ext.evaluation.sampling import SamplingParams
 from grpo_ext.io import portable_path
 from grpo_ext.methods.compare.render import write_comparison
 from grpo_ext.methods.compare.runs import (
@@ -24,6 +23,7 @@ from grpo_ext.methods.compare.runs import (
     load_results_file,
 )
 from grpo_ext.methods.paradigm import BASE_RUN
+from grpo_ext.sampler.sampling import SamplingParams
 
 __all__ = ["compare_runs", "evaluate_runs"]
 

@@ -75,7 +75,7 @@ class Run:
 
 def parse_run(spec: str) -> Run:
     """``NAME=PATH`` -> :class:`Run` (the path is checked, nothing is loaded). Errors name the spec."""
-    from grpo_ext.models import EMBEDDED_NAME, resolve_model_path
+    from grpo_ext.model_paths import EMBEDDED_NAME, resolve_model_path
 
     if "=" not in spec:
         raise UserError(f"--run {spec!r}: expected NAME=CHECKPOINT (e.g. grpo_outcome@seed0=outputs/grpo_outcome)")

@@ -2,7 +2,7 @@
 rates measured on the machine (the study's ``budget`` section), in core-seconds.
 
     budget:
-      core_hours: 12                    # the limit (tests/test_real_study.py checks the shipped study fits)
+      core_hours: 12                    # the limit (tests/methods/study/test_real_study.py: the shipped study fits)
       seconds_per_sequence: {online: 2.3, sft: 1.8, rft: 1.8, dpo: 2.4}   # one trained sequence, one core
       eval_samples_per_second: {trained: 15, base: 9}                     # one core
 
@@ -18,34 +18,35 @@ from __future__ import annotations
 from pathlib import Path
 
 from grpo_ext.errors import UserError, read_yaml
-from grpo_ext.methods.paradigm import get_method
+from grpo_ext.methods import paradigm
+from grpo_ext.methods.paradigm import Method, get_method
 from grpo_ext.methods.study.method_configs import method_config_path
 from grpo_ext.methods.study.spec import Study
 from grpo_ext.report_format import fmt, md_header, md_row
 
 __all__ = ["estimate", "render_estimate"]
 
-RUNNERS = ("online", "sft", "rft", "dpo")
-
 
 def _rates(study: Study) -> tuple[dict, dict]:
     budget = study.budget or {}
     per_sequence = budget.get("seconds_per_sequence") or {}
     sampling = budget.get("eval_samples_per_second") or {}
-    missing = [f"seconds_per_sequence.{r}" for r in RUNNERS if r not in per_sequence]
+    # the paradigm's runners, each once, in its order (read at call time: a method registered later is priced too)
+    runners = dict.fromkeys(m.runner for m in paradigm.METHODS.values())
+    missing = [f"seconds_per_sequence.{r}" for r in runners if r not in per_sequence]
     missing += [f"eval_samples_per_second.{k}" for k in ("trained", "base") if k not in sampling]
     if missing:
         raise UserError(f"study budget: missing {', '.join(missing)} (the planning rates of the estimate)")
     return per_sequence, sampling
 
 
-def _training_seconds(config: dict, runner: str, per_sequence: dict, sampling: dict) -> dict:
+def _training_seconds(config: dict, method: Method, per_sequence: dict, sampling: dict) -> dict:
     """One training run: its steps, sequences, draw and learning-curve evaluations, priced."""
     steps = int(config["max_steps"])
     sequences = int(config["per_device_train_batch_size"]) * int(config.get("gradient_accumulation_steps", 1))
-    sequences *= 2 if runner == "dpo" else 1  # a pair is two sequences
-    seconds = steps * sequences * per_sequence[runner]
-    drawn = int(config["train_size"]) * int(config.get("samples_per_prompt", 8)) if runner in ("rft", "dpo") else 0
+    sequences *= method.sequences_per_example  # a DPO pair is two sequences
+    seconds = steps * sequences * per_sequence[method.runner]
+    drawn = int(config["train_size"]) * int(config.get("samples_per_prompt", 8)) if method.draws_from_base else 0
     seconds += drawn / sampling["base"]
     every = int(config.get("curve_every", 0))
     if every > 0:
@@ -64,16 +65,16 @@ def estimate(study: Study) -> dict:
         path: Path = method_config_path(arm.method, study.configs_dir)
         configs[arm.name] = {**(read_yaml(path, "method config") or {}), **arm.overrides}
     for arm in study.arms:
-        runner = get_method(arm.method).runner
+        method = get_method(arm.method)
         # search runs: every setting of its grid (a rate_of arm: one learning rate, its reference's pick)
         runs_search = len(arm.settings(study.learning_rates[:1] if arm.rate_of else study.learning_rates))
-        train = _training_seconds(configs[arm.name], runner, per_sequence, sampling)
+        train = _training_seconds(configs[arm.name], method, per_sequence, sampling)
         val = study.validation.limit * study.validation.n_for(arm.name) / sampling["trained"]
         test = study.test.limit * study.test.n_for(arm.name) / sampling["trained"]
         runs_test = len(study.seeds)
         rows.append(
             {
-                "what": f"{arm.name} ({runner})",
+                "what": f"{arm.name} ({method.runner})",
                 "steps": train["steps"],
                 "sequences_per_step": train["sequences_per_step"],
                 "runs": runs_search + runs_test,

@@ -113,7 +113,7 @@ def _check_axis(axis: str, values: list, method: str | None, where: str) -> None
     """A search axis's values in their field's range: learning rates > 0, DPO's beta > 0 (at 0 DPO learns nothing,
     below 0 it prefers the rejected answers), a GRPO beta >= 0."""
     field_name = AXIS_FIELDS[axis]
-    positive = axis == "lr" or (method is not None and get_method(method).trainer == "trl.DPOTrainer")
+    positive = axis == "lr" or (method is not None and get_method(method).beta_positive)
     for value in values:
         try:
             check_number(field_name, value, low=0, low_open=positive)

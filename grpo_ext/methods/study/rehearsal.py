@@ -95,7 +95,7 @@ def tiny_model_like(
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     from grpo_ext.io import atomic_write_json
-    from grpo_ext.models import resolve_model_path
+    from grpo_ext.model_paths import resolve_model_path
 
     out = Path(out)
     record = _record(source, tasks, vocab_size if tasks else None, seed)

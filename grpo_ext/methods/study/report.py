@@ -27,7 +27,7 @@ from grpo_ext.methods.study.budget import estimate
 from grpo_ext.methods.study.config import Setting, Study
 from grpo_ext.methods.study.expectations import judge_expectations, render_expectations
 from grpo_ext.methods.study.plots import by_k, plot_curves, plot_passk_majk, plot_passk_majk_by_slice
-from grpo_ext.methods.study.signal.section import read_signal, render_signal
+from grpo_ext.methods.study.signal.report_section import read_signal, render_signal
 from grpo_ext.methods.study.spent import render_spent, spent
 from grpo_ext.methods.study.stats import (
     BOOTSTRAP,

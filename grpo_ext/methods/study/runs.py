@@ -81,7 +81,7 @@ def stop_kwargs(stops: tuple[str, ...]) -> dict:
     A `UserError` when there are stops and the sampler cannot honour them (:func:`check_stop_support` says it first)."""
     import dataclasses
 
-    from grpo_ext.evaluation.sampling import SamplingParams
+    from grpo_ext.sampler.sampling import SamplingParams
 
     if not stops:
         return {}
@@ -194,7 +194,7 @@ def check_arms(study: Study, study_file: str, options: dict) -> None:
 def _evaluation_plan(job: Job, folder: Path, study: Study, options: dict) -> dict:
     """How ``job`` is scored: its task, stop strings, sampling parameters, model and the settings it records."""
     from grpo_ext.evaluation.cache import task_id_for
-    from grpo_ext.evaluation.sampling import SamplingParams
+    from grpo_ext.sampler.sampling import SamplingParams
     from grpo_ext.tasks import get_task
 
     evaluation = job.evaluation

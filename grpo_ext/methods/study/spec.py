@@ -152,7 +152,7 @@ class Signal:
     """Stage 0 (issue 28): the learning signal at the base, before any budget is spent: the mean gradient cosine
     between `minibatches` independent minibatches at each samples a step of `samples`, for each objective, with the
     method config of `arm` (its task, group size, completion length, loss type, temperature); its own samples a
-    step is one of `samples`. See :mod:`grpo_ext.methods.study.signal.stage`."""
+    step is one of `samples`. See :mod:`grpo_ext.methods.study.signal.stage_zero`."""
 
     samples: tuple[int, ...]
     minibatches: int

@@ -30,16 +30,16 @@ independent (each minibatch's gradient enters ``m - 1`` of them), so a standard 
 narrow; the minibatches are the independent units, and the mean pairwise cosine is a U-statistic of them, for which
 the leave-one-minibatch-out jackknife gives a standard error (interval: ``t`` with ``m - 1`` degrees of freedom).
 
-Rooms: :mod:`.core` (the pure math), :mod:`.measure` (a minibatch's gradient on the model's device, and
+Rooms: :mod:`.cosines` (the pure math), :mod:`.measure` (a minibatch's gradient on the model's device, and
 :func:`measure_signal`), a study's stage 0 (:mod:`.settings`: what it measures, from the study's ``signal`` section
-and its arm's method config; :mod:`.stage`: measured or reused into ``signal.json``; :mod:`.section`: the report's
-section), and :mod:`.cli` (the table and JSON of)::
+and its arm's method config; :mod:`.stage_zero`: measured or reused into ``signal.json``; :mod:`.report_section`: the
+report's section), and :mod:`.cli` (the table and JSON of)::
 
     python -m grpo_ext.methods.study.signal --model embedded --task arithmetic --objective grpo,sft \\
         --samples 64,256 --minibatches 6 [--lora-rank 0,16] [--out signal.json]
 """
 
-from grpo_ext.methods.study.signal.core import (
+from grpo_ext.methods.study.signal.cosines import (
     LOSS_TYPES,
     cosine_matrix,
     jackknife_interval,

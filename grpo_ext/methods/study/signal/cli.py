@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Sequence
 
 from grpo_ext.errors import UserError
-from grpo_ext.methods.study.signal.core import LOSS_TYPES
+from grpo_ext.methods.study.signal.cosines import LOSS_TYPES
 from grpo_ext.methods.study.signal.measure import OBJECTIVES, measure_grid
 
 __all__ = ["main", "table"]

@@ -12,8 +12,7 @@ from tqdm.auto import tqdm
 
 from grpo_ext.advantages import outcome_advantages, zero_std_mask
 from grpo_ext.errors import UserError
-from grpo_ext.evaluation.sampling import encode_prompt_ids
-from grpo_ext.methods.study.signal.core import (
+from grpo_ext.methods.study.signal.cosines import (
     CONFIDENCE,
     LOSS_TYPES,
     jackknife_interval,
@@ -22,6 +21,7 @@ from grpo_ext.methods.study.signal.core import (
     surrogate_loss,
 )
 from grpo_ext.rollouts import SamplerSettings, sample_completions
+from grpo_ext.sampler.sampling import encode_prompt_ids
 
 __all__ = [
     "OBJECTIVES",

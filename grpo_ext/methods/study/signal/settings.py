@@ -86,7 +86,7 @@ def signal_settings(study, configs: str | Path, quick_flags: Sequence[str] | Non
     with :data:`QUICK_MINIBATCHES` minibatches (minutes are the quick run's whole budget)."""
     from grpo_ext.evaluation.cache import model_fingerprint
     from grpo_ext.methods.study.method_configs import method_config_path, task_of
-    from grpo_ext.models import resolve_model_path
+    from grpo_ext.model_paths import resolve_model_path
 
     spec = study.signal
     arm = study.arm(spec.arm)
