@@ -8,27 +8,17 @@ from dataclasses import MISSING, dataclass, field, fields
 from trl import GRPOConfig
 
 from grpo_ext.advantages import get_gradient_coefficient
+from grpo_ext.config_checks import check_process_reward_model, check_stop_strings, choice
 from grpo_ext.errors import UserError
 from grpo_ext.kl_control import get_kl_controller
 from grpo_ext.validation import check_training_ranges
 
 ZERO_STD_GROUPS = ("keep", "skip", "refill")
 GENERATION_BACKENDS = ("trl", "sampler")
-#: Why `stop_strings` needs `generation_backend: sampler` (the config's error, and the trainer's when the args change).
-STOP_STRINGS_NEED_SAMPLER = (
-    "stop_strings: honoured by generation_backend `sampler` only; TRL 1.16's generation cannot honour them (its "
-    "`generate` call passes no tokenizer, which transformers needs to read stop strings; with use_vllm, vLLM's own "
-    "`stop` goes in generation_kwargs): set generation_backend: sampler or remove stop_strings"
-)
 CPU_BF16 = ("off", "auto", "on")
 # The sampler's decode steps: grpo_ext.sampler.static_step.DECODE_MODES, a floor above this one (a test keeps the
 # two equal). Checked whatever the backend: a typo is refused even where the value is not read yet.
 SAMPLER_DECODES = ("auto", "eager", "static", "compiled")
-
-
-def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise UserError(f"{name}: unknown value {value!r}; expected one of {', '.join(allowed)}")
 
 
 @dataclass
@@ -325,20 +315,20 @@ class GRPOExtConfig(GRPOConfig):
             get_gradient_coefficient(self.advantage_mode)
         except ValueError as err:
             raise UserError(str(err)) from None
-        _choice("zero_std_groups", self.zero_std_groups, ZERO_STD_GROUPS)
+        choice("zero_std_groups", self.zero_std_groups, ZERO_STD_GROUPS)
         try:  # the registry is the list of controllers; its error names the field
             controller = get_kl_controller(self.kl_controller)
         except ValueError as err:
             raise UserError(str(err)) from None
-        _choice("generation_backend", self.generation_backend, GENERATION_BACKENDS)
-        _choice("cpu_bf16", self.cpu_bf16, CPU_BF16)
-        _choice("sampler_decode", self.sampler_decode, SAMPLER_DECODES)
+        choice("generation_backend", self.generation_backend, GENERATION_BACKENDS)
+        choice("cpu_bf16", self.cpu_bf16, CPU_BF16)
+        choice("sampler_decode", self.sampler_decode, SAMPLER_DECODES)
         if self.generation_backend == "sampler" and self.use_vllm:
             raise UserError("generation_backend: `sampler` and use_vllm both generate the completions; pick one")
-        self._check_stop_strings()
+        check_stop_strings(self)
         if self.step_separator == "":
             raise UserError("step_separator: must be a non-empty string")
-        self._check_process_reward_model()
+        check_process_reward_model(self)
         if self.share_prompt_forward and (
             getattr(self, "activation_checkpointing", False) or getattr(self, "gradient_checkpointing", False)
         ):
@@ -361,52 +351,3 @@ class GRPOExtConfig(GRPOConfig):
                     f"x steps_per_generation ({local}) must be a multiple of num_generations ({self.num_generations})"
                 )
         check_training_ranges(self)  # TRL's numbers too; GRPOExtTrainer checks again (a config can change after this)
-
-    def _check_stop_strings(self) -> None:
-        if isinstance(self.stop_strings, str):  # one string from Python code: one stop string, not its characters
-            self.stop_strings = [self.stop_strings]
-        if self.stop_strings is not None:
-            self.stop_strings = list(self.stop_strings)
-            bad = [s for s in self.stop_strings if not isinstance(s, str) or not s]
-            if bad:  # an empty string would end every completion before it starts
-                raise UserError(f"stop_strings: must hold non-empty strings, got {bad[0]!r}")
-        if (self.generation_kwargs or {}).get("stop_strings") is not None:
-            raise UserError(
-                "generation_kwargs: stop_strings cannot go here (TRL 1.16's generate passes no tokenizer, which "
-                "transformers needs to read them); use the stop_strings field with generation_backend: sampler"
-            )
-        if not self.stop_strings:
-            return
-        if self.generation_backend != "sampler":
-            raise UserError(STOP_STRINGS_NEED_SAMPLER)
-        if self.mask_truncated_completions:
-            raise UserError(
-                "stop_strings: a completion ended by a stop string has no EOS, so mask_truncated_completions would "
-                "mask it as truncated; not both"
-            )
-
-    def _check_process_reward_model(self) -> None:
-        step_tag_fields = [f"process_reward_model_{n}" for n in ("step_tag", "good_token", "bad_token")]
-        if self.process_reward_model is None:
-            unused = [n for n in ("process_reward_model_format", *step_tag_fields) if getattr(self, n) is not None]
-            unused += ["process_reward_model_load_in_4bit"] if self.process_reward_model_load_in_4bit else []
-            if unused:
-                raise UserError(f"{unused[0]}: set without process_reward_model")
-        named = self.process_reward_model_format
-        if named is not None:
-            # imported here: the PRM loader's module (and its imports) only when a PRM format is named
-            from grpo_ext.rewards.prm import PRM_FORMATS
-
-            _choice("process_reward_model_format", named, tuple(PRM_FORMATS))
-        for name in step_tag_fields:
-            value = getattr(self, name)
-            if value is None:
-                continue
-            if not isinstance(value, str) or not value.strip():
-                raise UserError(f"{name}: must be a non-empty string, got {value!r}")
-            option = name.removeprefix("process_reward_model_")
-            if named is not None and option not in PRM_FORMATS[named].options:  # the registry says who reads it
-                readers = " or ".join(f"`{f.name}`" for f in PRM_FORMATS.values() if option in f.options)
-                raise UserError(
-                    f"{name}: only the {readers} format reads it (process_reward_model_format is `{named}`)"
-                )

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from grpo_ext.config import STOP_STRINGS_NEED_SAMPLER
+from grpo_ext.config_checks import STOP_STRINGS_NEED_SAMPLER
 from grpo_ext.errors import UserError
 from grpo_ext.sampler.continuous import ContinuousUnsupported, continuous_sample
 from grpo_ext.sampler.sampling import MAX_SLOTS, derive_seed, sample_seed

@@ -60,26 +60,24 @@ class HarnessArgumentParser(argparse.ArgumentParser):
         raise UserError(f"{message} (see --help)")
 
 
+def _comma_list(text: str, number, example: str, kind: str, empty: str) -> list:
+    try:
+        values = [number(part) for part in text.replace(" ", "").split(",") if part]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated {kind} like {example}, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError(empty)
+    return values
+
+
 def int_list(text: str) -> list[int]:
     """argparse type of ``--k``: comma-separated integers (``1,2,4,8``)."""
-    try:
-        values = [int(part) for part in text.replace(" ", "").split(",") if part]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 1,2,4,8, got {text!r}") from None
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one k")
-    return values
+    return _comma_list(text, int, "1,2,4,8", "integers", "expected at least one k")
 
 
 def float_list(text: str) -> list[float]:
     """argparse type of ``--tau``: comma-separated numbers (``0.1,0.5,0.9``)."""
-    try:
-        values = [float(part) for part in text.replace(" ", "").split(",") if part]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers like 0.1,0.5,0.9, got {text!r}") from None
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one number")
-    return values
+    return _comma_list(text, float, "0.1,0.5,0.9", "numbers", "expected at least one number")
 
 
 def json_object_flag(flag: str, text: str, example: str = '{"max_operands": 3}') -> dict:

@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from benchmarks import learning_check, real_step
+from benchmarks import _step_clock, learning_check, real_step
 from grpo_ext.checkpoints import write_run_status
 
 TINY = {
@@ -54,7 +54,8 @@ def test_real_step_json_on_a_tiny_recipe(tmp_path, monkeypatch):
     assert saved["params"]["overrides"] == ["--max_completion_length", "4"] and saved["complete"]
     assert saved["baseline"] == "generate:float32:all_positions"
     for name, v in saved["variants"].items():
-        for phase in (*real_step.PHASES, *real_step.CPU_PHASES, "loss_forward_backward", "loss_forward_backward_cpu"):
+        phases = (*_step_clock.PHASES, *_step_clock.CPU_PHASES, "loss_forward_backward", "loss_forward_backward_cpu")
+        for phase in phases:
             assert v[phase]["n"] == 1, (name, phase)
         (step,) = v["steps"]
         assert 0 < step["generation"] <= step["step"] and step["loss_forward"] > 0 and step["loss_backward"] > 0

@@ -108,4 +108,4 @@ def test_the_measured_cost_adds_each_runs_records_by_hand(tmp_path):
     assert rows["base (no training)"]["eval_core_seconds"] == 3600.0
     assert result["core_hours"] == pytest.approx((1400 + 600 + 3600) / 3600)
     table = render_spent(result, estimate(study))
-    assert "| sft | 2 | 0.39 | 0.17 | 5 | 1.12 |" in table and "Measured: 1.6 core-hours" in table
+    assert "| sft | 2 | 0.39 | 0.17 | 5 | 1.02 |" in table and "Measured: 1.6 core-hours" in table
