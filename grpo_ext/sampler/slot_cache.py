@@ -78,7 +78,8 @@ def prefill(
     if prefix is not None:
         rows, shared = len(prompt_ids), prefix[0][0].shape[-2]
         position_ids += shared
-        attention_mask = torch.cat([torch.ones((rows, shared), dtype=attention_mask.dtype), attention_mask], dim=1)
+        prefix_mask = torch.ones((rows, shared), dtype=attention_mask.dtype, device=attention_mask.device)
+        attention_mask = torch.cat([prefix_mask, attention_mask], dim=1)
         layers = [(k.unsqueeze(0).expand(rows, -1, -1, -1), v.unsqueeze(0).expand(rows, -1, -1, -1)) for k, v in prefix]
         past = {cache_keyword: DynamicCache(ddp_cache_data=layers)}
     out = model(
