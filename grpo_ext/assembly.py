@@ -18,8 +18,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from grpo_ext.batching import prompts_drawn, refill_reserve
-from grpo_ext.errors import check_tokenizer
-from grpo_ext.model_files import check_not_adapter
+from grpo_ext.model_files import check_not_adapter, check_tokenizer
 from grpo_ext.rewards import resolve_process_reward_funcs, resolve_reward_funcs
 from grpo_ext.tasks.base import Task, require_prompt_column
 

@@ -23,8 +23,9 @@ import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from grpo_ext.errors import UserError, check_tokenizer, check_weights
+from grpo_ext.errors import UserError
 from grpo_ext.evaluation.cache import model_fingerprint  # re-exported: callers import it from here too
+from grpo_ext.model_files import check_tokenizer, check_weights
 from grpo_ext.model_paths import resolve_model_path
 from grpo_ext.sampler.sampling import SamplingParams, derive_seed, sample, sample_stream
 from grpo_ext.sampler.stops import cut_at_stop

@@ -56,7 +56,7 @@ class RunContext:
         """``(model path, quantization_config, peft_config)`` from ``model_args``, the TRL way, for the offline
         builders (the online one hands ``model_args`` to ``build_grpo_trainer``, which resolves them itself)."""
         if self._policy is None:
-            from grpo_ext.errors import check_tokenizer, check_weights
+            from grpo_ext.model_files import check_tokenizer, check_weights
             from grpo_ext.policy_loading import policy_init
 
             self._policy = policy_init(self.model_args, self.training_args)
