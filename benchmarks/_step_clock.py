@@ -25,8 +25,8 @@ def resolve_device(name: str) -> str:
 
 
 def cpu_facts() -> dict:
-    """The CPU a result was measured on, with what decides bf16 speed (``grpo_ext.modeling.cpu_bf16_support``)."""
-    from grpo_ext.modeling import cpu_bf16_support
+    """The CPU a result was measured on, with what decides bf16 speed (``grpo_ext.policy_loading.cpu_bf16_support``)."""
+    from grpo_ext.policy_loading import cpu_bf16_support
 
     model = platform.processor() or ""
     try:

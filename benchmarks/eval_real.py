@@ -10,9 +10,9 @@ SmolLM2-135M-Instruct (`make real-model`), `word_arithmetic` test problems, n sa
   on a CPU), the model in float32 (the harness's CPU default), no stop strings, the harness CLI's default batch
   (`min(8, 512 // n)` prompts).
 - **after**: the harness as shipped for a CPU with native bf16 (`avx512_bf16` / `amx_bf16` / Arm `bf16`,
-  `grpo_ext.modeling.cpu_bf16_support`; float32 elsewhere, recorded): the base in bfloat16, the task's stop strings
-  (`Question:`: the sample ends at the token completing it), the continuous sampler with its bf16 decode attention
-  (`grpo_ext/sampler/decode_attention.py`), `--after-batch` prompts a batch.
+  `grpo_ext.policy_loading.cpu_bf16_support`; float32 elsewhere, recorded): the base in bfloat16, the task's stop
+  strings (`Question:`: the sample ends at the token completing it), the continuous sampler with its bf16 decode
+  attention (`grpo_ext/sampler/decode_attention.py`), `--after-batch` prompts a batch.
 - **lm_eval**: lm-eval's `HFLM.generate_until` on the after side's model object (same dtype), the same prompt texts
   (our chat-template rendering; the token ids are checked equal to the sampler's), `until` = the task's stop strings,
   `do_sample`, the same temperature, top_p 1, top_k 0, `max_gen_toks`, `--lm-eval-batch` rows a batch (default: the
@@ -63,7 +63,7 @@ PROMPTS = {
 
 def after_dtype() -> tuple[torch.dtype, dict]:
     """bfloat16 where the CPU multiplies bf16 natively, float32 elsewhere (as `cpu_bf16: auto` decides for training)."""
-    from grpo_ext.modeling import cpu_bf16_support
+    from grpo_ext.policy_loading import cpu_bf16_support
 
     support = cpu_bf16_support()
     return (torch.bfloat16 if support["supported"] else torch.float32), support

@@ -12,7 +12,7 @@ the shapes it finished; ``--shapes 1.5b`` runs one). ``--device cpu`` rehearses 
 
 Models: random-weight Qwen2 models of Qwen2.5-0.5B / -1.5B's shapes with the real vocabulary (151,936), built here
 and saved as bf16 safetensors with the embedded character tokenizer (benchmarks/_gpu.py); the policy is loaded from
-that folder the way `scripts/train.py` loads it (`grpo_ext.modeling.policy_init` from TRL's `ModelConfig`):
+that folder the way `scripts/train.py` loads it (`grpo_ext.policy_loading.policy_init` from TRL's `ModelConfig`):
 
 - full: bf16 weights, every parameter trained (AdamW), a reference copy for the KL term (TRL builds it at beta > 0);
 - lora: bf16 base + LoRA r16 / alpha 32 on every attention and MLP projection; the reference is the adapter-disabled
@@ -101,7 +101,7 @@ def build_trainer(folder: str, kind: str, variant: str, settings: dict, device: 
 
     from benchmarks.overhead import ALL_ON
     from grpo_ext.config import GRPOExtConfig
-    from grpo_ext.modeling import policy_init
+    from grpo_ext.policy_loading import policy_init
     from grpo_ext.tasks import get_task
     from grpo_ext.trainer import GRPOExtTrainer
 

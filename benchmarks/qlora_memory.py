@@ -20,7 +20,7 @@ a temporary folder, so the 4-bit model is loaded the way a real checkpoint is (`
   forward + backward + AdamW step (the first step, which allocates the optimizer state), measured by resetting the
   kernel's high-water mark (/proc/self/clear_refs) after loading and reading VmHWM after the step. Full: bf16 weights,
   AdamW on every parameter (bf16 states). QLoRA: the nf4 model + LoRA as above, then
-  `grpo_ext.modeling.prepare_quantized_policy` (what our trainer does), AdamW on the adapters. The optimizer is
+  `grpo_ext.policy_loading.prepare_quantized_policy` (what our trainer does), AdamW on the adapters. The optimizer is
   `AdamW(fused=True)` on both sides, what transformers' Trainer (so TRL and GRPOExtTrainer) builds by default
   (`optim="adamw_torch_fused"`); plain AdamW on CPU updates one parameter at a time through temporaries of that
   parameter's size, which added ~0.5 GiB (the tied embedding's update) to the full side's peak only. After loading,
@@ -164,7 +164,7 @@ def worker_step(kind: str, folder: str, seq: int, checkpointing: bool) -> dict:
     else:
         model, _ = _load_nf4(folder)
         try:  # our QLoRA path: what GRPOExtTrainer does to the policy TRL built
-            from grpo_ext.modeling import prepare_quantized_policy
+            from grpo_ext.policy_loading import prepare_quantized_policy
         except ImportError:
             prepare_quantized_policy = None
         if prepare_quantized_policy is not None:

@@ -19,7 +19,7 @@ from that recipe with only these changed:
 and the model's ``dtype`` (``float32``: the recipe's precision before issue 37; ``bfloat16``: the base weights in bf16,
 LoRA weights and AdamW state in float32 as PEFT keeps them, what ``cpu_bf16: auto`` picks on a CPU with native bf16).
 On CUDA, ``bf16`` (autocast) is on with ``bfloat16``. Every variant scores the loss's log-probs as the shipped code
-does (on a CPU only the completion positions: ``grpo_ext.modeling.compact_log_probs_on_cpu``) unless its name ends
+does (on a CPU only the completion positions: ``grpo_ext.policy_loading.compact_log_probs_on_cpu``) unless its name ends
 in ``:all_positions`` (TRL's own CPU path, every position through the LM head): ``generate:float32:all_positions``,
 the recipe before issue 37, is the default's first variant and the baseline of the speed-ups. A part ``:eager`` builds
 the policy with ``attn_implementation: eager`` instead of transformers' default ``sdpa`` (``sampler:bfloat16:eager``;
@@ -73,7 +73,7 @@ DEFAULT_CONFIG = "configs/real/cpu.yaml"
 BACKENDS = ("generate", "continuous", "sampler")
 DTYPES = ("float32", "bfloat16")
 #: A third part ``:all_positions`` times TRL's own CPU scoring (its fused LM head over every position, prompts
-#: included) instead of grpo-ext's compact one (``grpo_ext.modeling.compact_log_probs_on_cpu``).
+#: included) instead of grpo-ext's compact one (``grpo_ext.policy_loading.compact_log_probs_on_cpu``).
 ALL_POSITIONS = "all_positions"
 #: A part ``:eager`` builds the policy with ``attn_implementation: eager`` (transformers' default is ``sdpa``).
 EAGER = "eager"
@@ -199,9 +199,9 @@ def generation_batches(trainer, count: int) -> list[list[dict]]:
 def one_step(trainer, clock: PhaseClock, batch: list[dict], compact: bool = True) -> dict:
     """One optimizer step (all micro-batches) on ``batch``; its phase times, mean completion length and reward.
     ``compact``: grpo-ext's compact CPU scoring (False: TRL's own, every position)."""
-    from grpo_ext import modeling
+    from grpo_ext import policy_loading
 
-    modeling.CPU_COMPACT_LOG_PROBS = compact
+    policy_loading.CPU_COMPACT_LOG_PROBS = compact
     device = clock.device
     _synchronize(device)
     start, cpu = time.perf_counter(), time.process_time()

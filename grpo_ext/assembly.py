@@ -9,7 +9,7 @@ rules that join a task to the trainer are written once:
 - the policy comes from `ModelConfig` the TRL way (`policy_init`: a path, 4-bit quantisation, LoRA; `cpu_bf16`), unless
   a model (a path or a module) is given;
 - on a CPU, TRL's fused LM head scores only the completion positions, as it does on a GPU
-  (`grpo_ext.modeling.compact_log_probs_on_cpu`: the same log-probs, a third less step time on the real model).
+  (`grpo_ext.policy_loading.compact_log_probs_on_cpu`: the same log-probs, a third less step time on the real model).
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from grpo_ext.batching import prompts_drawn, refill_reserve
-from grpo_ext.errors import check_tokenizer
-from grpo_ext.model_files import check_not_adapter
+from grpo_ext.model_files import check_not_adapter, check_tokenizer
 from grpo_ext.rewards import resolve_process_reward_funcs, resolve_reward_funcs
 from grpo_ext.tasks.base import Task, require_prompt_column
 
@@ -73,12 +72,12 @@ def build_grpo_trainer(
             drawn,
             len(train_dataset),
         )
-    from grpo_ext.modeling import compact_log_probs_on_cpu
+    from grpo_ext.policy_loading import compact_log_probs_on_cpu
 
     compact_log_probs_on_cpu()  # only CPU tensors are affected; a GPU run scores compactly already
     quantization_config = peft_config = None
     if model is None:
-        from grpo_ext.modeling import policy_init
+        from grpo_ext.policy_loading import policy_init
 
         model, quantization_config, peft_config = policy_init(model_args, training_args)
     if isinstance(model, str):

@@ -29,9 +29,10 @@ from pathlib import Path
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
-from grpo_ext.errors import UserError, check_weights, user_file
+from grpo_ext.errors import UserError, user_file
 from grpo_ext.io import atomic_write_json
 from grpo_ext.kl_control import KL_CONTROLLERS, new_kl_controller
+from grpo_ext.model_files import check_weights
 
 __all__ = [
     "CHECKPOINT_STATE_FILE",

@@ -138,9 +138,9 @@ class GRPOExtConfig(GRPOConfig):
             i.e. `/proc/cpuinfo` lists `avx512_bf16`, `amx_bf16` or Arm's `bf16`, float32 elsewhere, where bf16 is
             emulated and slower) or `"on"` (bfloat16 always). The LoRA weights and the optimizer state stay float32
             (PEFT upcasts adapters of a bf16 base: `autocast_adapter_dtype`). What was chosen, and why, is logged
-            when the policy is loaded (`grpo_ext.modeling.policy_init`) and recorded as the run's `dtype`. Ignored on
-            a GPU (set `dtype` and `bf16` there); not with a 4-bit/8-bit base or without `use_peft` (a full fine-tune
-            would keep bf16 weights and bf16 AdamW state).
+            when the policy is loaded (`grpo_ext.policy_loading.policy_init`) and recorded as the run's `dtype`.
+            Ignored on a GPU (set `dtype` and `bf16` there); not with a 4-bit/8-bit base or without `use_peft` (a full
+            fine-tune would keep bf16 weights and bf16 AdamW state).
 
         > Parameters that control the loss's forward
 

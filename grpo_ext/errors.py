@@ -19,24 +19,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["UserError", "check_tokenizer", "check_weights", "one_line", "read_yaml", "user_file", "user_input"]
-
-
-#: The files a saved tokenizer is made of: what an export copies and a sample cache fingerprints.
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "tokenizer.model",
-    "vocab.json",
-    "vocab.txt",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "merges.txt",
-    "chat_template.jinja",
-    "chat_template.json",
-)
-#: Any one of these is enough for `AutoTokenizer` to start from (the others only add to one).
-TOKENIZER_MAIN_FILES = TOKENIZER_FILES[:5]
+__all__ = ["UserError", "one_line", "read_yaml", "user_file", "user_input"]
 
 
 class UserError(ValueError):
@@ -91,46 +74,6 @@ def user_file(path: str | Path, what: str) -> Iterator[None]:
 def _is_file_format_error(err: BaseException) -> bool:
     """A safetensors or YAML parse error (checked by name: neither library is imported here)."""
     return type(err).__name__ in ("SafetensorError", "HeaderTooLarge") or type(err).__module__.startswith("yaml")
-
-
-def check_weights(folder: str | Path, what: str) -> None:
-    """Every safetensors file of a local model folder opens (its header is whole and covers the file), else a
-    `UserError` naming the file: a torn or truncated download, a disk that filled during a save. Reads only the
-    headers. A folder with no weights at all is named too (with what was expected), and so are weights that disagree
-    with `config.json` and an adapter that does not fit its base (`grpo_ext.model_files`)."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return  # a hub id: the hub client checks its own downloads
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:  # weights load as safetensors only (no pickle)
-        raise UserError(
-            f"{what}: {folder} has no weights (expected model.safetensors, model-*-of-*.safetensors or "
-            "adapter_model.safetensors)"
-        )
-    from safetensors import safe_open
-
-    for path in files:
-        with user_file(path, what), safe_open(str(path), framework="pt"):
-            pass
-    from grpo_ext.model_files import check_adapter_base, check_config_matches_weights  # imports this module
-
-    check_config_matches_weights(folder, what)  # config.json's shapes are the weights' (no layer left random)
-    check_adapter_base(folder, what)  # an adapter's base is another model folder, of the adapter's shapes
-
-
-def check_tokenizer(folder: str | os.PathLike, what: str) -> None:
-    """A local model folder holds a tokenizer (the files `save_pretrained` writes), else a `UserError` naming the
-    folder: without one transformers fails deep inside with a message about sentencepiece or processors. Files that
-    do not parse or load are named too (`grpo_ext.model_files`)."""
-    folder = Path(folder)
-    if folder.is_dir() and not any((folder / name).is_file() for name in TOKENIZER_MAIN_FILES):
-        raise UserError(
-            f"{what}: {folder} has no tokenizer (expected one of {', '.join(TOKENIZER_MAIN_FILES)}); save it next to "
-            "the model with tokenizer.save_pretrained(folder)"
-        )
-    from grpo_ext.model_files import check_tokenizer_files  # imports this module
-
-    check_tokenizer_files(folder, what)  # the files parse and load
 
 
 def read_yaml(path: str | os.PathLike, what: str):

@@ -8,7 +8,7 @@ import logging
 
 import torch
 
-from grpo_ext.modeling import _linear4bit_modules
+from grpo_ext.policy_loading import _linear4bit_modules
 
 __all__ = ["full_precision_footprint", "log_memory_footprint", "quant_state_bytes"]
 

@@ -1,6 +1,9 @@
 """A local model folder's files agree with each other, checked before transformers, PEFT or tokenizers load them (a
 `UserError` naming the file, where the libraries would end in a traceback, or worse, load something else silently):
 
+- `check_weights` (what a loader calls on a local model folder): every safetensors file opens (a torn or truncated
+  download is named), there are weights at all, and the two checks below; `check_tokenizer`: the folder holds a
+  tokenizer, and `check_tokenizer_files`;
 - `check_config_matches_weights`: every tensor `config.json` makes has the shape the weights file gives it, and none is
   missing from the file (transformers would stop on a size mismatch with a `RuntimeError`, and silently initialise a
   layer the file lacks at random: a config of 4 layers over weights of 2 loaded and was scored);
@@ -17,20 +20,41 @@ the loader.
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
-from grpo_ext.errors import UserError
+from grpo_ext.errors import UserError, user_file
 
 __all__ = [
+    "TOKENIZER_FILES",
+    "TOKENIZER_MAIN_FILES",
     "chat_templates",
     "check_adapter_base",
     "check_chat_template",
     "check_config_matches_weights",
     "check_not_adapter",
+    "check_tokenizer",
     "check_tokenizer_files",
+    "check_weights",
     "weight_shapes",
 ]
+
+#: The files a saved tokenizer is made of: what an export copies and a sample cache fingerprints.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "merges.txt",
+    "chat_template.jinja",
+    "chat_template.json",
+)
+#: Any one of these is enough for `AutoTokenizer` to start from (the others only add to one).
+TOKENIZER_MAIN_FILES = TOKENIZER_FILES[:5]
 
 #: Where PEFT keeps a LoRA matrix: ``base_model.model.<module>.lora_A.weight`` / ``lora_B``.
 _LORA_KEY = re.compile(r"^(?:base_model\.model\.)?(?P<module>.+)\.lora_(?P<which>[AB])(?:\.[^.]+)?\.weight$")
@@ -80,6 +104,42 @@ def _meta_model(folder: Path, what: str):
 
 def _ignored(key: str, patterns) -> bool:
     return any(re.search(p, key) for p in patterns or ())
+
+
+def check_weights(folder: str | Path, what: str) -> None:
+    """Every safetensors file of a local model folder opens (its header is whole and covers the file), else a
+    `UserError` naming the file: a torn or truncated download, a disk that filled during a save. Reads only the
+    headers. A folder with no weights at all is named too (with what was expected), and so are weights that disagree
+    with `config.json` and an adapter that does not fit its base."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return  # a hub id: the hub client checks its own downloads
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:  # weights load as safetensors only (no pickle)
+        raise UserError(
+            f"{what}: {folder} has no weights (expected model.safetensors, model-*-of-*.safetensors or "
+            "adapter_model.safetensors)"
+        )
+    from safetensors import safe_open
+
+    for path in files:
+        with user_file(path, what), safe_open(str(path), framework="pt"):
+            pass
+    check_config_matches_weights(folder, what)  # config.json's shapes are the weights' (no layer left random)
+    check_adapter_base(folder, what)  # an adapter's base is another model folder, of the adapter's shapes
+
+
+def check_tokenizer(folder: str | os.PathLike, what: str) -> None:
+    """A local model folder holds a tokenizer (the files `save_pretrained` writes), else a `UserError` naming the
+    folder: without one transformers fails deep inside with a message about sentencepiece or processors. Files that
+    do not parse or load are named too (`check_tokenizer_files`)."""
+    folder = Path(folder)
+    if folder.is_dir() and not any((folder / name).is_file() for name in TOKENIZER_MAIN_FILES):
+        raise UserError(
+            f"{what}: {folder} has no tokenizer (expected one of {', '.join(TOKENIZER_MAIN_FILES)}); save it next to "
+            "the model with tokenizer.save_pretrained(folder)"
+        )
+    check_tokenizer_files(folder, what)  # the files parse and load
 
 
 def check_config_matches_weights(folder: str | Path, what: str) -> None:

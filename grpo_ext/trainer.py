@@ -33,8 +33,9 @@ from grpo_ext.advantages import get_gradient_coefficient, zero_std_mask
 from grpo_ext.batching import KEPT_NORMALISER, replace_rows
 from grpo_ext.checkpoints import CHECKPOINT_STATE_FILE, StagedCheckpointsMixin
 from grpo_ext.config import GRPOExtConfig
-from grpo_ext.errors import check_weights, user_input
-from grpo_ext.modeling import prepare_quantized_policy
+from grpo_ext.errors import user_input
+from grpo_ext.model_files import check_weights
+from grpo_ext.policy_loading import prepare_quantized_policy
 from grpo_ext.rewards import load_callable
 from grpo_ext.rewards.checked import checked_reward_func
 from grpo_ext.rewards.process import build_step_rewards, score_steps

@@ -277,7 +277,7 @@ def dry_check(step: Step, cuda: bool) -> None:
 
         harness_settings(build_parser().parse_args(step.argv[1:]))
         return
-    from grpo_ext.modeling import policy_init
+    from grpo_ext.policy_loading import policy_init
     from grpo_ext.rewards import resolve_process_reward_funcs, resolve_reward_funcs
     from grpo_ext.script_args import parse_train_args
     from grpo_ext.tasks import get_task

@@ -182,7 +182,7 @@ def reward_path(value):
 def quantised_without_lora(tmp):
     from trl import ModelConfig
 
-    from grpo_ext.modeling import check_model_args
+    from grpo_ext.policy_loading import check_model_args
 
     check_model_args(ModelConfig(model_name_or_path="embedded", load_in_4bit=True))
 

@@ -8,10 +8,10 @@ import pytest
 import torch
 from trl import ModelConfig
 
-from grpo_ext import modeling
+from grpo_ext import policy_loading
 from grpo_ext.assembly import build_grpo_trainer
 from grpo_ext.errors import UserError
-from grpo_ext.modeling import cpu_bf16_support, resolve_cpu_bf16
+from grpo_ext.policy_loading import cpu_bf16_support, resolve_cpu_bf16
 from tests.trainer_utils import TASK, tiny_args
 
 
@@ -26,7 +26,7 @@ def native_bf16(monkeypatch):
 
     def set_native(on: bool = True):
         flags = {"avx512f", "avx512bw"} | ({"avx512_bf16"} if on else set())
-        monkeypatch.setattr(modeling, "_cpu_flags", lambda: flags)
+        monkeypatch.setattr(policy_loading, "_cpu_flags", lambda: flags)
 
     set_native(True)
     return set_native
@@ -37,7 +37,7 @@ def test_support_needs_a_native_bf16_flag_not_mkldnn(native_bf16, monkeypatch):
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)  # emulated bf16 says True
     assert cpu_bf16_support() == {"supported": False, "flags": [], "mkldnn_bf16": True}
     for flag in ("avx512_bf16", "amx_bf16", "bf16"):
-        monkeypatch.setattr(modeling, "_cpu_flags", lambda flag=flag: {"sse2", flag})
+        monkeypatch.setattr(policy_loading, "_cpu_flags", lambda flag=flag: {"sse2", flag})
         assert cpu_bf16_support()["supported"] and cpu_bf16_support()["flags"] == [flag]
 
 
@@ -55,7 +55,7 @@ def test_support_needs_a_native_bf16_flag_not_mkldnn(native_bf16, monkeypatch):
 def test_the_choice_and_its_log_line(native_bf16, capsys, caplog, mode, native, given, chosen):
     native_bf16(native)
     model_args = lora_model_args(dtype=given)
-    with caplog.at_level(logging.INFO, logger="grpo_ext.modeling"):
+    with caplog.at_level(logging.INFO, logger="grpo_ext.policy_loading"):
         assert resolve_cpu_bf16(model_args, tiny_args(cpu_bf16=mode)) == chosen
     assert model_args.dtype == chosen  # the run's record says what ran
     said = caplog.text + capsys.readouterr().out
@@ -69,9 +69,9 @@ def test_the_choice_and_its_log_line(native_bf16, capsys, caplog, mode, native, 
 
 
 def test_ignored_on_a_gpu(native_bf16, monkeypatch, caplog):
-    monkeypatch.setattr(modeling, "on_gpu", lambda training_args=None: True)
+    monkeypatch.setattr(policy_loading, "on_gpu", lambda training_args=None: True)
     model_args = lora_model_args(dtype="bfloat16")
-    with caplog.at_level(logging.INFO, logger="grpo_ext.modeling"):
+    with caplog.at_level(logging.INFO, logger="grpo_ext.policy_loading"):
         assert resolve_cpu_bf16(model_args, tiny_args(cpu_bf16="auto")) == "bfloat16"
     assert "ignored on a GPU" in caplog.text
 
@@ -128,7 +128,7 @@ def test_compact_cpu_log_probs_are_trls_log_probs(tiny_char_llama, monkeypatch):
     import trl.trainer.utils as trl_utils
     from trl.trainer.utils import add_fused_lm_head
 
-    assert modeling.compact_log_probs_on_cpu() and modeling.compact_log_probs_on_cpu()  # idempotent
+    assert policy_loading.compact_log_probs_on_cpu() and policy_loading.compact_log_probs_on_cpu()  # idempotent
     assert trl_utils._use_triton.grpo_ext_cpu_compact and not trl_utils._use_triton.__wrapped__(torch.device("cpu"))
     model, _ = tiny_char_llama()
     add_fused_lm_head(model, temperature=0.7, outputs=("log_probs", "entropy"))
@@ -144,7 +144,7 @@ def test_compact_cpu_log_probs_are_trls_log_probs(tiny_char_llama, monkeypatch):
     )
 
     def run(compact: bool):
-        monkeypatch.setattr(modeling, "CPU_COMPACT_LOG_PROBS", compact)
+        monkeypatch.setattr(policy_loading, "CPU_COMPACT_LOG_PROBS", compact)
         model.zero_grad(set_to_none=True)
         out = model(input_ids=ids, labels=labels, fused_lm_head=True)
         (out.log_probs.sum() + out.entropy.sum()).backward()

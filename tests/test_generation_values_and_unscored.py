@@ -103,7 +103,7 @@ def test_the_config_check_leaves_what_it_cannot_build_to_the_loader(tmp_path, fi
     loader, or the reward-model loader, reads it. The same edit on a plain causal LM is refused."""
     import shutil
 
-    from grpo_ext.errors import check_weights
+    from grpo_ext.model_files import check_weights
     from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
 
     folder = tmp_path / "model"

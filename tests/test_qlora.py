@@ -19,7 +19,7 @@ from trl import ModelConfig
 from grpo_ext.hub import trainer_model_card
 from grpo_ext.memory_footprint import full_precision_footprint, log_memory_footprint
 from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
-from grpo_ext.modeling import ALL_LINEAR, policy_init, prepare_quantized_policy
+from grpo_ext.policy_loading import ALL_LINEAR, policy_init, prepare_quantized_policy
 from tests.trainer_utils import tiny_args, tiny_trainer
 
 MODEL = str(EMBEDDED_MODEL_DIR)

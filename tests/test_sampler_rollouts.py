@@ -18,7 +18,7 @@ from transformers.generation.logits_process import (
 )
 
 from grpo_ext.errors import UserError
-from grpo_ext.modeling import ALL_LINEAR, policy_init
+from grpo_ext.policy_loading import ALL_LINEAR, policy_init
 from grpo_ext.rollouts import rollout_seed, sample_completions, sampler_settings
 from grpo_ext.sampler import static_step
 from grpo_ext.sampler.sampling import SamplingParams, sample

@@ -3,7 +3,7 @@
 from trl import ModelConfig
 
 from grpo_ext.config import GRPOExtConfig
-from grpo_ext.modeling import policy_init
+from grpo_ext.policy_loading import policy_init
 
 
 def test_policy_init_defaults_to_safetensors_and_no_remote_code(tmp_path):

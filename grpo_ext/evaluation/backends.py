@@ -23,8 +23,9 @@ import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from grpo_ext.errors import UserError, check_tokenizer, check_weights
+from grpo_ext.errors import UserError
 from grpo_ext.evaluation.cache import model_fingerprint  # re-exported: callers import it from here too
+from grpo_ext.model_files import check_tokenizer, check_weights
 from grpo_ext.model_paths import resolve_model_path
 from grpo_ext.sampler.sampling import SamplingParams, derive_seed, sample, sample_stream
 from grpo_ext.sampler.stops import cut_at_stop
@@ -146,7 +147,7 @@ def load_model_and_tokenizer(
     kwargs = {"trust_remote_code": trust_remote_code, "use_safetensors": True, "dtype": dtype}
     quantized = adapter_quantization(folder, adapter_base)
     if quantized is not None:
-        from grpo_ext.modeling import quant_compute_dtype, quantization_config
+        from grpo_ext.policy_loading import quant_compute_dtype, quantization_config
 
         # bitsandbytes places the quantised weights at load (a 4-bit model cannot be moved with `.to`)
         kwargs.update(quantization_config=quantization_config(quantized), device_map={"": device})
@@ -162,7 +163,7 @@ def load_model_and_tokenizer(
 
         model = PeftModel.from_pretrained(model, path)
         if quantized is not None:
-            from grpo_ext.modeling import prepare_quantized_policy
+            from grpo_ext.policy_loading import prepare_quantized_policy
 
             prepare_quantized_policy(model)  # the 4-bit layers compute as in training (no CPU inference repack)
             return model.eval(), _with_pad(tokenizer)
@@ -186,7 +187,7 @@ def load_fingerprint(
     quantized = adapter_quantization(Path(path), adapter_base or "as_trained")
     base_load = None
     if quantized is not None:
-        from grpo_ext.modeling import QUANTIZATION_FIELDS
+        from grpo_ext.policy_loading import QUANTIZATION_FIELDS
 
         fields = {name: getattr(quantized, name) for name in QUANTIZATION_FIELDS}
         base_load = json.dumps(fields, sort_keys=True, default=str)
@@ -204,7 +205,7 @@ def adapter_quantization(folder: Path, adapter_base: str = "as_trained"):
         raise UserError(f"adapter_base: expected one of {', '.join(ADAPTER_BASES)}, got {adapter_base!r}")
     if adapter_base == "full_precision" or not _is_adapter(folder):
         return None
-    from grpo_ext.modeling import trained_quantization
+    from grpo_ext.policy_loading import trained_quantization
 
     return trained_quantization(folder)
 

@@ -29,7 +29,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from grpo_ext.errors import TOKENIZER_FILES, UserError, user_file
+from grpo_ext.errors import UserError, user_file
+from grpo_ext.model_files import TOKENIZER_FILES
 from grpo_ext.model_paths import resolve_model_path
 
 logger = logging.getLogger(__name__)

@@ -22,11 +22,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from grpo_ext.errors import TOKENIZER_FILES, UserError, check_weights, user_file
+from grpo_ext.errors import UserError, user_file
 from grpo_ext.hub.card import build_model_card
 from grpo_ext.hub.eval_report import read_checked_report
 from grpo_ext.hub.training import is_embedded, trained_with
 from grpo_ext.io import atomic_write_json
+from grpo_ext.model_files import TOKENIZER_FILES, check_weights
 from grpo_ext.model_paths import known_model_name
 from grpo_ext.run_record import CONFIG_FILE
 

@@ -58,7 +58,7 @@ class Experiment:
     def __init__(self, it_args: IterativeArguments, training_args, model_args):
         from grpo_ext.advantages import get_gradient_coefficient
         from grpo_ext.iterative.measure import Setting
-        from grpo_ext.modeling import policy_init
+        from grpo_ext.policy_loading import policy_init
 
         if any(getattr(model_args, f, False) for f in ("use_peft", "load_in_4bit", "load_in_8bit")):
             raise UserError(

@@ -30,6 +30,7 @@ __all__ = [
     "CountingReward",
     "SampleBudget",
     "TrainTimer",
+    "cost_record",
     "read_json_file",
     "write_json_file",
 ]
@@ -102,6 +103,39 @@ def trained_tokens(trainer) -> int | None:
             return int(value)
     seen = getattr(trainer.state, "num_input_tokens_seen", 0)
     return int(seen) if seen else None
+
+
+def cost_record(
+    method: str,
+    seed: int,
+    sample_budget: int,
+    drawn: dict,
+    *,
+    optimizer_steps: int,
+    trained_sequences: int,
+    trained_tokens: int | None,
+    train_seconds: float,
+    curve_seconds: float,
+    details: dict,
+) -> dict:
+    """The ``training_cost.json`` record (see the module docstring). ``drawn``: what sampling counted
+    (``samples_generated``, ``generated_tokens``, ``sampling_seconds``; missing ones are 0)."""
+    sampling = drawn.get("sampling_seconds", 0.0)
+    return {
+        "method": method,
+        "seed": seed,
+        "sample_budget": sample_budget,
+        "samples_generated": int(drawn.get("samples_generated", 0)),
+        "generated_tokens": int(drawn.get("generated_tokens", 0)),
+        "optimizer_steps": optimizer_steps,
+        "trained_sequences": trained_sequences,
+        "trained_tokens": trained_tokens,
+        "sampling_seconds": round(sampling, 2),
+        "train_seconds": round(train_seconds, 2),
+        "curve_seconds": round(curve_seconds, 2),
+        "wall_seconds": round(sampling + train_seconds, 2),
+        "details": details,
+    }
 
 
 def write_json_file(folder: str | Path, name: str, payload: dict | list) -> Path:

@@ -25,6 +25,7 @@ from grpo_ext.methods.cost import (
     RUN_FILE,
     SampleBudget,
     TrainTimer,
+    cost_record,
     trained_tokens,
     write_json_file,
 )
@@ -97,21 +98,18 @@ def train_method(method_args, task_args, training_args, model_args) -> dict:
             ctx.cost.update(samples_generated=counters[0].samples, generated_tokens=counters[0].tokens)
         curve_seconds = curve.seconds if curve is not None else 0.0
         train_seconds = timer.seconds - curve_seconds
-        cost = {
-            "method": method.name,
-            "seed": training_args.seed,
-            "sample_budget": budget,
-            "samples_generated": int(ctx.cost.get("samples_generated", 0)),
-            "generated_tokens": int(ctx.cost.get("generated_tokens", 0)),
-            "optimizer_steps": timer.steps,
-            "trained_sequences": timer.steps * trained_sequences_per_step(method.name, training_args),
-            "trained_tokens": trained_tokens(trainer),
-            "sampling_seconds": round(ctx.cost.get("sampling_seconds", 0.0), 2),
-            "train_seconds": round(train_seconds, 2),
-            "curve_seconds": round(curve_seconds, 2),
-            "wall_seconds": round(ctx.cost.get("sampling_seconds", 0.0) + train_seconds, 2),
-            "details": ctx.details,
-        }
+        cost = cost_record(
+            method.name,
+            training_args.seed,
+            budget,
+            ctx.cost,
+            optimizer_steps=timer.steps,
+            trained_sequences=timer.steps * trained_sequences_per_step(method.name, training_args),
+            trained_tokens=trained_tokens(trainer),
+            train_seconds=train_seconds,
+            curve_seconds=curve_seconds,
+            details=ctx.details,
+        )
         if trainer.accelerator.is_main_process:
             trainer.processing_class.save_pretrained(str(out))
             write_json_file(out, COST_FILE, cost)
@@ -162,22 +160,18 @@ def _save_untrained(ctx: RunContext, why: str, budget: int) -> dict:
         model = get_peft_model(model, peft_config)
     model.save_pretrained(str(out))
     ctx.tokenizer().save_pretrained(str(out))
-    sampling = ctx.cost.get("sampling_seconds", 0.0)
-    cost = {
-        "method": ctx.method.name,
-        "seed": ctx.training_args.seed,
-        "sample_budget": budget,
-        "samples_generated": int(ctx.cost.get("samples_generated", 0)),
-        "generated_tokens": int(ctx.cost.get("generated_tokens", 0)),
-        "optimizer_steps": 0,
-        "trained_sequences": 0,
-        "trained_tokens": 0,
-        "sampling_seconds": round(sampling, 2),
-        "train_seconds": 0.0,
-        "curve_seconds": 0.0,
-        "wall_seconds": round(sampling, 2),
-        "details": {**ctx.details, "no_training_data": why},
-    }
+    cost = cost_record(
+        ctx.method.name,
+        ctx.training_args.seed,
+        budget,
+        ctx.cost,
+        optimizer_steps=0,
+        trained_sequences=0,
+        trained_tokens=0,
+        train_seconds=0.0,
+        curve_seconds=0.0,
+        details={**ctx.details, "no_training_data": why},
+    )
     write_json_file(out, COST_FILE, cost)
     write_json_file(out, LOG_FILE, [])
     del model

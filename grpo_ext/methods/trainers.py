@@ -56,8 +56,8 @@ class RunContext:
         """``(model path, quantization_config, peft_config)`` from ``model_args``, the TRL way, for the offline
         builders (the online one hands ``model_args`` to ``build_grpo_trainer``, which resolves them itself)."""
         if self._policy is None:
-            from grpo_ext.errors import check_tokenizer, check_weights
-            from grpo_ext.modeling import policy_init
+            from grpo_ext.model_files import check_tokenizer, check_weights
+            from grpo_ext.policy_loading import policy_init
 
             self._policy = policy_init(self.model_args, self.training_args)
             check_weights(self._policy[0], "model_name_or_path")  # local folders only: a torn file named

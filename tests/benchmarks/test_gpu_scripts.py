@@ -282,7 +282,7 @@ def test_gpu_check_names_missing_and_out_of_range_packages(monkeypatch):
 
 
 def test_no_vllm_gpu_config_is_the_vllm_config_without_vllm(root):
-    from grpo_ext.modeling import ALL_LINEAR, policy_init
+    from grpo_ext.policy_loading import ALL_LINEAR, policy_init
     from grpo_ext.script_args import parse_train_args
 
     path = root / gpu_check.GPU_CONFIG

@@ -35,9 +35,9 @@ TINY = {
 
 
 def test_real_step_json_on_a_tiny_recipe(tmp_path, monkeypatch):
-    from grpo_ext import modeling
+    from grpo_ext import policy_loading
 
-    monkeypatch.setattr(modeling, "_cpu_flags", lambda: {"avx512_bf16"})  # cpu_bf16: auto would pick bf16 here
+    monkeypatch.setattr(policy_loading, "_cpu_flags", lambda: {"avx512_bf16"})  # cpu_bf16: auto would pick bf16 here
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump(TINY | {"output_dir": str(tmp_path / "unused"), "cpu_bf16": "auto"}))
     variants = "generate:float32:all_positions,sampler:bfloat16,sampler:bfloat16:shared_prompt"

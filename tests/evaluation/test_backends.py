@@ -77,7 +77,7 @@ def test_a_qlora_adapter_is_scored_on_the_base_it_was_trained_on(tmp_path):
         AutoModelForCausalLM.from_pretrained(base_path, quantization_config=nf4, dtype=torch.float32),
         tmp_path / "qlora",
     ).eval()
-    for layer in reference.modules():  # as in training (grpo_ext.modeling.prepare_quantized_policy)
+    for layer in reference.modules():  # as in training (grpo_ext.policy_loading.prepare_quantized_policy)
         if hasattr(layer, "support_avx512bf16_for_cpu"):
             layer.support_avx512bf16_for_cpu = False
     assert isinstance(quantized, PeftModel) and getattr(quantized, "is_loaded_in_4bit", False)

@@ -16,7 +16,7 @@ from trl import ModelConfig
 
 from grpo_ext.evaluation.report import write_reports
 from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
-from grpo_ext.modeling import ALL_LINEAR
+from grpo_ext.policy_loading import ALL_LINEAR
 from grpo_ext.run_record import save_resolved_config
 from grpo_ext.script_args import TaskArguments
 from scripts import publish

@@ -57,7 +57,7 @@ def main(argv: list[str]) -> dict:
     from grpo_ext.evaluation.cli import harness_settings
     from grpo_ext.evaluation.harness import load_problems
     from grpo_ext.evaluation.results import EvalResult
-    from grpo_ext.methods.compare.evaluate import compare_runs
+    from grpo_ext.methods.compare.evaluate import CompareSettings, compare_runs
     from grpo_ext.methods.compare.runs import parse_runs
     from grpo_ext.methods.study.stats import headline_metrics
 
@@ -66,8 +66,7 @@ def main(argv: list[str]) -> dict:
     ks = settings.ks if 1 in settings.ks else [1, *settings.ks]  # pass@1 is the headline number
     problems = load_problems(settings.task, settings.split, settings.limit)
 
-    result = compare_runs(
-        runs,
+    compare = CompareSettings(
         settings.task,
         problems,
         settings.params,
@@ -77,10 +76,9 @@ def main(argv: list[str]) -> dict:
         split=settings.split,
         backend=args.backend,
         allow_mixed_settings=args.allow_mixed_settings,
-        command=f"{COMMAND} {shlex.join(argv)}".strip(),
         progress=not args.no_progress,
-        by=settings.by,
     )
+    result = compare_runs(runs, compare, command=f"{COMMAND} {shlex.join(argv)}".strip(), by=settings.by)
     for run in runs:
         read = EvalResult.of(run.result)
         numbers = "  ".join(f"{name} {read.value(name):.3f}" for name in headline_metrics(read.ks[-1]))

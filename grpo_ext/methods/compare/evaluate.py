@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Sequence
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
+from typing import Any
 
 from grpo_ext.evaluation.cli import CACHE_NAME
 from grpo_ext.io import portable_path
@@ -25,28 +27,35 @@ from grpo_ext.methods.compare.runs import (
 from grpo_ext.methods.paradigm import BASE_RUN
 from grpo_ext.sampler.sampling import SamplingParams
 
-__all__ = ["compare_runs", "evaluate_runs"]
+__all__ = ["CompareSettings", "compare_runs", "evaluate_runs"]
 
 
-def evaluate_runs(
-    runs: Sequence[Run],
-    task,
-    problems: list[dict],
-    params: SamplingParams,
-    ks: list[int],
-    out_dir: str | Path,
-    *,
-    task_id: str,
-    split: str,
-    backend: str = "auto",
-    allow_mixed_settings: bool = False,
-    progress: bool = True,
-) -> list[str]:
+@dataclass(frozen=True)
+class CompareSettings:
+    """What every run of one comparison is evaluated with (the same task, problems and sampling settings), and
+    where: the sample cache and the report go to ``out_dir``."""
+
+    task: Any  # a grpo_ext.tasks Task
+    problems: list[dict]
+    params: SamplingParams
+    ks: list[int]
+    out_dir: str | Path
+    _: KW_ONLY
+    task_id: str
+    split: str
+    backend: str = "auto"
+    allow_mixed_settings: bool = False
+    progress: bool = True
+
+
+def evaluate_runs(runs: Sequence[Run], settings: CompareSettings) -> list[str]:
     """Fill every run's ``result``; returns the warnings (mixed settings when allowed, unequal budgets).
 
     ``ValueError`` when a results file was evaluated with other settings (unless ``allow_mixed_settings``).
     """
     from grpo_ext.evaluation.harness import evaluate_model
+
+    problems, params = settings.problems, settings.params
 
     for run in runs:
         if run.source == RESULTS:
@@ -62,7 +71,7 @@ def evaluate_runs(
             "",
             RESULTS,
             result={
-                "task_id": task_id,
+                "task_id": settings.task_id,
                 "n_problems": len(problems),
                 "n": params.n,
                 "params": params.to_dict(),
@@ -70,26 +79,26 @@ def evaluate_runs(
                 "per_problem": [{"problem_id": p["problem_id"]} for p in problems],
             },
         )
-        warnings = check_settings([probe, *files], allow_mixed=allow_mixed_settings)
+        warnings = check_settings([probe, *files], allow_mixed=settings.allow_mixed_settings)
 
     from grpo_ext.evaluation.backends import load_backend
 
-    out = Path(out_dir)
+    out = Path(settings.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for run in runs:
         if run.source != CHECKPOINT:
             continue
-        model = load_backend(run.path, backend)
+        model = load_backend(run.path, settings.backend)
         run.result = evaluate_model(
             model,
-            task,
+            settings.task,
             params,
-            ks,
+            settings.ks,
             out / CACHE_NAME,
             problems=problems,
-            task_id=task_id,
-            split=split,
-            progress=progress,
+            task_id=settings.task_id,
+            split=settings.split,
+            progress=settings.progress,
         )
         del model
         gc.collect()  # one model in memory at a time
@@ -98,36 +107,15 @@ def evaluate_runs(
 
 def compare_runs(
     runs: Sequence[Run],
-    task,
-    problems: list[dict],
-    params: SamplingParams,
-    ks: list[int],
-    out_dir: str | Path,
+    settings: CompareSettings,
     *,
-    task_id: str,
-    split: str,
-    backend: str = "auto",
-    allow_mixed_settings: bool = False,
     command: str | None = None,
-    progress: bool = True,
     by: Sequence[str] | None = None,
 ) -> dict:
     """:func:`evaluate_runs`, then the report: ``{"runs", "paths" (of the files written), "warnings"}``. ``by``: the
     attributes the report is sliced by (None: every attribute the problems carry)."""
-    warnings = evaluate_runs(
-        runs,
-        task,
-        problems,
-        params,
-        ks,
-        out_dir,
-        task_id=task_id,
-        split=split,
-        backend=backend,
-        allow_mixed_settings=allow_mixed_settings,
-        progress=progress,
-    )
-    out = Path(out_dir)
+    warnings = evaluate_runs(runs, settings)
+    out = Path(settings.out_dir)
     cache = {"cache": portable_path(out / CACHE_NAME)}
     paths = write_comparison(runs, out, warnings=warnings, command=command, extra=cache, by=by)
     return {"runs": list(runs), "paths": paths, "warnings": warnings}
