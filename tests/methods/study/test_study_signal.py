@@ -13,11 +13,11 @@ import yaml
 
 from grpo_ext.errors import UserError
 from grpo_ext.methods.study.config import Signal, load_study
+from grpo_ext.methods.study.method_configs import arm_values
 from grpo_ext.methods.study.options import StudyOptions
 from grpo_ext.methods.study.signal import measure as signal_measure
 from grpo_ext.methods.study.signal import stage_zero
 from grpo_ext.methods.study.signal.report_section import SIGNAL_FILE, TITLE, read_signal, render_signal
-from grpo_ext.methods.study.signal.settings import arm_values
 
 ROOT = Path(__file__).resolve().parents[3]
 STUDY = ROOT / "configs" / "compare.yaml"
