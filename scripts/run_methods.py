@@ -39,6 +39,10 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from grpo_ext.methods.study.options import StudyOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -88,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def search_stage(study, out: Path, options: dict, jobs: int, reference_picks: dict | None, also=()) -> tuple:
+def search_stage(study, out: Path, options: StudyOptions, jobs: int, reference_picks: dict | None, also=()) -> tuple:
     """One stage of the search (see the module's doc): train and score its runs on validation (with the jobs `also`,
     side by side), then pick. Returns the grids, validation scores and picks of the stage's arms, by arm name."""
     from grpo_ext.methods.study.config import pick_settings
@@ -162,6 +166,7 @@ def main(argv: list[str]) -> dict:
     from grpo_ext.errors import UserError
     from grpo_ext.io import atomic_write_json, portable_path
     from grpo_ext.methods.study.config import load_study
+    from grpo_ext.methods.study.options import StudyOptions
     from grpo_ext.methods.study.runs import Job, check_arms, read_score, run_jobs
     from grpo_ext.model_paths import resolve_model_path
 
@@ -203,14 +208,14 @@ def main(argv: list[str]) -> dict:
     if rehearsal:  # a rehearsal of a real study: a tiny model with its tokenizer, retrained on the task's text
         study.base = rehearsal_model(study, args.rehearsal_tokenizer, Path(args.out))
     resolve_model_path(study.base)  # a missing base model fails before any training
-    options = {
-        "base": study.base,
-        "configs": str(study.configs_dir),
-        "quick": args.quick,
-        "progress": not (args.no_progress or args.quick),
-        "quick_flags": QUICK_COMMON,
-        "quick_method_flags": quick_method_flags(args.quick and rehearsal),
-    }
+    options = StudyOptions(
+        base=study.base,
+        configs=str(study.configs_dir),
+        quick=args.quick,
+        progress=not (args.no_progress or args.quick),
+        quick_flags=QUICK_COMMON,
+        quick_method_flags=quick_method_flags(args.quick and rehearsal),
+    )
     from grpo_ext.methods.study.runs import check_stop_support
 
     for note in check_stop_support(study, options):  # before any run: a stop the harness cannot honour fails here

@@ -128,3 +128,20 @@ def test_the_readme_layout_names_every_module(unit):
     layout = readme.split("## Layout", 1)[1].split("```", 2)[1]
     name = f"{unit}/" if (PACKAGE / unit).is_dir() else f"{unit}.py"
     assert re.search(rf"(^|\s){re.escape(name)}(\s|$)", layout, re.MULTILINE), f"README layout: {name} missing"
+
+
+def test_the_study_core_imports_neither_diagnostic():
+    """grpo_ext/methods/study: the learning signal (signal/) and the anatomy import the study's core, never the other
+    way; only the report imports them (the study package's doc)."""
+    study = PACKAGE / "methods" / "study"
+    diagnostics = ("grpo_ext.methods.study.signal", "grpo_ext.methods.study.anatomy")
+    found = {
+        path.name: sorted(
+            m
+            for m in imported_modules(path.read_text(), _module_name(path, PACKAGE), False)
+            if m.startswith(diagnostics)
+        )
+        for path in sorted(study.glob("*.py"))
+        if path.stem not in ("anatomy", "report")
+    }
+    assert {name: modules for name, modules in found.items() if modules} == {}

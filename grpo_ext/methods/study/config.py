@@ -23,8 +23,10 @@ from pathlib import Path
 from grpo_ext.errors import UserError, read_yaml
 from grpo_ext.methods.paradigm import get_method
 from grpo_ext.methods.study.expectations import BASE, parse_expectations
+from grpo_ext.methods.study.method_configs import arm_values
 from grpo_ext.methods.study.spec import (
     AXIS_FIELDS,
+    OBJECTIVES,
     Arm,
     Baseline,
     Evaluation,
@@ -175,9 +177,6 @@ def _positive_ints(spec: dict, key: str, where: str) -> tuple[int, ...]:
 def _signal(spec, arms: list[Arm], configs: Path, where: str) -> Signal | None:
     """The `signal` section: absent, none. The signal arm's own samples a step must be one of `samples` (the report
     marks the row the arms train at), and every size a whole number of its groups."""
-    from grpo_ext.methods.study.signal import OBJECTIVES
-    from grpo_ext.methods.study.signal.settings import arm_values
-
     if spec is None:
         return None
     spec = _mapping(spec, where)

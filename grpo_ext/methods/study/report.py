@@ -26,6 +26,7 @@ from grpo_ext.methods.study.answers import answers_markdown, sample_rows, sample
 from grpo_ext.methods.study.budget import estimate
 from grpo_ext.methods.study.config import Setting, Study
 from grpo_ext.methods.study.expectations import judge_expectations, render_expectations
+from grpo_ext.methods.study.options import StudyOptions
 from grpo_ext.methods.study.plots import by_k, plot_curves, plot_passk_majk, plot_passk_majk_by_slice
 from grpo_ext.methods.study.signal.report_section import read_signal, render_signal
 from grpo_ext.methods.study.spent import render_spent, spent
@@ -307,13 +308,16 @@ def render(
     return "\n".join(lines)
 
 
-def write_study_report(study: Study, out: str | Path, picks: dict[str, Setting], options: dict | None = None) -> dict:
+def write_study_report(
+    study: Study, out: str | Path, picks: dict[str, Setting], options: StudyOptions | None = None
+) -> dict:
+    """report.md, report.json and the plots of a finished study in `out`; the anatomy section only with the driver's
+    `options` (the folder of its method configs)."""
     out = Path(out)
     search = json.loads((out / "search.json").read_text())
     data = collect(study, out, picks)
     stats = compute(study, data)
-    command = (options or {}).get("command")
-    anatomy = study_anatomy(study, out, picks, options["configs"]) if options and "configs" in options else None
+    anatomy = study_anatomy(study, out, picks, options.configs) if options is not None else None
     # only a study that measures the signal shows it: a file a run of other arms left in `out` is not this run's
     signal = read_signal(out) if study.signal is not None else None
     cost = render_spent(spent(study, out), estimate(study) if study.budget else None)
@@ -325,7 +329,7 @@ def write_study_report(study: Study, out: str | Path, picks: dict[str, Setting],
     }
     stats_by_k = {name: by_k(results, ks) for name, results in models.items()}
     paths = {
-        "md": atomic_write_text(out / "report.md", render(study, search, stats, command, anatomy, signal, cost)),
+        "md": atomic_write_text(out / "report.md", render(study, search, stats, None, anatomy, signal, cost)),
         "json": atomic_write_json(
             out / "report.json", {"search": search, **stats, "by_k": stats_by_k, "anatomy": anatomy, "signal": signal}
         ),

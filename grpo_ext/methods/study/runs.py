@@ -20,6 +20,7 @@ from grpo_ext.evaluation.registry import headline_at
 from grpo_ext.methods.study.config import Arm, Baseline, Evaluation, Setting, Study, evaluation_ks
 from grpo_ext.methods.study.expectations import BASE
 from grpo_ext.methods.study.method_configs import method_config_path, task_of
+from grpo_ext.methods.study.options import StudyOptions
 from grpo_ext.methods.study.provenance import (
     check_evaluation,
     check_training,
@@ -94,20 +95,20 @@ def stop_kwargs(stops: tuple[str, ...]) -> dict:
     return {"stop": tuple(stops)}
 
 
-def check_stop_support(study: Study, options: dict) -> list[str]:
+def check_stop_support(study: Study, options: StudyOptions) -> list[str]:
     """Before any run: every evaluation's stop strings can be honoured (else a `UserError` naming the fix). With
     ``--quick`` (a rehearsal of the plumbing) an unsupported stop is dropped with a note instead; the notes are
     returned."""
     from grpo_ext.tasks import get_task
 
     notes = []
-    task_name, task_kwargs = task_of(method_config_path(study.arms[0].method, options["configs"]))
+    task_name, task_kwargs = task_of(method_config_path(study.arms[0].method, options.configs))
     task = get_task(task_name, **task_kwargs)
     for evaluation in (study.validation, study.test):
         try:
             stop_kwargs(evaluation_stops(evaluation, task))
         except UserError as err:
-            if not options.get("quick"):
+            if not options.quick:
                 raise
             notes.append(f"--quick: {evaluation.split} evaluated without stop strings ({err})")
     return notes
@@ -125,21 +126,21 @@ def read_score(job: Job, out: Path, study: Study) -> float:
     return float(result[metric.name][str(k)])
 
 
-def quick_flags(method: str, options: dict) -> list[str]:
+def quick_flags(method: str, options: StudyOptions) -> list[str]:
     """The flags ``--quick`` adds to a run of `method` (its runner's tiny budget); none without ``--quick``."""
     from grpo_ext.methods import get_method
 
-    if not options["quick"]:
+    if not options.quick:
         return []
     runner = get_method(method).runner
-    return shlex.split(options["quick_flags"]) + shlex.split(options["quick_method_flags"][runner])
+    return shlex.split(options.quick_flags) + shlex.split(options.quick_method_flags[runner])
 
 
-def _train(job: Job, folder: Path, study: Study, options: dict) -> None:
+def _train(job: Job, folder: Path, study: Study, options: StudyOptions) -> None:
     from grpo_ext.methods import run_method
 
     argv = train_argv(job.arm, job.setting, job.seed, folder, options)
-    record = training_record(argv, method_config_path(job.arm.method, options["configs"]))
+    record = training_record(argv, method_config_path(job.arm.method, options.configs))
     if _trained(folder):
         check_training(folder, record)  # a finished run of another command (--quick, another base) is never reused
         return  # trained; a folder whose weights were not kept (only its JSON records are committed) trains again
@@ -154,29 +155,29 @@ def _trained(folder: Path) -> bool:
     return (folder / COST_FILE).is_file() and any(folder.glob("*.safetensors"))
 
 
-def check_done(job: Job, out: Path, study: Study, options: dict) -> None:
+def check_done(job: Job, out: Path, study: Study, options: StudyOptions) -> None:
     """What an earlier sitting finished for ``job`` (its run, its evaluation) was made by this study's command and
     settings, else a `UserError` naming the folder (:mod:`grpo_ext.methods.study.provenance`); run before any job."""
     folder = job_dir(job, out, study)
     if job.arm is not None and _trained(folder):
         argv = train_argv(job.arm, job.setting, job.seed, folder, options)
-        check_training(folder, training_record(argv, method_config_path(job.arm.method, options["configs"])))
+        check_training(folder, training_record(argv, method_config_path(job.arm.method, options.configs)))
     target = evaluation_file(folder, job.evaluation)
     if target.is_file():
         check_evaluation(target, _evaluation_plan(job, folder, study, options)["settings"])
 
 
-def train_argv(arm: Arm, setting: Setting, seed: int, folder: Path, options: dict) -> list[str]:
+def train_argv(arm: Arm, setting: Setting, seed: int, folder: Path, options: StudyOptions) -> list[str]:
     """The method runner's command line of one run of the study."""
-    config = method_config_path(arm.method, options["configs"])
+    config = method_config_path(arm.method, options.configs)
     argv = ["--config", str(config), "--seed", str(seed), "--output_dir", str(folder)]
-    argv += ["--model_name_or_path", options["base"], *arm.flags(), *setting.flags()]
-    if not options["progress"]:
+    argv += ["--model_name_or_path", options.base, *arm.flags(), *setting.flags()]
+    if not options.progress:
         argv += ["--disable_tqdm", "true"]
     return argv + quick_flags(arm.method, options)
 
 
-def check_arms(study: Study, study_file: str, options: dict) -> None:
+def check_arms(study: Study, study_file: str, options: StudyOptions) -> None:
     """Every arm's run parsed as its runner will parse it (its method config, overrides and first setting), before
     any training: a bad override value is one line naming the study file and the arm, not a failure minutes into
     the first run of that arm."""
@@ -191,7 +192,7 @@ def check_arms(study: Study, study_file: str, options: dict) -> None:
             raise UserError(f"{study_file}: arms.{arm.name}: {err}") from None
 
 
-def _evaluation_plan(job: Job, folder: Path, study: Study, options: dict) -> dict:
+def _evaluation_plan(job: Job, folder: Path, study: Study, options: StudyOptions) -> dict:
     """How ``job`` is scored: its task, stop strings, sampling parameters, model and the settings it records."""
     from grpo_ext.evaluation.cache import task_id_for
     from grpo_ext.sampler.sampling import SamplingParams
@@ -200,12 +201,12 @@ def _evaluation_plan(job: Job, folder: Path, study: Study, options: dict) -> dic
     evaluation = job.evaluation
     limit, n, max_new_tokens = evaluation.limit, evaluation.n_for(job.run), evaluation.max_new_tokens
     method = job.arm.method if job.arm else study.arms[0].method
-    task_name, task_kwargs = task_of(method_config_path(method, options["configs"]))
+    task_name, task_kwargs = task_of(method_config_path(method, options.configs))
     if job.baseline is not None:  # the base at the baseline's prompt (e.g. 8 worked examples)
         task_kwargs = {**task_kwargs, **job.baseline.task_kwargs}
     task = get_task(task_name, **task_kwargs)
     stops = evaluation_stops(evaluation, task)
-    if options.get("quick"):  # a rehearsal drops what this harness cannot honour (check_stop_support noted it)
+    if options.quick:  # a rehearsal drops what this harness cannot honour (check_stop_support noted it)
         try:
             stop_kwargs(stops)
         except UserError:
@@ -218,14 +219,14 @@ def _evaluation_plan(job: Job, folder: Path, study: Study, options: dict) -> dic
         batch_size=16,
         **stop_kwargs(stops),
     )
-    model = str(folder) if job.arm else options["base"]
+    model = str(folder) if job.arm else options.base
     task_id = task_id_for(task_name, evaluation.split, task_kwargs)
     # an arm's model is its run (checked by its training record); the base is named by the study's --model
     settings = evaluation_settings("the run" if job.arm else model, params.key(), task_id, limit, evaluation.dtype)
     return {"task": task, "stops": stops, "params": params, "model": model, "task_id": task_id, "settings": settings}
 
 
-def _evaluate(job: Job, folder: Path, study: Study, options: dict) -> None:
+def _evaluate(job: Job, folder: Path, study: Study, options: StudyOptions) -> None:
     from grpo_ext.evaluation.backends import load_backend
     from grpo_ext.evaluation.harness import evaluate_model
     from grpo_ext.io import atomic_write_json
@@ -257,7 +258,7 @@ def _evaluate(job: Job, folder: Path, study: Study, options: dict) -> None:
         limit,
         split=evaluation.split,
         task_id=task_id,
-        progress=options["progress"],
+        progress=options.progress,
     )
     add_attributes(result, task, evaluation.split, limit)
     result["study_evaluation"] = {
@@ -286,7 +287,7 @@ def add_attributes(result: dict, task, split: str, limit: int) -> None:
             record["attributes"] = task.problem_attributes(rows[int(record["problem_id"])])
 
 
-def _run_job(job: Job, out: Path, study: Study, options: dict) -> str:
+def _run_job(job: Job, out: Path, study: Study, options: StudyOptions) -> str:
     import torch
 
     torch.set_num_threads(1)  # one core per job: two jobs fill two cores without contention
@@ -299,7 +300,7 @@ def _run_job(job: Job, out: Path, study: Study, options: dict) -> str:
     return job.name
 
 
-def run_jobs(jobs: list[Job], out: Path, study: Study, options: dict, workers: int) -> None:
+def run_jobs(jobs: list[Job], out: Path, study: Study, options: StudyOptions, workers: int) -> None:
     """Run every job not yet done, ``workers`` at a time (each in a fresh process); re-raise the first failure. What
     is done must be this study's own (`check_done`, every job before the first one starts)."""
     for job in jobs:

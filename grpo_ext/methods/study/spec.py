@@ -23,6 +23,7 @@ __all__ = [
     "AXIS_FIELDS",
     "Arm",
     "Baseline",
+    "OBJECTIVES",
     "Evaluation",
     "Setting",
     "Signal",
@@ -147,12 +148,16 @@ class Baseline:
     text: str = ""
 
 
+#: The objectives a study's `signal` section may measure (the :mod:`.signal` package measures each).
+OBJECTIVES = ("grpo", "sft")
+
+
 @dataclass(frozen=True)
 class Signal:
     """Stage 0 (issue 28): the learning signal at the base, before any budget is spent: the mean gradient cosine
     between `minibatches` independent minibatches at each samples a step of `samples`, for each objective, with the
     method config of `arm` (its task, group size, completion length, loss type, temperature); its own samples a
-    step is one of `samples`. See :mod:`grpo_ext.methods.study.signal.stage_zero`."""
+    step is one of `samples`. See :mod:`.signal.stage_zero`."""
 
     samples: tuple[int, ...]
     minibatches: int

@@ -16,6 +16,7 @@ from grpo_ext.errors import UserError
 from grpo_ext.methods.study.budget import estimate
 from grpo_ext.methods.study.config import load_study
 from grpo_ext.methods.study.expectations import Expectation, judge_expectations, render_expectations
+from grpo_ext.methods.study.options import StudyOptions
 from tests.methods.study.test_study_driver import fresh_driver
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -241,13 +242,13 @@ def test_the_evaluation_cuts_at_the_task_stop_strings_or_refuses_to_start():
     assert evaluation_stops(study.test, task) == ("Question:",)
     assert evaluation_stops(dataclasses.replace(study.test, stop=()), task) == ()
     assert stop_kwargs(()) == {}
-    options = {"configs": str(study.configs_dir), "quick": False}
+    options = StudyOptions(base=study.base, configs=str(study.configs_dir), quick=False)
     if "stop" in {f.name for f in dataclasses.fields(SamplingParams)}:  # the harness issue's stop strings are in
         assert stop_kwargs(("Question:",)) == {"stop": ("Question:",)} and check_stop_support(study, options) == []
     else:  # refused before any run, naming the way out; a --quick rehearsal goes on without, saying so
         with pytest.raises(UserError, match=r"no `stop`; set `stop: \[\]`"):
             check_stop_support(study, options)
-        notes = check_stop_support(study, {**options, "quick": True})
+        notes = check_stop_support(study, dataclasses.replace(options, quick=True))
         assert len(notes) == 2 and notes[0].startswith("--quick: validation evaluated without stop strings")
 
 

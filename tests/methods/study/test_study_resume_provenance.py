@@ -15,24 +15,25 @@ import grpo_ext.methods.study.runs as runs
 from grpo_ext.cli import run_cli
 from grpo_ext.methods.cost import COST_FILE
 from grpo_ext.methods.study.config import load_study
+from grpo_ext.methods.study.options import StudyOptions
 from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
 
 ROOT = Path(__file__).resolve().parents[3]
 STUDY = load_study(ROOT / "configs" / "compare.yaml")
 
 
-def options(quick: bool, base: str = "embedded") -> dict:
+def options(quick: bool, base: str = "embedded") -> StudyOptions:
     from tests.methods.study.test_study_driver import fresh_driver
 
     driver = fresh_driver()
-    return {
-        "base": base,
-        "configs": str(STUDY.configs_dir),
-        "quick": quick,
-        "progress": False,
-        "quick_flags": driver.QUICK_COMMON,
-        "quick_method_flags": driver.quick_method_flags(rehearsal=False),
-    }
+    return StudyOptions(
+        base=base,
+        configs=str(STUDY.configs_dir),
+        quick=quick,
+        progress=False,
+        quick_flags=driver.QUICK_COMMON,
+        quick_method_flags=driver.quick_method_flags(rehearsal=False),
+    )
 
 
 @pytest.fixture
@@ -100,7 +101,7 @@ def test_a_run_of_another_base_or_an_edited_method_config_is_refused(tmp_path, t
     configs.mkdir()
     for path in STUDY.configs_dir.glob("*.yaml"):
         (configs / path.name).write_text(path.read_text() + "\n# edited\n")
-    edited = {**options(quick=True), "configs": str(configs)}
+    edited = replace(options(quick=True), configs=str(configs))
     assert "its method config was edited since" in one_line(lambda: runs._train(job, folder, STUDY, edited), capsys)
 
 

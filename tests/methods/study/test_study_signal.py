@@ -13,10 +13,11 @@ import yaml
 
 from grpo_ext.errors import UserError
 from grpo_ext.methods.study.config import Signal, load_study
+from grpo_ext.methods.study.method_configs import arm_values
+from grpo_ext.methods.study.options import StudyOptions
 from grpo_ext.methods.study.signal import measure as signal_measure
 from grpo_ext.methods.study.signal import stage_zero
 from grpo_ext.methods.study.signal.report_section import SIGNAL_FILE, TITLE, read_signal, render_signal
-from grpo_ext.methods.study.signal.settings import arm_values
 
 ROOT = Path(__file__).resolve().parents[3]
 STUDY = ROOT / "configs" / "compare.yaml"
@@ -165,7 +166,7 @@ def measured(monkeypatch):
 
 def test_the_stage_measures_once_and_again_only_when_its_settings_change(tmp_path, measured, capsys):
     study = load_study(STUDY)
-    options = {"configs": str(study.configs_dir), "quick": False, "progress": False}
+    options = StudyOptions(base=study.base, configs=str(study.configs_dir), quick=False, progress=False)
     batch, group = _arm_batch()
     first = stage_zero.run_signal_stage(study, tmp_path, options)
     grid = [(o, n) for o in ("grpo", "sft") for n in study.signal.samples]
@@ -187,13 +188,14 @@ def test_the_stage_measures_once_and_again_only_when_its_settings_change(tmp_pat
 
 def test_quick_measures_the_arms_quick_batch_only(tmp_path, measured):
     study = load_study(STUDY)
-    options = {
-        "configs": str(study.configs_dir),
-        "quick": True,
-        "progress": False,
-        "quick_flags": "--max_steps 2",
-        "quick_method_flags": {"online": "--per_device_train_batch_size 16 --num_generations 4"},
-    }
+    options = StudyOptions(
+        base=study.base,
+        configs=str(study.configs_dir),
+        quick=True,
+        progress=False,
+        quick_flags="--max_steps 2",
+        quick_method_flags={"online": "--per_device_train_batch_size 16 --num_generations 4"},
+    )
     settings = stage_zero.run_signal_stage(study, tmp_path, options)["settings"]
     assert measured == [("grpo", 16, 3, 4, 48), ("sft", 16, 3, 4, 48)]
     assert settings["samples"] == [16] and settings["arm_samples"] == 16 and settings["quick"] is True
@@ -269,7 +271,7 @@ def test_a_signal_measured_on_other_weights_of_the_same_base_name_is_measured_ag
     base = tmp_path / "base"
     shutil.copytree(EMBEDDED_MODEL_DIR, base)
     study = dataclasses.replace(load_study(STUDY), base=str(base))
-    options = {"configs": str(study.configs_dir), "quick": False, "progress": False}
+    options = StudyOptions(base=study.base, configs=str(study.configs_dir), quick=False, progress=False)
     out = tmp_path / "study"
     stage_zero.run_signal_stage(study, out, options)
     first = len(measured)

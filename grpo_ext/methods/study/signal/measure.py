@@ -20,6 +20,7 @@ from grpo_ext.methods.study.signal.cosines import (
     row_weights,
     surrogate_loss,
 )
+from grpo_ext.methods.study.spec import OBJECTIVES
 from grpo_ext.rollouts import SamplerSettings, sample_completions
 from grpo_ext.sampler.sampling import encode_prompt_ids
 
@@ -32,8 +33,6 @@ __all__ = [
     "minibatch_gradient",
     "sft_minibatch",
 ]
-
-OBJECTIVES = ("grpo", "sft")
 
 
 def completion_logps(model, prompt_ids, completion_ids, temperature: float = 1.0, pad_id: int = 0):

@@ -1,5 +1,6 @@
 """What a study's stage 0 measures (issue 28): the values its ``signal.arm`` trains with, read as its trainer reads
-them, and the settings ``signal.json`` records (a recorded file is reused only when they are equal).
+them (:func:`~grpo_ext.methods.study.method_configs.arm_values`, which the study's loader checks the section against
+too), and the settings ``signal.json`` records (a recorded file is reused only when they are equal).
 
 The arm's config defines the measurement, so the learning signal is the one of the steps the arms take: the task,
 ``num_generations`` (the group), ``max_completion_length``, ``loss_type``, ``temperature``, the LoRA rank (``lora_r``
@@ -9,75 +10,15 @@ GRPO counts completions, not prompts).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
-from grpo_ext.errors import UserError, read_yaml
+from grpo_ext.methods.study.method_configs import arm_values, method_config_path, task_of
 
-__all__ = ["FIELDS", "QUICK_MINIBATCHES", "arm_values", "signal_settings"]
+__all__ = ["QUICK_MINIBATCHES", "signal_settings"]
 
 #: ``--quick``'s measurement: the arm's quick samples a step only, and the fewest minibatches with an interval.
 QUICK_MINIBATCHES = 3
-
-
-def _bool(value) -> bool:
-    if isinstance(value, bool):
-        return value
-    if str(value).lower() in ("true", "false"):
-        return str(value).lower() == "true"
-    raise UserError(f"expected true or false, got {value!r}")
-
-
-#: The config fields the measurement reads, and how a value converts (a command-line flag's value is a string).
-FIELDS = {
-    "per_device_train_batch_size": int,
-    "gradient_accumulation_steps": int,
-    "num_generations": int,
-    "max_completion_length": int,
-    "loss_type": str,
-    "temperature": float,
-    "use_peft": _bool,
-    "lora_r": int,
-}
-
-
-def _flag_values(argv: Sequence[str]) -> dict[str, str]:
-    """``--key value`` pairs of a command line (``--quick``'s flags) as a mapping; a later flag wins, as in argparse."""
-    return {argv[i][2:]: argv[i + 1] for i in range(0, len(argv) - 1) if argv[i].startswith("--")}
-
-
-def arm_values(arm, configs: str | Path, flags: Sequence[str] = ()) -> dict:
-    """The :data:`FIELDS` `arm` trains with, layered as its trainer's parser layers them: the defaults of its
-    method's config classes, its method config (``<configs>/<method>.yaml``), its overrides, then `flags`; plus
-    ``samples`` (a step) and ``lora_rank`` (0: every parameter trains)."""
-    from trl import ModelConfig
-
-    from grpo_ext.methods.config import config_class
-    from grpo_ext.methods.paradigm import get_method
-    from grpo_ext.methods.study.method_configs import method_config_path
-
-    if not get_method(arm.method).online:
-        raise UserError(
-            f"signal.arm: {arm.name}'s method {arm.method} samples no groups during training; name an arm of an "
-            "online method (its samples a step and group size define the measurement)"
-        )
-    values = {
-        f.name: f.default
-        for cls in (config_class(arm.method), ModelConfig)
-        for f in dataclasses.fields(cls)
-        if f.name in FIELDS
-    }
-    config = read_yaml(method_config_path(arm.method, configs), "method config") or {}
-    values.update({k: v for k, v in config.items() if k in FIELDS})
-    values.update({k: v for k, v in arm.overrides.items() if k in FIELDS})
-    values.update({k: v for k, v in _flag_values(list(flags)).items() if k in FIELDS})
-    try:
-        values = {key: FIELDS[key](value) for key, value in values.items()}
-    except (TypeError, ValueError, UserError) as err:
-        raise UserError(f"signal.arm: {arm.name}'s config: {err}") from None
-    samples = values["per_device_train_batch_size"] * values["gradient_accumulation_steps"]
-    return {**values, "samples": samples, "lora_rank": values["lora_r"] if values["use_peft"] else 0}
 
 
 def signal_settings(study, configs: str | Path, quick_flags: Sequence[str] | None = None) -> dict:
@@ -85,7 +26,6 @@ def signal_settings(study, configs: str | Path, quick_flags: Sequence[str] | Non
     ``quick_flags``: ``--quick``'s flags for the arm's runner; then only the arm's quick samples a step is measured,
     with :data:`QUICK_MINIBATCHES` minibatches (minutes are the quick run's whole budget)."""
     from grpo_ext.evaluation.cache import model_fingerprint
-    from grpo_ext.methods.study.method_configs import method_config_path, task_of
     from grpo_ext.model_paths import resolve_model_path
 
     spec = study.signal

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from grpo_ext.evaluation.backends import load_model_and_tokenizer
 from grpo_ext.io import atomic_write_json
+from grpo_ext.methods.study.options import StudyOptions
 from grpo_ext.methods.study.signal.cli import table
 from grpo_ext.methods.study.signal.measure import measure_grid
 from grpo_ext.methods.study.signal.report_section import SIGNAL_FILE, read_signal
@@ -52,15 +53,15 @@ def measure_settings(settings: dict, progress: bool = True) -> dict:
     return {"settings": settings, "device": str(next(model.parameters()).device), "rows": rows}
 
 
-def run_signal_stage(study, out: str | Path, options: dict) -> dict:
+def run_signal_stage(study, out: str | Path, options: StudyOptions) -> dict:
     """Measure ``study.signal`` into ``<out>/signal.json`` (or reuse it; see the module's doc) and return it.
-    `options`: the driver's (``configs``, ``quick`` and the quick flags, ``progress``)."""
+    `options`: the driver's (its ``configs``, ``quick`` and the quick flags, ``progress`` are read)."""
     from grpo_ext.methods.study.runs import quick_flags
 
     method = study.arm(study.signal.arm).method
-    flags = quick_flags(method, options) if options["quick"] else None
+    flags = quick_flags(method, options) if options.quick else None
     # a JSON round trip, so a tuple or a number read back from the file compares equal
-    settings = json.loads(json.dumps(signal_settings(study, options["configs"], flags)))
+    settings = json.loads(json.dumps(signal_settings(study, options.configs, flags)))
     path = Path(out) / SIGNAL_FILE
     recorded = read_signal(out)
     if recorded is not None and recorded.get("settings") == settings:
@@ -70,7 +71,7 @@ def run_signal_stage(study, out: str | Path, options: dict) -> dict:
         changed = "; ".join(changed_settings(recorded.get("settings") or {}, settings))
         print(f"=== signal: {path} was measured with other settings ({changed}); measuring again", flush=True)
     print(f"=== signal: {settings['objectives']} x samples {settings['samples']} at the base", flush=True)
-    result = measure_settings(settings, progress=options["progress"])
+    result = measure_settings(settings, progress=options.progress)
     print(table(result["rows"], mark=settings["arm_samples"]), flush=True)
     atomic_write_json(path, result)
     return result
