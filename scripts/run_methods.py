@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from dataclasses import replace
@@ -266,13 +267,17 @@ def main(argv: list[str]) -> dict:
 
     from grpo_ext.methods.study.report import write_study_report
 
-    paths = write_study_report(study, out, picks, options)
+    # the command that reproduces the report, as a reader on another machine types it (repository-relative paths)
+    command = "python scripts/run_methods.py " + shlex.join(
+        portable_path(a) if a.startswith("/") else a for a in argv if a != "--no-progress"
+    )
+    paths = write_study_report(study, out, picks, options, command=command)
     if study.baselines or any(e.slice or e.slices for e in study.expectations.values()):
         # what report.py does not judge yet: expectations against a baseline, and on slices, in their own file
         paths.update(write_expectations(study, out, picks))
     end = time.perf_counter()
     record = {
-        "command": "python scripts/run_methods.py " + " ".join(argv),
+        "command": command,
         "study": portable_path(args.study),
         "quick": args.quick,
         "signal_seconds": round(signal_done - start, 1),

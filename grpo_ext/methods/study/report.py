@@ -309,10 +309,14 @@ def render(
 
 
 def write_study_report(
-    study: Study, out: str | Path, picks: dict[str, Setting], options: StudyOptions | None = None
+    study: Study,
+    out: str | Path,
+    picks: dict[str, Setting],
+    options: StudyOptions | None = None,
+    command: str | None = None,
 ) -> dict:
     """report.md, report.json and the plots of a finished study in `out`; the anatomy section only with the driver's
-    `options` (the folder of its method configs)."""
+    `options` (the folder of its method configs); `command`, the one that reproduces it, in the report."""
     out = Path(out)
     search = json.loads((out / "search.json").read_text())
     data = collect(study, out, picks)
@@ -329,7 +333,7 @@ def write_study_report(
     }
     stats_by_k = {name: by_k(results, ks) for name, results in models.items()}
     paths = {
-        "md": atomic_write_text(out / "report.md", render(study, search, stats, None, anatomy, signal, cost)),
+        "md": atomic_write_text(out / "report.md", render(study, search, stats, command, anatomy, signal, cost)),
         "json": atomic_write_json(
             out / "report.json", {"search": search, **stats, "by_k": stats_by_k, "anatomy": anatomy, "signal": signal}
         ),

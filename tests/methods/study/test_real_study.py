@@ -266,7 +266,7 @@ def test_driver_scores_the_baselines_beside_the_base_and_trains_nothing_for_them
     monkeypatch.setattr(driver, "write_expectations", lambda *args: {})
     import grpo_ext.methods.study.report as report
 
-    monkeypatch.setattr(report, "write_study_report", lambda *args: {"md": tmp_path / "report.md"})
+    monkeypatch.setattr(report, "write_study_report", lambda *args, **kwargs: {"md": tmp_path / "report.md"})
     driver.main(["--study", str(STUDY), "--out", str(tmp_path), "--model", "embedded"])
     stage1, stage2, final = jobs
     assert [j.run for j in stage1[:2]] == ["base", "fewshot8"] and {j.evaluation.split for j in stage1} == {

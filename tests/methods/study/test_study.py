@@ -226,6 +226,8 @@ def test_quick_run_of_every_method_picks_on_validation_before_any_test_number(tm
     assert "not measured: no run of outcome_skip" in report  # an arm this run left out
     assert f"| base | - | {search['base']:.3f} |" in report  # the picks are read against the base on validation
     assert "## Search (validation)" in report and "(pick)" in report and "95% percentile bootstrap" in report
+    # the command that reproduces it, as typed (a folder outside the repository stays absolute)
+    assert f"Command: `python scripts/run_methods.py --quick --arms {','.join(METHODS)} --jobs 1 --out {out}`" in report
     assert "Online RFT beats RFT" in report and "raises Maj@K more than Pass@K" in report
     assert (out / "curves.png").stat().st_size > 0 and (out / "passk_majk.png").stat().st_size > 0
     assert "## Where the learning signal is (diagnostic)" in report

@@ -54,7 +54,7 @@ def test_driver_searches_own_rates_first_then_trains_the_family_at_the_reference
         return 0.6 if (job.arm.name == "grpo_outcome" and lr == 1.5e-4) else 0.5 - lr
 
     monkeypatch.setattr(runs, "read_score", score)
-    monkeypatch.setattr(report, "write_study_report", lambda *args: {"md": tmp_path / "report.md"})
+    monkeypatch.setattr(report, "write_study_report", lambda *args, **kwargs: {"md": tmp_path / "report.md"})
     fresh_driver().main(["--study", str(STUDY), "--out", str(out)])
 
     stage1, stage2, final = jobs
