@@ -130,11 +130,11 @@ def test_the_readme_layout_names_every_module(unit):
     assert re.search(rf"(^|\s){re.escape(name)}(\s|$)", layout, re.MULTILINE), f"README layout: {name} missing"
 
 
-def test_the_study_core_imports_neither_diagnostic():
-    """grpo_ext/methods/study: the learning signal (signal/) and the anatomy import the study's core, never the other
-    way; only the report imports them (the study package's doc)."""
+def test_the_study_core_imports_no_diagnostic():
+    """grpo_ext/methods/study: the learning signal (signal/), the anatomy and the training dynamics import the study's
+    core, never the other way; only the report imports them (the study package's doc)."""
     study = PACKAGE / "methods" / "study"
-    diagnostics = ("grpo_ext.methods.study.signal", "grpo_ext.methods.study.anatomy")
+    diagnostics = ("grpo_ext.methods.study.signal", "grpo_ext.methods.study.anatomy", "grpo_ext.methods.study.dynamics")
     found = {
         path.name: sorted(
             m
@@ -142,6 +142,6 @@ def test_the_study_core_imports_neither_diagnostic():
             if m.startswith(diagnostics)
         )
         for path in sorted(study.glob("*.py"))
-        if path.stem not in ("anatomy", "report")
+        if path.stem not in ("anatomy", "dynamics", "report")
     }
     assert {name: modules for name, modules in found.items() if modules} == {}

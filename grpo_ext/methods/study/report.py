@@ -1,4 +1,4 @@
-"""The report of a study: report.md, report.json, and three plots, from the picked runs' test results.
+"""The report of a study: report.md, report.json, and its plots, from the picked runs' test results.
 
 The expectations written in the study config before the run come first, each with its measured difference and
 whether it held; then the learning signal at the base (stage 0, when the study measures it); then every number
@@ -6,7 +6,8 @@ comes with its interval (see :mod:`grpo_ext.methods.study.stats`); the search gr
 picks are printed before any test number, so a reader sees that settings were chosen on validation. Below the test
 table, pass@1 per slice of the test problems (:mod:`grpo_ext.methods.compare.slices`: each arm against the base per
 operation, number of operands...), so a gain that is one kind of problem only shows as such; then what the samples
-say (the answer format and the content-first failure anatomy, whole and per slice: :mod:`.answers`) and a few samples.
+say (the answer format and the content-first failure anatomy, whole and per slice: :mod:`.answers`), how the online
+runs trained step by step (:mod:`.dynamics`, from their training logs) and a few samples.
 The baselines (the base at another prompt: no training) sit beside the base in every table, plot and expectation.
 """
 
@@ -25,6 +26,7 @@ from grpo_ext.methods.study.anatomy import render_anatomy, study_anatomy
 from grpo_ext.methods.study.answers import answers_markdown, sample_rows, samples_markdown, study_answers
 from grpo_ext.methods.study.budget import estimate
 from grpo_ext.methods.study.config import Setting, Study
+from grpo_ext.methods.study.dynamics import plot_dynamics, read_dynamics, render_dynamics
 from grpo_ext.methods.study.expectations import judge_expectations, render_expectations
 from grpo_ext.methods.study.options import StudyOptions
 from grpo_ext.methods.study.plots import by_k, plot_curves, plot_passk_majk, plot_passk_majk_by_slice
@@ -191,6 +193,7 @@ def render(
     anatomy: dict | None = None,
     signal: dict | None = None,
     cost: str | None = None,
+    dynamics: list | None = None,
 ) -> str:
     k = stats["k_max"]
     headline = ["pass@1", f"maj@{k}", f"pass@{k}"]  # the columns of the test tables, in this order
@@ -292,6 +295,8 @@ def render(
     lines += answers_markdown(stats.get("answers") or {}, stats.get("slice_attribute"), stats.get("strict_form"))
     if anatomy is not None:
         lines += render_anatomy(anatomy)
+    if dynamics is not None:
+        lines += render_dynamics(dynamics)
     lines += samples_markdown(stats.get("samples") or [], stats.get("slice_attribute"))
     if cost:
         lines += ["## Cost (measured)", "", cost, ""]
@@ -305,6 +310,8 @@ def render(
     ]
     if stats.get("slice_attribute"):
         lines += [f"![pass@k and maj@k of the picks per {stats['slice_attribute']}](passk_majk_by_slice.png)", ""]
+    if dynamics:
+        lines += ["![completion length and zero-std share per step of the online runs](dynamics.png)", ""]
     return "\n".join(lines)
 
 
@@ -325,6 +332,7 @@ def write_study_report(
     # only a study that measures the signal shows it: a file a run of other arms left in `out` is not this run's
     signal = read_signal(out) if study.signal is not None else None
     cost = render_spent(spent(study, out), estimate(study) if study.budget else None)
+    dynamics = read_dynamics(study, out, picks)  # the online runs' training logs: search runs and test seeds
     ks = [k for k in data["base"]["ks"] if k <= stats["k_max"]]
     models = {
         "base": [data["base"]],
@@ -333,9 +341,12 @@ def write_study_report(
     }
     stats_by_k = {name: by_k(results, ks) for name, results in models.items()}
     paths = {
-        "md": atomic_write_text(out / "report.md", render(study, search, stats, command, anatomy, signal, cost)),
+        "md": atomic_write_text(
+            out / "report.md", render(study, search, stats, command, anatomy, signal, cost, dynamics)
+        ),
         "json": atomic_write_json(
-            out / "report.json", {"search": search, **stats, "by_k": stats_by_k, "anatomy": anatomy, "signal": signal}
+            out / "report.json",
+            {"search": search, **stats, "by_k": stats_by_k, "anatomy": anatomy, "signal": signal, "dynamics": dynamics},
         ),
         "curves": atomic_write_bytes(out / "curves.png", plot_curves(data)),
         "passk_majk": atomic_write_bytes(out / "passk_majk.png", plot_passk_majk(stats_by_k)),
@@ -343,4 +354,7 @@ def write_study_report(
     if stats["slice_attribute"]:
         figure = plot_passk_majk_by_slice(models, stats["slice_attribute"], ks)
         paths["passk_majk_by_slice"] = atomic_write_bytes(out / "passk_majk_by_slice.png", figure)
+    figure = plot_dynamics(dynamics)
+    if figure is not None:
+        paths["dynamics"] = atomic_write_bytes(out / "dynamics.png", figure)
     return paths

@@ -242,6 +242,12 @@ def test_quick_run_of_every_method_picks_on_validation_before_any_test_number(tm
     for name, row in anatomy["rows"].items():
         assert row["all_correct"] + row["all_wrong"] + row["mixed"] == pytest.approx(1.0)
         assert (row.get("training_zero_std") is None) == (name in ("base", "sft", "rft", "dpo")), name
+    # the online runs' training logs, search runs (seed 100) and the picks' test seeds, offline arms left out
+    assert "## Training dynamics of the online arms (from the training logs)" in report
+    assert (out / "dynamics.png").stat().st_size > 0 and "(dynamics.png)" in report
+    dynamics = json.loads((out / "report.json").read_text())["dynamics"]
+    assert {r["arm"] for r in dynamics} == set(METHODS) - {"sft", "rft", "dpo"}
+    assert {r["seed"] for r in dynamics} == {100, 0, 1} and all(r["summary"]["steps"] == 2 for r in dynamics)
 
     from grpo_ext.methods.compare.cli import main as compare
 
