@@ -2,8 +2,8 @@
 
 A test number says *that* an arm did not learn; the log says *why*. An online step learns only from groups whose
 rewards differ: when every group of a step is all-wrong (TRL's ``frac_reward_zero_std`` = 1) an outcome GRPO step
-has no gradient (``grad_norm`` 0), and a policy that drifted to completions at the length cap (``clipped_ratio`` 1,
-no answer) may never draw a right sample again: the run ends in a stretch of steps without gradient. The summary of a
+has no gradient (``grad_norm`` 0), and a policy that drifted to completions at the length cap (mean length at the
+cap, no answer) may never draw a right sample again: the run ends in a stretch of steps without gradient. The summary of a
 run below makes that visible per run (search runs and the picks' test seeds alike).
 
 Pure functions over a log history (a list of dicts, as ``trainer.state.log_history`` writes it), in the manner of
@@ -169,8 +169,11 @@ def render_dynamics(runs: Sequence[dict]) -> list[str]:
         "that ends in such a stretch had stopped learning; for outcome GRPO at beta 0 with a reward of 0: every "
         "group all-wrong). *mean reward*: the "
         "mean over steps of the step's mean reward. *mean length* and *clipped ratio*: "
-        "`completions/mean_length` (tokens) and `completions/clipped_ratio` (share of completions cut at the length "
-        "cap, no end of sequence) at the first and the last logged step. Missing or non-finite values are skipped.",
+        "`completions/mean_length` (tokens) and `completions/clipped_ratio` at the first and the last logged step; "
+        "TRL's clipped ratio is the share of completions without an end-of-sequence token: cut at the length cap "
+        "*or* ended by a stop string (which leaves no EOS), so it is high from the first step of a study with stop "
+        "strings; a mean length at the cap is what says every completion was cut. Missing or non-finite values are "
+        "skipped.",
         "",
     ]
     if not runs:
