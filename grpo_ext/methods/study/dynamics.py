@@ -3,8 +3,8 @@
 A test number says *that* an arm did not learn; the log says *why*. An online step learns only from groups whose
 rewards differ: when every group of a step is all-wrong (TRL's ``frac_reward_zero_std`` = 1) an outcome GRPO step
 has no gradient (``grad_norm`` 0), and a policy that drifted to completions at the length cap (mean length at the
-cap, no answer) may never draw a right sample again: the run ends in a stretch of steps without gradient. The summary of a
-run below makes that visible per run (search runs and the picks' test seeds alike).
+cap, no answer) may never draw a right sample again: the run ends in a stretch of steps without gradient. The
+summary of a run below makes that visible per run (search runs and the picks' test seeds alike).
 
 Pure functions over a log history (a list of dicts, as ``trainer.state.log_history`` writes it), in the manner of
 verl's ``core_algos``; :func:`read_dynamics` is the one reader. A log without training ``reward`` entries (SFT, RFT,
