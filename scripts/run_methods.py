@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = HarnessArgumentParser(prog="run_methods.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--study", default=str(ROOT / "configs" / "compare.yaml"), help="the study (YAML)")
-    parser.add_argument("--out", default="results/compare", help="output folder (default: results/compare)")
+    parser.add_argument("--out", default=None, help="output folder (default: results/compare)")
     parser.add_argument("--model", default=None, help="the base every arm starts from (default: the study's)")
     parser.add_argument(
         "--arms",
@@ -200,12 +200,14 @@ def main(argv: list[str]) -> dict:
 
         result = estimate(study)
         print(render_estimate(result))
-        if Path(args.out, "search.json").is_file() or Path(args.out, "runs").is_dir():  # a study under way: its cost
+        # the spend of a study under way, in the folder named (the default folder holds another study's runs)
+        if args.out is not None and (Path(args.out, "search.json").is_file() or Path(args.out, "runs").is_dir()):
             from grpo_ext.methods.study.spent import render_spent, spent
 
             print(f"\nMeasured in {args.out} (one core a job; see grpo_ext.methods.study.spent):\n")
             print(render_spent(spent(study, args.out), result))
         return {"estimate": result}
+    args.out = args.out or "results/compare"
     if rehearsal:  # a rehearsal of a real study: a tiny model with its tokenizer, retrained on the task's text
         study.base = rehearsal_model(study, args.rehearsal_tokenizer, Path(args.out))
     resolve_model_path(study.base)  # a missing base model fails before any training

@@ -79,6 +79,19 @@ def test_the_cpu_study_fits_its_twelve_core_hours_at_its_own_rates():
     assert sum(r["runs"] for r in result["rows"]) == 37  # 14 search + 21 test runs, the base, the baseline
 
 
+def test_the_estimate_shows_the_spend_of_the_folder_named_only(tmp_path, capsys):
+    """--estimate prints the measured spend beside the plan for the study folder --out names (the committed CPU study
+    has runs), and none without --out: the default folder holds another study's runs."""
+    driver = fresh_driver()
+    driver.main(["--study", str(STUDY), "--estimate"])
+    assert "Measured in" not in capsys.readouterr().out
+    driver.main(["--study", str(STUDY), "--estimate", "--out", str(tmp_path)])  # no run there yet
+    assert "Measured in" not in capsys.readouterr().out
+    driver.main(["--study", str(STUDY), "--estimate", "--out", str(ROOT / "results" / "real_study")])
+    printed = capsys.readouterr().out
+    assert "Measured in" in printed and "| sft | " in printed.split("Measured in", 1)[1]
+
+
 def _tiny_study(tmp_path: Path, configs: dict[str, dict], body: str) -> Path:
     folder = tmp_path / "methods"
     folder.mkdir()
