@@ -1,6 +1,7 @@
 """The harness's metrics logged during GRPO training (grpo_ext.evaluation.callback)."""
 
 from grpo_ext.tasks import get_task
+from tests.trainer_utils import tiny_args
 
 
 def test_callback_logs_pass_and_maj_at_k_during_grpo_training(tmp_path):
@@ -10,19 +11,8 @@ def test_callback_logs_pass_and_maj_at_k_during_grpo_training(tmp_path):
     from grpo_ext.model_paths import resolve_model_path
 
     task = get_task("arithmetic")
-    config = GRPOConfig(
-        output_dir=str(tmp_path),
-        use_cpu=True,
-        bf16=False,
-        max_steps=2,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=16,
-        report_to="none",
-        activation_checkpointing=False,
-        logging_steps=1,
-        save_strategy="no",
-        learning_rate=1e-5,
+    config = tiny_args(  # TRL's own config and trainer: the callback needs nothing of ours
+        GRPOConfig, tmp_path, per_device_train_batch_size=4, max_completion_length=16, learning_rate=1e-5
     )
     trainer = GRPOTrainer(
         model=resolve_model_path("embedded"),

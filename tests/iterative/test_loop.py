@@ -10,7 +10,6 @@ import pytest
 import torch
 from trl import ModelConfig
 
-from grpo_ext.config import GRPOExtConfig
 from grpo_ext.errors import UserError
 from grpo_ext.iterative import (
     CollapseGuard,
@@ -23,6 +22,7 @@ from grpo_ext.iterative import loop as iterative_loop
 from grpo_ext.iterative.policy import gap_of
 from grpo_ext.tasks import get_task
 from tests.rewards.test_reward_models import make_tiny_policy
+from tests.trainer_utils import tiny_args
 
 
 # ---- the loop on a tiny model: three arms, two seeds, interrupted and resumed -----------------------------------
@@ -45,24 +45,13 @@ def quick_args(run_dir, policy_dir, iterations=2, **overrides):
         report_dir=str(run_dir / "report"),
         **{"arms": "iterative,frozen,verifier", "seeds": "0,1", "train_size": 32, **overrides},
     )
-    training_args = GRPOExtConfig(
-        output_dir=str(run_dir),
+    training_args = tiny_args(
+        tmp_path=run_dir,
         advantage_mode="process" if it_args.reward_model_type == "process" else "outcome",
-        use_cpu=True,
-        bf16=False,
-        seed=0,
-        max_steps=2,
-        learning_rate=1e-3,
         per_device_train_batch_size=4,
-        num_generations=4,
         max_completion_length=12,
         beta=0.04,
-        top_k=0,
-        activation_checkpointing=False,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
+        step_separator=None,  # the task's, filled in by the loop's assembly
     )
     model_args = ModelConfig(model_name_or_path=str(policy_dir), dtype="float32")
     return it_args, training_args, model_args
