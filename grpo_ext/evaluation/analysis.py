@@ -38,6 +38,7 @@ __all__ = [
     "BootstrapSettings",
     "analyze",
     "compare_models",
+    "crossover_summary",
     "metric_keys",
     "model_intervals",
     "per_problem_values",
@@ -170,8 +171,9 @@ def _difference(b_values, a_values, settings: BootstrapSettings, keys: Sequence[
     }
 
 
-def _crossover(pass_a: np.ndarray, pass_b: np.ndarray, ks: list[int], settings: BootstrapSettings) -> dict:
-    """The crossover of the pass@k curves (see bootstrap.crossover_k), spelled out for a report."""
+def crossover_summary(pass_a: np.ndarray, pass_b: np.ndarray, ks: list[int], settings: BootstrapSettings) -> dict:
+    """The crossover of two models' pass@k curves (see bootstrap.crossover_k), spelled out for a report:
+    ``pass_a``/``pass_b`` per-problem pass@k at ``ks``, shape (problems, len(ks)), problems paired by row."""
     mean_a, mean_b = pass_a.mean(axis=0), pass_b.mean(axis=0)
     leader = None if mean_a[0] == mean_b[0] else ("a" if mean_a[0] > mean_b[0] else "b")
     out = {"ks": ks, "leader": leader, "k": None, "low": None, "high": None, "no_crossover_share": None}
@@ -232,7 +234,7 @@ def compare_models(
     search = sorted(set(default_ks(n)) | set(ks))
     pass_a = per_problem_values(a, "pass@k", [str(k) for k in search], ids)
     pass_b = per_problem_values(b, "pass@k", [str(k) for k in search], ids)
-    out["crossover"] = _crossover(pass_a, pass_b, search, settings)
+    out["crossover"] = crossover_summary(pass_a, pass_b, search, settings)
     return out
 
 

@@ -66,12 +66,13 @@ def _model_section(r: dict, iv: dict) -> list[str]:
     return [*lines, ""]
 
 
-def crossover_text(c: dict, n: int) -> str:
-    """The crossover of a comparison in words."""
+def crossover_text(c: dict, n: int, names: tuple[str, str] = ("A", "B")) -> str:
+    """The crossover of a comparison in words, the two models called ``names`` (A's, B's)."""
     never = f"none within k <= {n}"
     if c["leader"] is None:
-        return f"A and B have the same pass@{c['ks'][0]}: neither leads, so there is no crossover to find"
-    leader, trailer = c["leader"].upper(), "B" if c["leader"] == "a" else "A"
+        same = f"{names[0]} and {names[1]} have the same pass@{c['ks'][0]}"
+        return f"{same}: neither leads, so there is no crossover to find"
+    leader, trailer = names if c["leader"] == "a" else names[::-1]
     where = f"{leader} leads at k = {c['ks'][0]}"
     if c["k"] is None:
         return f"{where}; {trailer}'s pass@k never reaches {leader}'s: {never}"

@@ -82,4 +82,4 @@ def findings(runs: Sequence[Run]) -> list[dict]:
     for run in sorted((r for r in runs if r.method != BASE_RUN), key=lambda r: r.label):
         arms.setdefault(run.method, []).append(run.result)
     base = next((r.result for r in runs if r.method == BASE_RUN), None)
-    return [{**f, "text": finding_text(f)} for f in paper_findings(arms, base, _kmax(runs))]
+    return [{**f, "text": finding_text(f)} for f in paper_findings(arms, base)]

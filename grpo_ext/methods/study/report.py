@@ -5,7 +5,8 @@ whether it held; then the learning signal at the base (stage 0, when the study m
 comes with its interval (see :mod:`grpo_ext.methods.study.stats`); the search grid, every validation score and the
 picks are printed before any test number, so a reader sees that settings were chosen on validation. Below the test
 table, pass@1 per slice of the test problems (:mod:`grpo_ext.methods.compare.slices`: each arm against the base per
-operation, number of operands...), so a gain that is one kind of problem only shows as such; then what the samples
+operation, number of operands...), so a gain that is one kind of problem only shows as such; after the paper's
+findings, where the base's pass@k catches up with each arm's (:mod:`.crossover`); then what the samples
 say (the answer format and the content-first failure anatomy, whole and per slice: :mod:`.answers`), how the online
 runs trained step by step (:mod:`.dynamics`, from their training logs) and a few samples.
 The baselines (the base at another prompt: no training) sit beside the base in every table, plot and expectation.
@@ -26,6 +27,7 @@ from grpo_ext.methods.study.anatomy import render_anatomy, study_anatomy
 from grpo_ext.methods.study.answers import answers_markdown, sample_rows, samples_markdown, study_answers
 from grpo_ext.methods.study.budget import estimate
 from grpo_ext.methods.study.config import Setting, Study
+from grpo_ext.methods.study.crossover import arm_crossover, render_crossovers
 from grpo_ext.methods.study.dynamics import plot_dynamics, read_dynamics, render_dynamics
 from grpo_ext.methods.study.expectations import judge_expectations, render_expectations
 from grpo_ext.methods.study.options import StudyOptions
@@ -103,7 +105,7 @@ def compute(study: Study, data: dict) -> dict:
     models = {"base": [data["base"]], **singles, **results}
     attribute = slice_attribute(study, data["base"])
     # the arms a run left out (--arms) are not findings of it: only measured ones are listed
-    findings = [f for f in paper_findings(results, data["base"], k_max) if f["verdict"] != "not measured"]
+    findings = [f for f in paper_findings(results, data["base"]) if f["verdict"] != "not measured"]
     return {
         "expectations": judge_expectations(study.expectations, results, data["base"], data.get("baselines")),
         "k_max": k_max,
@@ -115,6 +117,7 @@ def compute(study: Study, data: dict) -> dict:
         "findings": findings,
         # pass@1 per slice of the test problems (the operation, the operands...): every attribute they carry
         "slices": arm_slices({**singles, **results}, data["base"]),
+        "crossovers": {name: arm_crossover(runs, data["base"]) for name, runs in {**singles, **results}.items()},
         "slice_attribute": attribute,
         "answers": study_answers(models, attribute),
         "strict_form": data["base"].get("strict_form"),
@@ -292,6 +295,7 @@ def render(
     for f in stats["findings"]:
         lines.append(md_row([f["claim"], f"**{f['verdict']}**", finding_text(f)]))
     lines.append("")
+    lines += render_crossovers(stats.get("crossovers") or {})  # studies reported before crossovers lack them
     lines += answers_markdown(stats.get("answers") or {}, stats.get("slice_attribute"), stats.get("strict_form"))
     if anatomy is not None:
         lines += render_anatomy(anatomy)

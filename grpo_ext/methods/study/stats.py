@@ -25,6 +25,7 @@ __all__ = [
     "arm_summary",
     "finding_text",
     "headline_metrics",
+    "largest_k",
     "finding_beats",
     "finding_majk",
     "paired_difference",
@@ -155,11 +156,17 @@ def why_not_comparable(*groups: Sequence[dict]) -> str | None:
     return "the runs were evaluated on different problems" if len(ids) > 1 else None
 
 
-def paper_findings(arms: dict[str, Sequence[dict]], base: dict | None, k_max: int) -> list[dict]:
+def largest_k(results: Sequence[dict]) -> int:
+    """The largest K every one of ``results`` reports (its ``ks``; else its ``n``)."""
+    return min(int(r["ks"][-1]) if r.get("ks") else int(r["n"]) for r in results)
+
+
+def paper_findings(arms: dict[str, Sequence[dict]], base: dict | None) -> list[dict]:
     """The paper's four findings, each judged by the one rule of this module (:func:`finding_beats`,
     :func:`finding_majk`): ``arms`` maps a method to its runs' test results (seeds, paired by position), ``base`` is
     the base's result. A finding whose arms are missing, or whose results cannot be paired by problem, is
-    ``"not measured"`` with a ``text`` saying why."""
+    ``"not measured"`` with a ``text`` saying why. Maj@K against Pass@K is judged at every K of :data:`MAJK_KS` that
+    GRPO's runs and the base both report (a study may score those two at a larger n than the other arms)."""
     out = []
     for claim, a, b in FINDINGS:
         missing = [m for m in (a, b) if not arms.get(m)]
@@ -170,6 +177,7 @@ def paper_findings(arms: dict[str, Sequence[dict]], base: dict | None, k_max: in
     if why:
         out.append(_not_measured(MAJK_CLAIM, why))
     else:
+        k_max = largest_k([*arms["grpo_outcome"], base])
         ks = [k for k in MAJK_KS if k <= k_max] or [k_max]
         out.append(finding_majk(MAJK_CLAIM, arms["grpo_outcome"], base, ks))
     return out

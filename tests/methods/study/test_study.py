@@ -229,6 +229,11 @@ def test_quick_run_of_every_method_picks_on_validation_before_any_test_number(tm
     # the command that reproduces it, as typed (a folder outside the repository stays absolute)
     assert f"Command: `python scripts/run_methods.py --quick --arms {','.join(METHODS)} --jobs 1 --out {out}`" in report
     assert "Online RFT beats RFT" in report and "raises Maj@K more than Pass@K" in report
+    # the crossover of every arm's pass@k against the base's, searched to the test's n = 4
+    crossovers = json.loads((out / "report.json").read_text())["crossovers"]
+    assert set(crossovers) == set(METHODS) and {c["n"] for c in crossovers.values()} == {4}
+    assert all(len(c["per_seed"]) == 2 for c in crossovers.values())
+    assert "## Pass@k against the base: the crossover" in report
     assert (out / "curves.png").stat().st_size > 0 and (out / "passk_majk.png").stat().st_size > 0
     assert "## Where the learning signal is (diagnostic)" in report
     # stage 0: the signal at the base, on --quick's batch of the signal arm (16 samples, 4 prompts x 4) only

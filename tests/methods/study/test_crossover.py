@@ -1,0 +1,68 @@
+"""Where the base's pass@k catches up with an arm's (the report's crossover section), worked by hand, and the
+paper's Maj@K finding judged at the K that GRPO and the base were scored at, not the other arms' smaller n."""
+
+from __future__ import annotations
+
+import pytest
+
+from grpo_ext.methods.study.crossover import arm_crossover, render_crossovers
+from grpo_ext.methods.study.stats import paper_findings
+
+
+def _result(correct: list[int], n: int, maj: dict[int, float] | None = None) -> dict:
+    """A harness result: problem i has correct[i] of n samples right (and maj@k = maj[k] on every problem)."""
+    rows = [{"problem_id": i, "n_correct": c} for i, c in enumerate(correct)]
+    for row in rows:
+        if maj:
+            row["maj@k"] = {str(k): v for k, v in maj.items()}
+    return {"n": n, "per_problem": rows}
+
+
+# 16 problems. The base is right on 1 of its 8 samples everywhere: pass@k = k / 8 on every problem (1 - C(7,k)/C(8,k)),
+# i.e. 0.125, 0.25, 0.5, 1 at k = 1, 2, 4, 8. An arm right on all 8 samples of a share p of the problems and on none
+# of the rest has pass@k = p at every k.
+BASE = _result([1] * 16, n=8)
+SEED_QUARTER = _result([8] * 4 + [0] * 12, n=8)  # p = 0.25: the base reaches it at k = 2
+SEED_HALF = _result([8] * 8 + [0] * 8, n=8)  # p = 0.5: at k = 4
+
+
+def test_crossover_by_hand_with_each_seed_beside_the_seed_mean():
+    c = arm_crossover([SEED_QUARTER, SEED_HALF], BASE)
+    # the seed mean is 0.375 at every k: above the base at k = 1 and 2 (0.125, 0.25), reached at k = 4 (0.5)
+    assert (c["leader"], c["k"], c["n"], c["ks"]) == ("b", 4, 8, [1, 2, 4, 8])
+    assert [s["k"] for s in c["per_seed"]] == [2, 4] and {s["leader"] for s in c["per_seed"]} == {"b"}
+    # a resample's crossover is 2, 4 or 8 as its share of solved problems (the arm's mean) is <= 0.25, 0.5 or above
+    assert c["low"] in (2, 4) and c["high"] in (4, 8) and c["no_crossover_share"] == 0.0
+
+
+def test_search_stops_at_the_smaller_n_and_says_when_the_base_never_catches_up():
+    arm = _result([4] * 13 + [0] * 3, n=4)  # scored at n = 4: pass@k = 13/16 ~ 0.81 at every k
+    c = arm_crossover([arm], BASE)
+    assert c["n"] == 4 and c["ks"] == [1, 2, 4] and c["leader"] == "b" and c["k"] is None  # base@4 = 0.5
+    row = next(line for line in render_crossovers({"grpo": c}) if line.startswith("| grpo"))
+    assert "grpo leads at k = 1; the base's pass@k never reaches grpo's: none within k <= 4" in row
+    assert row.endswith("| none |")
+
+
+def test_section_names_the_leader_and_a_seed_that_disagrees():
+    worse = _result([0] * 16, n=8)  # never right: the base leads at k = 1 and the arm never catches up
+    c = arm_crossover([SEED_HALF, worse], BASE)  # seed mean 0.25 at every k: the base reaches it at k = 2
+    assert (c["leader"], c["k"]) == ("b", 2)
+    lines = render_crossovers({"rft": c})
+    assert lines[0] == "## Pass@k against the base: the crossover"
+    row = next(line for line in lines if line.startswith("| rft"))
+    assert "rft leads at k = 1; the base's pass@k reaches rft's at k = 2" in row
+    assert row.endswith("| 4, none (the base leads) |")
+    assert render_crossovers({}) == []
+
+
+def test_majk_finding_is_judged_at_the_k_grpo_and_the_base_were_scored_at():
+    """GRPO and the base at n = 16, another arm at n = 4: the Maj@K finding is judged at K = 4 and 16, not 4 only."""
+    base = _result([4] * 40, n=16, maj={4: 0.2, 16: 0.3})
+    grpo = [_result([4] * 40, n=16, maj={4: 0.5, 16: 0.9}), _result([4] * 40, n=16, maj={4: 0.6, 16: 0.8})]
+    others = [_result([1] * 40, n=4), _result([1] * 40, n=4)]
+    majk = paper_findings({"grpo_outcome": grpo, "online_rft": others}, base)[-1]
+    assert [r["k"] for r in majk["by_k"]] == [4, 16] and majk["verdict"] == "agrees"
+    # by hand: pass@K is the same for both (same counts), so the gap is the maj@K gain: +0.35 at 4, +0.55 at 16
+    assert [r["difference"] for r in majk["by_k"]] == pytest.approx([0.35, 0.55])
+    assert majk["by_k"][1]["per_seed"] == pytest.approx([0.6, 0.5])
