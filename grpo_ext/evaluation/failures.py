@@ -105,6 +105,7 @@ def _has_false_step(task: Task, prompt: str, completion: str) -> bool:
     """Whether a step on the way (not a strict-form answer line, see the module docstring) fails the verifier."""
     scores = task.verify_steps(prompt, completion)
     steps = step_texts(completion, task.step_separator) if task.step_separator else [completion]
+    # a NaN score (a step with nothing to check) is not false: NaN < 1.0 is False
     return any(
         score < 1.0 and task.extract_strict_answer(step) is None for step, score in zip(steps, scores, strict=True)
     )

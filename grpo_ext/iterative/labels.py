@@ -3,7 +3,10 @@ for a process RM), because the RM is meant to approximate the verifier."""
 
 from __future__ import annotations
 
+import math
+
 from grpo_ext.errors import UserError
+from grpo_ext.tasks.base import completion_text
 
 __all__ = ["check_verifier", "label_samples"]
 
@@ -40,6 +43,8 @@ def label_samples(task, reward_model_type: str, prompts, answers, completions, t
                 "label": int(task.is_correct(completion, answer)),
             }
             if reward_model_type == "process":
-                record["step_labels"] = [float(s) for s in task.verify_steps(prompt, completion)]
+                # a step with nothing to check (NaN) gets no label (None): the RM is not trained there
+                scores = task.verify_steps(completion_text(prompt), completion)  # a chat prompt: its text
+                record["step_labels"] = [None if math.isnan(s) else float(s) for s in scores]
             records.append(record)
     return records

@@ -13,6 +13,7 @@ Logged reward names (TRL's ``rewards/<name>/mean``):
 from __future__ import annotations
 
 import copy
+import math
 
 from transformers import PrinterCallback, ProgressCallback, TrainerCallback
 
@@ -63,7 +64,8 @@ class LastCallCache:
 
 class StepMean:
     """A reward function (TRL's signature): a step scorer's scores reduced to one per completion, the mean by
-    default (``empty`` for a completion without a step: None, i.e. not counted, by default)."""
+    default, over the steps it scored (a NaN score: nothing to check there); ``empty`` for a completion without a
+    scored step (None, i.e. not counted, by default)."""
 
     def __init__(self, scorer, name: str, reduce=None, empty: float | None = None):
         self.scorer, self.__name__, self.empty = scorer, name, empty
@@ -71,7 +73,8 @@ class StepMean:
 
     def __call__(self, prompts: list, completions: list, **kwargs) -> list[float | None]:
         rows = self.scorer(prompts=prompts, completions=completions, **kwargs)
-        return [float(self.reduce(steps)) if steps else self.empty for steps in rows]
+        scored = [[s for s in steps if not math.isnan(s)] for steps in rows]
+        return [float(self.reduce(steps)) if steps else self.empty for steps in scored]
 
 
 def _verifier_funcs(task, outcome: bool = True) -> list:

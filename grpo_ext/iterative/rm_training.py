@@ -18,7 +18,7 @@ Scoring is the reward sources' (:class:`grpo_ext.rewards.orm.RMRewardFunction`,
 :class:`grpo_ext.rewards.prm.ProcessRewardModel`): the RM is evaluated exactly as the policy's trainer reads it.
 
 Records (the RM's training data) are dicts: ``id``, ``prompt``, ``completion``, ``label`` (0/1 outcome) and, for
-the process RM, ``step_labels`` (one 0/1 per step).
+the process RM, ``step_labels`` (one 0/1 per step; None: nothing to check, no label).
 """
 
 from __future__ import annotations
@@ -129,7 +129,8 @@ def encode_outcome(tokenizer, record: dict) -> dict:
 
 
 def encode_process(tokenizer, record: dict, separator: str) -> dict:
-    """TRL's PRM format: prompt + completion ids; each step's last token labelled 0/1, the rest -100.
+    """TRL's PRM format: prompt + completion ids; each step's last token labelled 0/1 (-100 for an unlabelled step,
+    ``None`` in ``step_labels``), the rest -100.
 
     Positions come from :func:`grpo_ext.rewards.prm.step_end_positions`, where the PRM reads its scores.
     """
@@ -144,7 +145,7 @@ def encode_process(tokenizer, record: dict, separator: str) -> dict:
             )
         labels = [IGNORE_INDEX] * len(input_ids)
         for position, value in zip(ends, step_labels, strict=True):
-            labels[position] = int(value)
+            labels[position] = IGNORE_INDEX if value is None else int(value)  # None: nothing to check, no label
         item["labels"] = labels
     return item
 
@@ -276,8 +277,9 @@ def evaluate_reward_model(
         return _binary_metrics(np.array(scores), outcome_labels)
     prm = ProcessRewardModel(step_separator=separator, batch_size=64, model=model, tokenizer=tokenizer)
     steps = prm(prompts=prompts, completions=completions)
-    flat_scores = [s for row in steps for s in row]
-    flat_labels = [int(v) for r in records for v in r["step_labels"]]
+    pairs = [(s, v) for row, r in zip(steps, records, strict=True) for s, v in zip(row, r["step_labels"], strict=True)]
+    labelled = [(s, int(v)) for s, v in pairs if v is not None]  # a step with nothing to check has no label
+    flat_scores, flat_labels = [s for s, _ in labelled], [v for _, v in labelled]
     metrics = _binary_metrics(np.array(flat_scores), np.array(flat_labels))
     outcome = _binary_metrics(np.array([min(row) if row else 0.0 for row in steps]), outcome_labels)
     metrics.update(outcome_accuracy=outcome["accuracy"], outcome_auc=outcome["auc"])

@@ -137,9 +137,10 @@ class Task(ABC):
 
     # ---- the optional step verifier ----------------------------------------------------------------------------
     def verify_steps(self, prompt: str, completion: str) -> list[float] | None:
-        """The rule-based step verifier: one score per step of `completion` (1.0 right, 0.0 wrong), the steps
-        split on `step_separator` as `grpo_ext.reasoning_steps.step_texts` splits them (so the counts agree with the
-        trainer's step ends). None here: the base task has no step verifier; tasks with one override this."""
+        """The rule-based step verifier: one score per step of `completion` (1.0 right, 0.0 wrong, NaN for a step
+        with nothing to check: no reward there, no label), the steps split on `step_separator` as
+        `grpo_ext.reasoning_steps.step_texts` splits them (so the counts agree with the trainer's step ends). None
+        here: the base task has no step verifier; tasks with one override this."""
         return None
 
     @property

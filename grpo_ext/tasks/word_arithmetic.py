@@ -21,13 +21,17 @@ goes below zero are kept (a story cannot give away more apples than there are).
 The step verifier (:meth:`WordArithmeticTask.verify_steps`) reads free text: a step (a line) is right when every
 equation in it (``a + b - c = d``, left to right) is true and every number it states is a number of the problem (an
 operand, a right running total) or the result of a true equation in the same line; a ``####`` line is right when its
-number is the answer. A line with no number has nothing to check and scores 1.0.
+number is the answer. A line with no number has nothing to check and scores NaN: no reward at that step in process
+supervision (:func:`grpo_ext.rewards.process.build_step_rewards`), no label in a process RM's data, neither right
+nor wrong in the failure anatomy. (It scored 1.0 until the real-model study showed the reward hack: a policy under
+process supervision learned to write number-free lines, "Step 1: Identify the problem", each a free 1.0.)
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 import random
 import re
 
@@ -121,19 +125,22 @@ def _number(text: str) -> float:
     return float(text.replace(",", ""))
 
 
-def step_is_right(step: str, known: set[float], answer: int) -> bool:
-    """The verifier's rule for one step (see the module's docstring); `known`: the problem's operands and right
-    running totals."""
+def step_score(step: str, known: set[float], answer: int) -> float:
+    """The verifier's rule for one step (see the module's docstring): 1.0 right, 0.0 wrong, NaN when the step
+    states no number (nothing to check); `known`: the problem's operands and right running totals."""
     if "####" in step:
         numbers = _NUMBER_RE.findall(step.rsplit("####", 1)[1])
-        return bool(numbers) and _number(numbers[0]) == answer
+        return float(bool(numbers) and _number(numbers[0]) == answer)
     step = _MARKER_RE.sub("", step)
+    numbers = _NUMBER_RE.findall(step)
+    if not numbers:
+        return math.nan
     allowed = set(known)
     for expression, result in _EQUATION_RE.findall(step):
         if abs(_evaluate(expression) - float(result)) > 1e-9:
-            return False
+            return 0.0
         allowed.add(float(result))
-    return all(_number(n) in allowed for n in _NUMBER_RE.findall(step))
+    return float(all(_number(n) in allowed for n in numbers))
 
 
 class WordArithmeticTask(GSM8KTask):
@@ -242,9 +249,8 @@ class WordArithmeticTask(GSM8KTask):
         return problem_from_question(row.get("question") or completion_text(row["prompt"])).attributes()
 
     def verify_steps(self, prompt: str, completion: str) -> list[float]:
-        """One score per line of the completion (1.0 right, 0.0 wrong), the lines as the trainer splits them."""
+        """One score per line of the completion (1.0 right, 0.0 wrong, NaN: no number to check), the lines as the
+        trainer splits them."""
         problem = problem_from_question(prompt)
         known = {float(x) for x in (*problem.operands, *problem.partial_results())}
-        return [
-            float(step_is_right(step, known, problem.answer)) for step in step_texts(completion, self.step_separator)
-        ]
+        return [step_score(step, known, problem.answer) for step in step_texts(completion, self.step_separator)]

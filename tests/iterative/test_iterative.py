@@ -27,6 +27,7 @@ from grpo_ext.iterative import (
 )
 from grpo_ext.iterative.arms import parse_arms, parse_seeds
 from grpo_ext.iterative.arms_report import render_arms
+from grpo_ext.iterative.labels import label_samples
 from grpo_ext.iterative.policy import LastCallCache, StepMean, gap_of, training_curve
 from grpo_ext.iterative.replay import mix_with_replay, replay_count, sample_replay
 from grpo_ext.iterative.summary import summarize, training_gap_curve
@@ -190,8 +191,23 @@ def test_last_call_cache_scores_a_batch_once():
     assert StepMean(cached, "m")(**args) == [0.5, None, 0.5]
     assert StepMean(cached, "lo", reduce=min, empty=0.0)(**args) == [0.2, 0.0, 0.5]
     assert cached(**args) == [[0.2, 0.8], [], [0.5]] and calls == [3]  # three readers, one call
+    nan = float("nan")  # a step the verifier had nothing to check in: left out of the mean, as an empty row
+    unchecked = StepMean(lambda **kw: [[nan, 1.0, 0.0], [nan]], "m")(prompts=["a", "b"], completions=["x", "y"])
+    assert unchecked == [0.5, None]
     cached(prompts=["a", "b", "c"], completions=["x", "y", "w"])
     assert calls == [3, 3]  # other completions: scored again
+
+
+def test_process_labels_leave_a_step_with_nothing_to_check_unlabelled():
+    """The RM's data from the task's verifier (a chat prompt, as word_arithmetic's): a number-free line gets no label
+    (None), not the free "right" the study's process arm learned to farm."""
+    task = get_task("word_arithmetic")
+    row = task.load("validation", 1)[0]
+    assert isinstance(row["prompt"], list)  # chat messages
+    samples = [["Step 1: Identify the problem\n#### 1000", f"#### {row['answer']}"]]
+    records = label_samples(task, "process", [row["prompt"]], [row["answer"]], samples, "rm", 0)
+    assert [(r["label"], r["step_labels"]) for r in records] == [(0, [None, 0.0]), (1, [1.0])]
+    assert [r["id"] for r in records] == ["rm/0/0", "rm/0/1"]
 
 
 def test_training_curve_and_gap_from_log_history():

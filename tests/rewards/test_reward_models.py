@@ -109,6 +109,9 @@ def test_process_labels_sit_at_step_ends_trl_prm_format():
     assert labelled == {text.index(";"): 1, len(text) - 1: 0}  # the separator token, then the last token
     with pytest.raises(ValueError, match="1 step labels for 2 steps"):
         encode_process(tokenizer, {**record, "step_labels": [1.0]}, ";")
+    # a step with nothing to check has no label: the PRM is not trained there
+    unlabelled = encode_process(tokenizer, {**record, "step_labels": [None, 0.0]}, ";")
+    assert {i: v for i, v in enumerate(unlabelled["labels"]) if v != IGNORE_INDEX} == {len(text) - 1: 0}
 
 
 def test_outcome_rm_reward_function_scores_change_with_training(policy_dir, tmp_path):

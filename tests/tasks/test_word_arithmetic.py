@@ -5,14 +5,17 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from grpo_ext.errors import UserError
+from grpo_ext.rewards.process import ScoredSteps, build_step_rewards
 from grpo_ext.tasks import get_task
 from grpo_ext.tasks.arithmetic import Problem, split_of
 from grpo_ext.tasks.gsm8k import GSM8KTask
 from grpo_ext.tasks.word_arithmetic import WordArithmeticTask, problem_from_question, word_problem
 
 PROBLEM = Problem(operands=(43, 17, 18), operators=("+", "-"))
+NAN = float("nan")
 
 
 def test_a_problem_is_told_and_solved_in_gsm8k_layout_and_read_back():
@@ -79,16 +82,34 @@ def test_few_shot_examples_come_from_train_and_leave_it():
         ("43 + 17 = 61\n61 - 18 = 43\n#### 43", [0, 0, 0]),  # a true equation on a wrong number is still wrong
         ("First, 43 + 17 = 60 apples.\nThen she has 60 - 18 = 42.\nSo the answer is \\boxed{42}", [1, 1, 1]),
         ("Step 1: 43 + 17 = 60\nStep 2: 60 - 18 = 41\n#### 41", [1, 0, 0]),
-        ("Let's think.\n\n43 + 17 - 18 = 42\n#### 42", [1, 1, 1]),  # a chain, left to right; a blank line opens no step
+        # a chain, left to right; a blank line opens no step; a line without a number has nothing to check (NaN)
+        ("Let's think.\n\n43 + 17 - 18 = 42\n#### 42", [NAN, 1, 1]),
         ("She had 43 and got 17, so 59.\n#### 42", [0, 1]),  # 59 is no number of the problem
         ("43 + 17 = 60\n60 - 18 = 42", [1, 1]),
+        # the real-model study's reward hack: numbered lines that state nothing were a free 1.0 each
+        ("Step 1: Identify the problem\nStep 2: Set up the equation\n#### 41", [NAN, NAN, 0]),
+        ("#### many", [0]),  # an answer line without a number is a wrong answer, not an unchecked step
         ("", []),
     ],
 )
 def test_the_step_verifier_by_hand(completion, scores):
     task = WordArithmeticTask()
     prompt = task.build_prompt(word_problem(PROBLEM)[0])
-    assert task.verify_steps(prompt, completion) == scores
+    assert task.verify_steps(prompt, completion) == pytest.approx(scores, nan_ok=True)
+
+
+def test_a_line_without_a_number_earns_no_process_reward():
+    """The verifier's NaN is a missing step score where process supervision places rewards: a number-free line (the
+    study's reward hack) gets nothing, a worked solution's lines get theirs. Step ends at tokens 2, 5, 7 of 8."""
+    task = WordArithmeticTask()
+    prompt = task.build_prompt(word_problem(PROBLEM)[0])
+    hack = "Step 1: Identify the problem\nStep 2: Set up the equation\n#### 41"
+    worked = "43 + 17 = 60\n60 - 18 = 42\n#### 42"
+    steps = [ScoredSteps([2, 5, 7], task.verify_steps(prompt, c), 8) for c in (hack, worked)]
+    rewards = build_step_rewards(steps, torch.ones(2, 8))
+    assert torch.isnan(rewards[0, [2, 5]]).all() and rewards[0, 7].item() == 0.0  # its wrong answer only
+    assert rewards[1, [2, 5, 7]].tolist() == [1.0, 1.0, 1.0]
+    assert torch.isnan(rewards[:, [0, 1, 3, 4, 6]]).all()  # nothing between step ends
 
 
 def test_outcome_reward_reads_the_gsm8k_answer_and_the_registry_names_knobs():

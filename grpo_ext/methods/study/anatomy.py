@@ -13,6 +13,7 @@ Pure functions over sampled groups; :func:`anatomy_of_samples` reads a harness s
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -32,7 +33,7 @@ ANATOMY_FIELDS = {
 
 def group_anatomy(groups: Sequence[tuple[Sequence[bool], Sequence[Sequence[float]]]]) -> dict:
     """Shares of :data:`ANATOMY_FIELDS` over ``groups``: each is ``(correct flags, step scores per sample)``, the
-    step scores as the task's step verifier gives them (1.0 right, 0.0 wrong)."""
+    step scores as the task's step verifier gives them (1.0 right, 0.0 wrong, NaN: nothing to check, neither)."""
     counts = dict.fromkeys(ANATOMY_FIELDS, 0.0)
     wrong_samples = 0
     for correct, steps in groups:
@@ -40,7 +41,7 @@ def group_anatomy(groups: Sequence[tuple[Sequence[bool], Sequence[Sequence[float
             counts["all_correct"] += 1
         elif not any(correct):
             counts["all_wrong"] += 1
-            scores = {s for sample in steps for s in sample}
+            scores = {s for sample in steps for s in sample if not math.isnan(s)}
             counts["all_wrong_with_step_signal"] += len(scores) > 1
         else:
             counts["mixed"] += 1
