@@ -19,10 +19,10 @@ from grpo_ext.evaluation.registry import default_ks
 from grpo_ext.evaluation.report_md import crossover_text
 from grpo_ext.report_format import md_header, md_row
 
+__all__ = ["arm_crossover", "render_crossovers"]
+
 #: A seed's crossover is the point of its own curves; its interval would be the bootstrap's of one seed, not shown.
 _POINT_ONLY = BootstrapSettings(n_resamples=1)
-
-__all__ = ["arm_crossover", "render_crossovers"]
 
 
 def _pass_at(result: dict, ks: Sequence[int], ids: Sequence[str]) -> np.ndarray:
