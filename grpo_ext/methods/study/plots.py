@@ -9,11 +9,12 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from grpo_ext.evaluation import plots
+from grpo_ext.evaluation.registry import default_ks
 from grpo_ext.evaluation.slices import restrict, slice_ids
 from grpo_ext.io import figure_png
-from grpo_ext.methods.study.stats import arm_summary
+from grpo_ext.methods.study.stats import arm_summary, largest_k
 
-__all__ = ["by_k", "plot_curves", "plot_passk_majk", "plot_passk_majk_by_slice"]
+__all__ = ["by_k", "model_ks", "plot_curves", "plot_passk_majk", "plot_passk_majk_by_slice"]
 
 
 def plot_curves(data: dict) -> bytes:
@@ -83,15 +84,24 @@ def plot_passk_majk(stats_by_k: Mapping[str, dict]) -> bytes:
     return plots.plot_passk_majk(series, bands, title=title)
 
 
-def plot_passk_majk_by_slice(models: Mapping[str, Sequence[dict]], attribute: str, ks: Sequence[int]) -> bytes:
-    """:func:`plot_passk_majk` on each value of ``attribute`` (the problems sharing it), one panel per value."""
+def plot_passk_majk_by_slice(models: Mapping[str, Sequence[dict]], attribute: str) -> bytes:
+    """:func:`plot_passk_majk` on each value of ``attribute`` (the problems sharing it), one panel per value; each
+    model at its own Ks (:func:`model_ks`)."""
     first = next(iter(models.values()))[0]
     panels = []
     for value, ids in slice_ids(first, attribute).items():
-        stats = {name: by_k([restrict(r, ids) for r in results], ks) for name, results in models.items()}
+        stats = {name: by_k([restrict(r, ids) for r in results], model_ks(results)) for name, results in models.items()}
         panels.append((f"{attribute} = {value} ({len(ids)} problems)", *_series(stats)))
     title = f"Pass@K and Maj@K per {attribute} (mean over seeds; band: 95% bootstrap over the slice's problems)"
     return plots.plot_passk_majk_panels(panels, title)
+
+
+def model_ks(results: Sequence[dict]) -> list[int]:
+    """The Ks a model's Pass@K and Maj@K are drawn at: those its results report (else the powers of two up to n), up
+    to the largest every seed reports. A study may score some models at a larger n (the base and GRPO at 64, the
+    other arms at 4): each is drawn as far as it was measured."""
+    top = largest_k(results)
+    return [k for k in (results[0].get("ks") or default_ks(top, with_n=False)) if k <= top]
 
 
 def by_k(results: Sequence[dict], ks: Sequence[int]) -> dict:

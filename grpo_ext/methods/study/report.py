@@ -31,7 +31,7 @@ from grpo_ext.methods.study.crossover import arm_crossover, render_crossovers
 from grpo_ext.methods.study.dynamics import plot_dynamics, read_dynamics, render_dynamics
 from grpo_ext.methods.study.expectations import judge_expectations, render_expectations
 from grpo_ext.methods.study.options import StudyOptions
-from grpo_ext.methods.study.plots import by_k, plot_curves, plot_passk_majk, plot_passk_majk_by_slice
+from grpo_ext.methods.study.plots import by_k, model_ks, plot_curves, plot_passk_majk, plot_passk_majk_by_slice
 from grpo_ext.methods.study.signal.report_section import read_signal, render_signal
 from grpo_ext.methods.study.spent import render_spent, spent
 from grpo_ext.methods.study.stats import (
@@ -337,13 +337,12 @@ def write_study_report(
     signal = read_signal(out) if study.signal is not None else None
     cost = render_spent(spent(study, out), estimate(study) if study.budget else None)
     dynamics = read_dynamics(study, out, picks)  # the online runs' training logs: search runs and test seeds
-    ks = [k for k in data["base"]["ks"] if k <= stats["k_max"]]
     models = {
         "base": [data["base"]],
         **{name: [result] for name, result in data["baselines"].items()},
         **{name: entry["results"] for name, entry in data["arms"].items()},
     }
-    stats_by_k = {name: by_k(results, ks) for name, results in models.items()}
+    stats_by_k = {name: by_k(results, model_ks(results)) for name, results in models.items()}
     paths = {
         "md": atomic_write_text(
             out / "report.md", render(study, search, stats, command, anatomy, signal, cost, dynamics)
@@ -356,7 +355,7 @@ def write_study_report(
         "passk_majk": atomic_write_bytes(out / "passk_majk.png", plot_passk_majk(stats_by_k)),
     }
     if stats["slice_attribute"]:
-        figure = plot_passk_majk_by_slice(models, stats["slice_attribute"], ks)
+        figure = plot_passk_majk_by_slice(models, stats["slice_attribute"])
         paths["passk_majk_by_slice"] = atomic_write_bytes(out / "passk_majk_by_slice.png", figure)
     figure = plot_dynamics(dynamics)
     if figure is not None:

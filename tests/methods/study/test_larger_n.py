@@ -1,11 +1,14 @@
-"""Where the base's pass@k catches up with an arm's (the report's crossover section), worked by hand, and the
-paper's Maj@K finding judged at the K that GRPO and the base were scored at, not the other arms' smaller n."""
+"""A study that scores some models at a larger n (the base and GRPO at 64, the other arms at 4): where the base's
+pass@k catches up with an arm's (the report's crossover section, searched to the smaller n of the two), worked by
+hand; the paper's Maj@K finding judged at the K that GRPO and the base were scored at, not the other arms' n; and
+each model's Pass@K / Maj@K drawn as far as it was measured."""
 
 from __future__ import annotations
 
 import pytest
 
 from grpo_ext.methods.study.crossover import arm_crossover, render_crossovers
+from grpo_ext.methods.study.plots import by_k, model_ks
 from grpo_ext.methods.study.stats import paper_findings
 
 
@@ -66,3 +69,12 @@ def test_majk_finding_is_judged_at_the_k_grpo_and_the_base_were_scored_at():
     # by hand: pass@K is the same for both (same counts), so the gap is the maj@K gain: +0.35 at 4, +0.55 at 16
     assert [r["difference"] for r in majk["by_k"]] == pytest.approx([0.35, 0.55])
     assert majk["by_k"][1]["per_seed"] == pytest.approx([0.6, 0.5])
+
+
+def test_each_model_is_drawn_to_the_largest_k_all_its_seeds_report():
+    assert model_ks([BASE]) == [1, 2, 4, 8]  # no `ks` in the result: the powers of two up to n
+    assert model_ks([{**BASE, "ks": [1, 2, 4, 8]}, {**SEED_HALF, "ks": [1, 2, 4]}]) == [1, 2, 4]
+    half = _result([8] * 8 + [0] * 8, n=8, maj=dict.fromkeys((1, 2, 4, 8), 0.5))  # SEED_HALF with its maj@k
+    curves = by_k([half], model_ks([half]))  # pass@k = 0.5 at every k, by hand
+    assert sorted(curves["pass"]) == sorted(curves["maj"]) == [1, 2, 4, 8]
+    assert [curves["pass"][k]["mean"] for k in (1, 2, 4, 8)] == pytest.approx([0.5] * 4)
