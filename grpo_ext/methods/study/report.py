@@ -252,7 +252,11 @@ def render(
         )
     lines += ["", *arm_slices_markdown(stats.get("slices") or {})]  # studies reported before slices lack them
     lines += [
-        "## Each extension against its vanilla arm (equal generated samples)",
+        "## Each extension against its vanilla arm (the same sample budget)",
+        "",
+        "Both arms stop at the same budget of generated samples, checked after each optimizer step: a refill run can "
+        "pass it within its last step (each arm's generated samples are in the test table). The last column compares "
+        "the two at equal generated samples, on their validation learning curves.",
         "",
         *md_header(
             [
