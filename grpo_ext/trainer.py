@@ -88,6 +88,10 @@ class GRPOExtTrainer(SharedPromptForwardMixin, StagedCheckpointsMixin, TrainingS
     otherwise read (`grpo_ext.assembly` does) so that no prompt is trained on twice.
     """
 
+    #: How many more completions this process may generate, read before each refill round (None: no limit beyond
+    #: `max_refill_rounds`). A run at a sample budget sets it (`grpo_ext.methods`) so that refills never pass it.
+    refill_allowance: Callable[[], int] | None = None
+
     def __init__(self, *args, process_reward_funcs: list[Callable | str] | None = None, refill_dataset=None, **kwargs):
         model = kwargs.get("model", args[0] if args else None)
         # A drop-in for GRPOTrainer: no config, or a plain trl.GRPOConfig, trains as TRL does (extensions off).
@@ -218,7 +222,7 @@ class GRPOExtTrainer(SharedPromptForwardMixin, StagedCheckpointsMixin, TrainingS
         metrics["zero_std/frac_groups"].append(self._global_mean(no_signal_rows))
         if self.args.zero_std_groups == "refill":  # local batches hold whole groups (checked in the config)
             rounds, no_signal = 0, no_signal_rows.view(-1, group)[:, 0].clone()
-            while rounds < self.args.max_refill_rounds and self._global_any(no_signal):
+            while rounds < self.args.max_refill_rounds and self._global_any(no_signal) and self._refill_fits():
                 rounds += 1
                 fresh = self._score_batch(super()._generate_and_score_completions(self._draw_refill_inputs()))
                 fresh_signal = (~fresh.pop("_no_signal_rows").view(-1, group)[:, 0]).nonzero().flatten().tolist()
@@ -325,6 +329,14 @@ class GRPOExtTrainer(SharedPromptForwardMixin, StagedCheckpointsMixin, TrainingS
         n_local = len(rows) // self.accelerator.num_processes
         rank = self.accelerator.process_index
         return rows[rank * n_local : (rank + 1) * n_local]
+
+    def _refill_fits(self) -> bool:
+        """Whether one more refill round stays within `refill_allowance` on every process (the same answer on all)."""
+        if self.refill_allowance is None:
+            return True
+        per_round = self.args.generation_batch_size // self.accelerator.num_processes
+        short = torch.tensor([float(self.refill_allowance() < per_round)], device=self.accelerator.device)
+        return not self._global_any(short)
 
     def _global_any(self, flags: torch.Tensor) -> bool:
         """Same answer on every process, so every process runs the same number of refill rounds."""

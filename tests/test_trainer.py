@@ -8,6 +8,7 @@ import torch
 
 from grpo_ext.advantages import process_advantages
 from grpo_ext.kl_control import AdaptiveKLController
+from grpo_ext.methods.cost import CountingReward, SampleBudget
 from grpo_ext.reasoning_steps import step_end_token_indices
 from grpo_ext.tasks.arithmetic import Problem
 from tests.trainer_utils import TASK, GRPOConfig, GRPOExtTrainer, GRPOTrainer, tiny_args, tiny_trainer
@@ -93,6 +94,25 @@ def test_refill_fills_the_batch_with_groups_that_have_signal(tmp_path):
     assert rounds and 1 <= rounds[-1] <= 6
     assert trainer._metrics["train"]["zero_std/groups_skipped"][-1] == 0
     assert trainer._metrics["train"]["zero_std/frac_groups"][-1] == 1.0
+
+
+def test_refill_rounds_stay_within_a_sample_budget(tmp_path):
+    """A run at a sample budget (`grpo_ext.methods`' runner wires it so) reads what is left before each refill round:
+    a round that would pass the budget is not drawn, and the groups still without signal are skipped."""
+    args = tiny_args(tmp_path=tmp_path, zero_std_groups="refill", max_refill_rounds=3)
+    counter = CountingReward(lambda completions, **kw: [1.0] * len(completions))  # no group ever has signal
+    trainer = tiny_trainer(args=args, reward_funcs=[counter.fn])
+    trainer.model.train()
+    per_round = args.generation_batch_size  # 8: the batch below is one round's worth
+    limit = SampleBudget(counter, budget=2 * per_round + per_round // 2, per_step=per_round)
+    trainer.refill_allowance = limit.allowance
+    out = trainer._generate_and_score_completions(group_batch(trainer, [0, 1]))
+    # the batch and one refill fit (16 of 20); a second refill would reach 24
+    assert trainer._metrics["train"]["zero_std/refill_rounds"][-1] == 1 and counter.samples == 2 * per_round
+    assert not out["zero_std_keep"].bool().any() and limit.allowance() == per_round // 2
+    trainer.refill_allowance = None  # no budget: max_refill_rounds alone bounds them
+    trainer._generate_and_score_completions(group_batch(trainer, [0, 1]))
+    assert trainer._metrics["train"]["zero_std/refill_rounds"][-1] == 3
 
 
 def test_refill_gives_up_after_max_rounds_and_skips_the_rest(tmp_path):

@@ -66,8 +66,7 @@ class SampleBudget(TrainerCallback):
 
     Online methods generate ``per_step`` samples a step, so without refills the budget ends exactly at
     ``max_steps``; zero-std refills generate more a step, and the arm then trains fewer steps at the same budget.
-    A step's refills can still pass the budget by up to ``max_refill_rounds * per_step`` (what was generated is
-    recorded in ``training_cost.json``).
+    Within a step, :meth:`allowance` (the trainer's ``refill_allowance``) keeps the refills inside the budget.
     """
 
     def __init__(self, counter: CountingReward, budget: int, per_step: int):
@@ -76,6 +75,10 @@ class SampleBudget(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         if self.counter.samples + self.per_step > self.budget:
             control.should_training_stop = True
+
+    def allowance(self) -> int:
+        """Completions still within the budget: what a refill round may draw."""
+        return self.budget - self.counter.samples
 
 
 class TrainTimer(TrainerCallback):

@@ -76,7 +76,9 @@ def train_method(method_args, task_args, training_args, model_args) -> dict:
     trainer.add_callback(timer)
     counters = ctx.details.pop("counters", None)
     if counters and budget:  # refills generate more a step: the budget, not max_steps, ends such a run
-        trainer.add_callback(SampleBudget(counters[0], budget, trained_sequences_per_step(method.name, training_args)))
+        limit = SampleBudget(counters[0], budget, trained_sequences_per_step(method.name, training_args))
+        trainer.add_callback(limit)
+        trainer.refill_allowance = limit.allowance  # and no refill round passes it
     curve = add_learning_curve(
         trainer,
         task,

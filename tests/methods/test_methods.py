@@ -196,6 +196,19 @@ def test_online_runner_refuses_a_config_whose_advantage_mode_disagrees(tmp_path)
         train_method(*args)
 
 
+def test_a_refill_run_generates_no_more_than_its_sample_budget(tmp_path):
+    """Two-token answers are never right: every group lacks signal and refills, 2 rounds a step. The budget (4 steps
+    x 8 samples) allows the first step and its 2 refills (24), then the second step's batch (32), and no refill of
+    it: the budget is read before each round, not only after each step (where it was 48 of 32)."""
+    from grpo_ext.methods import run_method
+
+    flags = ["--zero_std_groups", "refill", "--max_refill_rounds", "2", "--max_completion_length", "2"]
+    flags += ["--per_device_train_batch_size", "8", "--num_generations", "4", "--max_steps", "4"]
+    flags += ["--sample_budget", "32", "--train_size", "32", "--curve_every", "0", "--output_dir", str(tmp_path)]
+    cost = run_method(["--config", str(CONFIGS / "grpo_outcome.yaml"), *flags])
+    assert cost["samples_generated"] == 32 and cost["optimizer_steps"] == 2, cost
+
+
 # ---- DPO pairs ---------------------------------------------------------------------------------------------------
 
 
