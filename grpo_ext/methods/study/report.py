@@ -254,9 +254,9 @@ def render(
     lines += [
         "## Each extension against its vanilla arm (the same sample budget)",
         "",
-        "Both arms stop at the same budget of generated samples, checked after each optimizer step: a refill run can "
-        "pass it within its last step (each arm's generated samples are in the test table). The last column compares "
-        "the two at equal generated samples, on their validation learning curves.",
+        "Both arms stop at the same budget of generated samples (a refill run made before the trainer's "
+        "`refill_allowance` could pass it within its last step: each arm's generated samples are in the test table). "
+        "The last column compares the two at equal generated samples, on their validation learning curves.",
         "",
         *md_header(
             [
