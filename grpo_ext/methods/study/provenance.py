@@ -41,8 +41,8 @@ def _model_identity(name: str) -> str:
 
 
 def training_record(argv: list[str], config_path: str | Path) -> dict:
-    """The command of a study run as recorded: its flags less the neutral ones, the base model resolved, and the
-    method config's sha256."""
+    """The command of a study run as recorded: its flags less the neutral ones, the base model resolved, the method
+    config named by its file name (the clone it sits in is no part of the command), and the config's sha256."""
     flags, i = [], 0
     while i < len(argv):
         if argv[i] in _NEUTRAL:
@@ -55,7 +55,17 @@ def training_record(argv: list[str], config_path: str | Path) -> dict:
         i += 1
     config = Path(config_path)
     digest = hashlib.sha256(config.read_bytes()).hexdigest() if config.is_file() else None
-    return {"argv": flags, "config_sha256": digest}
+    return _comparable({"argv": flags, "config_sha256": digest})
+
+
+def _comparable(record: dict) -> dict:
+    """``record`` with its ``--config`` path cut to the file name: what the config says is its sha256, so the same
+    study resumed from another clone (or a worktree) is the same command. Records written before this kept the path."""
+    argv = list(record.get("argv") or [])
+    for i in range(len(argv) - 1):
+        if argv[i] == "--config":
+            argv[i + 1] = Path(argv[i + 1]).name
+    return {**record, "argv": argv}
 
 
 def _first_difference(old: dict, new: dict) -> str:
@@ -78,6 +88,7 @@ def check_training(folder: Path, record: dict) -> None:
         old = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
         raise UserError(f"{path}: cannot read the record of the run ({err})") from None
+    old = _comparable(old)
     if old != record:
         raise UserError(
             f"{folder}: a finished run of another command ({_first_difference(old, record)}; e.g. a --quick "

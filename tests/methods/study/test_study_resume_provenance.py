@@ -105,6 +105,30 @@ def test_a_run_of_another_base_or_an_edited_method_config_is_refused(tmp_path, t
     assert "its method config was edited since" in one_line(lambda: runs._train(job, folder, STUDY, edited), capsys)
 
 
+def test_a_run_recorded_from_another_clone_resumes(tmp_path, trained, capsys):
+    """A record keeps the method config's file name and sha256, not where the clone sat: the committed runs resume
+    (and their report renders) from any checkout, records written with the whole path included."""
+    import hashlib
+
+    from grpo_ext.methods.study.provenance import RUN_RECORD
+
+    job = arm_job()
+    folder = runs.job_dir(job, tmp_path, STUDY)
+    runs._train(job, folder, STUDY, options(quick=True))
+    record = json.loads((folder / RUN_RECORD).read_text())
+    config = record["argv"][record["argv"].index("--config") + 1]
+    assert config == f"{job.arm.method}.yaml"
+    argv = [f"/elsewhere/configs/{a}" if a == config else a for a in record["argv"]]
+    elsewhere = json.dumps({**record, "argv": argv})
+    (folder / RUN_RECORD).write_text(elsewhere)  # as an earlier sitting wrote it, in another clone
+    runs._train(job, folder, STUDY, options(quick=True))
+    assert len(trained) == 1  # taken as done, not trained again
+    digest = hashlib.sha256(b"another config").hexdigest()
+    (folder / RUN_RECORD).write_text(json.dumps({**json.loads(elsewhere), "config_sha256": digest}))
+    error = one_line(lambda: runs._train(job, folder, STUDY, options(quick=True)), capsys)
+    assert "its method config was edited since" in error
+
+
 def test_an_evaluation_of_other_settings_or_another_base_is_refused(tmp_path, monkeypatch, capsys):
     """The base's validation file of an earlier sitting: the same settings are reused (nothing drawn again); another
     temperature or another --model is refused before anything is drawn."""
