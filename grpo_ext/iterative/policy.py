@@ -5,7 +5,8 @@ every logged window of a run holds both views of the same training samples: the 
 Logged reward names (TRL's ``rewards/<name>/mean``):
 
 - ``rm_outcome``: the RM's verdict on a whole completion (an outcome RM's score; a process RM's minimum step score);
-- ``rm_steps``: a process RM's mean step score per completion;
+- ``rm_steps``: a process RM's mean step score per completion (over the steps the step verifier checks, when the task
+  has one: the verifier gives a step with nothing to check no score);
 - ``outcome_reward``: the task's verifier (1 right, 0 wrong);
 - ``verifier_steps``: the step verifier's mean step score per completion (tasks with a step verifier).
 """
@@ -65,15 +66,20 @@ class LastCallCache:
 class StepMean:
     """A reward function (TRL's signature): a step scorer's scores reduced to one per completion, the mean by
     default, over the steps it scored (a NaN score: nothing to check there); ``empty`` for a completion without a
-    scored step (None, i.e. not counted, by default)."""
+    scored step (None, i.e. not counted, by default). With ``checked`` (another step scorer, the same steps), only
+    the steps it scores count: a PRM's mean over the steps the verifier checks, so the two means share their steps."""
 
-    def __init__(self, scorer, name: str, reduce=None, empty: float | None = None):
-        self.scorer, self.__name__, self.empty = scorer, name, empty
+    def __init__(self, scorer, name: str, reduce=None, empty: float | None = None, checked=None):
+        self.scorer, self.__name__, self.empty, self.checked = scorer, name, empty, checked
         self.reduce = reduce or (lambda steps: sum(steps) / len(steps))
 
     def __call__(self, prompts: list, completions: list, **kwargs) -> list[float | None]:
         rows = self.scorer(prompts=prompts, completions=completions, **kwargs)
-        scored = [[s for s in steps if not math.isnan(s)] for steps in rows]
+        masks = rows if self.checked is None else self.checked(prompts=prompts, completions=completions, **kwargs)
+        scored = [
+            [s for s, m in zip(steps, mask, strict=True) if not math.isnan(m) and not math.isnan(s)]
+            for steps, mask in zip(rows, masks, strict=True)
+        ]
         return [float(self.reduce(steps)) if steps else self.empty for steps in scored]
 
 
@@ -133,7 +139,10 @@ def build_policy_trainer(
     else:
         prm = LastCallCache(ProcessRewardModel(str(reward_source), args.step_separator, batch_size=64))
         process_reward_funcs = [prm]
-        reward_funcs = [StepMean(prm, "rm_outcome", reduce=min, empty=0.0), StepMean(prm, "rm_steps")]
+        # rm_steps is logged beside verifier_steps: over the steps the verifier checks, so their gap is like for like
+        same_steps = task.has_step_verifier and args.step_separator == task.step_separator
+        checked = task.step_reward if same_steps else None
+        reward_funcs = [StepMean(prm, "rm_outcome", reduce=min, empty=0.0), StepMean(prm, "rm_steps", checked=checked)]
         logged = [reward_funcs.pop(), *logged]  # rm_steps only logs
     args.reward_weights = [1.0] * len(reward_funcs) + [0.0] * len(logged)
     return build_grpo_trainer(

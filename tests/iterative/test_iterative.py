@@ -191,11 +191,19 @@ def test_last_call_cache_scores_a_batch_once():
     assert StepMean(cached, "m")(**args) == [0.5, None, 0.5]
     assert StepMean(cached, "lo", reduce=min, empty=0.0)(**args) == [0.2, 0.0, 0.5]
     assert cached(**args) == [[0.2, 0.8], [], [0.5]] and calls == [3]  # three readers, one call
-    nan = float("nan")  # a step the verifier had nothing to check in: left out of the mean, as an empty row
-    unchecked = StepMean(lambda **kw: [[nan, 1.0, 0.0], [nan]], "m")(prompts=["a", "b"], completions=["x", "y"])
-    assert unchecked == [0.5, None]
     cached(prompts=["a", "b", "c"], completions=["x", "y", "w"])
     assert calls == [3, 3]  # other completions: scored again
+
+
+def test_step_means_leave_out_the_steps_the_verifier_does_not_check():
+    nan = float("nan")  # a step the verifier had nothing to check in: left out of the mean, as an empty row
+    args = {"prompts": ["a", "b"], "completions": ["x", "y"]}
+    verifier = lambda **kw: [[nan, 1.0, 0.0], [nan]]  # noqa: E731
+    assert StepMean(verifier, "verifier_steps")(**args) == [0.5, None]
+    # a PRM's mean over the steps the verifier checks: the hacking gap compares the two on the same steps
+    prm = lambda **kw: [[0.9, 0.8, 0.1], [0.7]]  # noqa: E731
+    assert StepMean(prm, "rm_steps", checked=verifier)(**args) == [pytest.approx(0.45), None]
+    assert StepMean(prm, "rm_steps")(**args) == [pytest.approx(0.6), 0.7]  # without it: every step
 
 
 def test_process_labels_leave_a_step_with_nothing_to_check_unlabelled():

@@ -13,14 +13,9 @@ from grpo_ext.evaluation.registry import headline_entries
 from grpo_ext.evaluation.results import EvalResult
 from grpo_ext.methods.compare.runs import Run
 from grpo_ext.methods.paradigm import BASE_RUN, METHODS
-from grpo_ext.methods.study.stats import finding_text, headline_metrics, paper_findings
+from grpo_ext.methods.study.stats import finding_text, headline_metrics, largest_k, paper_findings
 
 __all__ = ["findings", "summarize"]
-
-
-def _kmax(runs: Sequence[Run]) -> int:
-    """The largest K every run was evaluated at (the report's maj@K / pass@K column)."""
-    return min(r.result["ks"][-1] for r in runs)
 
 
 def _stat(values: list[float]) -> dict:
@@ -44,7 +39,7 @@ def run_metrics(run: Run, k_max: int) -> dict:
 
 def summarize(runs: Sequence[Run]) -> dict:
     """Per method (in METHODS order, base first): the metrics' mean / min / max / std over its runs, and cost."""
-    k_max = _kmax(runs)
+    k_max = largest_k([r.result for r in runs])  # the report's maj@K / pass@K column
     order = [BASE_RUN, *METHODS]
     out = {}
     for method in order:

@@ -33,7 +33,7 @@ ANATOMY_FIELDS = {
 
 def group_anatomy(groups: Sequence[tuple[Sequence[bool], Sequence[Sequence[float]]]]) -> dict:
     """Shares of :data:`ANATOMY_FIELDS` over ``groups``: each is ``(correct flags, step scores per sample)``, the
-    step scores as the task's step verifier gives them (1.0 right, 0.0 wrong, NaN: nothing to check, neither)."""
+    step scores as the task's step verifier gives them (1.0 right, 0.0 wrong, NaN: nothing to check, left out)."""
     counts = dict.fromkeys(ANATOMY_FIELDS, 0.0)
     wrong_samples = 0
     for correct, steps in groups:
@@ -41,11 +41,11 @@ def group_anatomy(groups: Sequence[tuple[Sequence[bool], Sequence[Sequence[float
             counts["all_correct"] += 1
         elif not any(correct):
             counts["all_wrong"] += 1
-            scores = {s for sample in steps for s in sample if not math.isnan(s)}
+            scores = {s for sample in _checked(steps) for s in sample}
             counts["all_wrong_with_step_signal"] += len(scores) > 1
         else:
             counts["mixed"] += 1
-        for ok, sample in zip(correct, steps, strict=True):
+        for ok, sample in zip(correct, _checked(steps), strict=True):
             if ok:
                 continue
             wrong_samples += 1
@@ -57,6 +57,12 @@ def group_anatomy(groups: Sequence[tuple[Sequence[bool], Sequence[Sequence[float
     for key in ("wrong_with_correct_prefix", "correct_prefix_share"):
         shares[key] = counts[key] / wrong_samples if wrong_samples else 0.0
     return {**shares, "groups": len(groups), "wrong_samples": wrong_samples}
+
+
+def _checked(steps: Sequence[Sequence[float]]) -> list[list[float]]:
+    """Each sample's scores of the steps the verifier checked: a step with nothing to check (NaN) is neither right
+    nor wrong, so it neither makes nor ends a correct prefix."""
+    return [[s for s in sample if not math.isnan(s)] for sample in steps]
 
 
 def prompt_key(prompt) -> str:

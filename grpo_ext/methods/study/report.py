@@ -42,6 +42,7 @@ from grpo_ext.methods.study.stats import (
     paired_difference,
     paper_findings,
     samples_to_reach,
+    why_not_comparable,
 )
 from grpo_ext.report_format import interval, md_header, md_row, signed_with_seeds
 
@@ -117,7 +118,12 @@ def compute(study: Study, data: dict) -> dict:
         "findings": findings,
         # pass@1 per slice of the test problems (the operation, the operands...): every attribute they carry
         "slices": arm_slices({**singles, **results}, data["base"]),
-        "crossovers": {name: arm_crossover(runs, data["base"]) for name, runs in {**singles, **results}.items()},
+        # those a run left without per-problem records, or scored on other problems, have none (as in the slices)
+        "crossovers": {
+            name: arm_crossover(runs, data["base"])
+            for name, runs in {**singles, **results}.items()
+            if why_not_comparable(runs, [data["base"]]) is None
+        },
         "slice_attribute": attribute,
         "answers": study_answers(models, attribute),
         "strict_form": data["base"].get("strict_form"),

@@ -279,11 +279,14 @@ def test_group_anatomy_by_hand():
     # wrong samples' first wrong step: 1 of 2, 0, 0, 0, 2 of 4 -> two with a right prefix; shares 1/2 + 2/4 over 5
     assert anatomy["wrong_with_correct_prefix"] == pytest.approx(2 / 5)
     assert anatomy["correct_prefix_share"] == pytest.approx(1.0 / 5)
-    # a step with nothing to check (NaN) is neither right nor wrong: no step signal from it, no end to a prefix
+    # a step with nothing to check (NaN) is left out: no step signal from it, and it is no right prefix (the process
+    # arm's hack, "Step 1: Identify the problem" lines before a wrong answer, shows as no correct prefix at all)
     nan = float("nan")
-    unchecked = group_anatomy([([False, False], [[nan, 0.0], [0.0, 0.0]]), ([False], [[nan, nan, 0.0]])])
-    assert unchecked["all_wrong_with_step_signal"] == 0.0
-    assert unchecked["wrong_with_correct_prefix"] == pytest.approx(2 / 3)
+    unchecked = group_anatomy([([False, False], [[nan, 0.0], [0.0, 0.0]]), ([False], [[nan, nan, 1.0, 0.0]])])
+    assert unchecked["all_wrong_with_step_signal"] == 0.5  # checked scores {0} (a NaN is no other score), {1, 0}
+    # checked steps [0], [0, 0], [1, 0]: one wrong sample of three has a right first step, prefix shares 0, 0, 1/2
+    assert unchecked["wrong_with_correct_prefix"] == pytest.approx(1 / 3)
+    assert unchecked["correct_prefix_share"] == pytest.approx(0.5 / 3)
 
 
 def test_samples_to_reach_is_undefined_when_the_reference_never_rose_above_its_start():
