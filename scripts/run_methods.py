@@ -20,6 +20,9 @@
 Baselines (the study's `baselines`: the base at another prompt, e.g. 8 worked examples) train nothing and are scored on
 validation beside the base (search.json) and on test beside the picks (baselines/<name>/).
 
+--report-only writes the report of a finished study from what its runs left in --out (their JSON records, what is
+committed: no weights needed) and trains, samples and scores nothing; a missing test result is named.
+
 --estimate prints what the study will cost (every run and evaluation at the planning rates of its `budget` section,
 grpo_ext.methods.study.budget) and exits. --quick on a study whose base is not the embedded model rehearses it on a
 tiny random model with the base's tokenizer pipeline and chat template, its vocabulary retrained on the task's text
@@ -90,6 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--estimate", action="store_true", help="print the study's cost at its budget's planning rates and exit"
     )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="write the report of the finished study in --out from its runs' records (no training, no sampling)",
+    )
     return parser
 
 
@@ -126,6 +134,52 @@ def write_expectations(study, out: Path, picks: dict) -> dict:
         "expectations_json": atomic_write_json(out / "expectations.json", {"expectations": rows}),
         "expectations_md": atomic_write_text(out / "expectations.md", "\n".join(render_expectations(rows))),
     }
+
+
+def write_reports(study, out: Path, picks: dict, options: StudyOptions | None, command: str) -> dict:
+    """report.md / report.json / plots, and expectations.json / .md where report.py does not judge them all."""
+    from grpo_ext.methods.study.report import write_study_report
+
+    paths = write_study_report(study, out, picks, options, command=command)
+    if study.baselines or any(e.slice or e.slices for e in study.expectations.values()):
+        # what report.py does not judge yet: expectations against a baseline, and on slices, in their own file
+        paths.update(write_expectations(study, out, picks))
+    return paths
+
+
+def report_only(study, out: Path, options: StudyOptions, command: str) -> dict:
+    """--report-only: the report of the finished study in `out`, from the picks in search.json and every test result;
+    the anatomy of the test groups only where the sample caches it reads are there (they are not committed)."""
+    from grpo_ext.errors import UserError
+    from grpo_ext.methods.study.runs import Job, evaluation_file, job_dir
+    from grpo_ext.methods.study.spec import Setting
+
+    found = out / "search.json"
+    if not found.is_file():
+        raise UserError(f"--report-only: {found} is missing: the study in {out} has not finished its search")
+    search = json.loads(found.read_text())
+    picks = {}
+    for arm in study.arms:
+        pick = search.get("picks", {}).get(arm.name)
+        if pick is None:
+            raise UserError(f"--report-only: {found} has no pick for arm {arm.name!r}")
+        picks[arm.name] = Setting(tuple((k, v) for k, v in pick.items() if k != "slug"))
+    base = [Job(None, None, None, study.test), *(Job(None, None, None, study.test, b) for b in study.baselines)]
+    jobs = [*base, *(Job(arm, setting, seed, study.test) for arm, setting, seed in study.test_runs(picks))]
+    missing = [f for f in (evaluation_file(job_dir(j, out, study), j.evaluation) for j in jobs) if not f.is_file()]
+    if missing:
+        raise UserError(
+            f"--report-only: {len(missing)} of {len(jobs)} test results are missing in {out}, e.g. {missing[0]}; "
+            "run the study without --report-only to finish them"
+        )
+    # the group anatomy reads the base's and each arm's first seed's test samples
+    read = [out / "base", *(study.run_dir(out, arm, picks[arm.name], study.seeds[0]) for arm in study.arms)]
+    if not all((folder / f"{study.test.split}_samples.jsonl").is_file() for folder in read):
+        print("--report-only: the test sample caches are not here (not committed): no group anatomy", flush=True)
+        options = None
+    paths = write_reports(study, out, picks, options, command)
+    print(f"report: {paths['md']}")
+    return {"picks": picks, "paths": paths}
 
 
 def rehearsal_model(study, tokenizer: str | None, out: Path) -> str:
@@ -208,6 +262,13 @@ def main(argv: list[str]) -> dict:
             print(render_spent(spent(study, args.out), result))
         return {"estimate": result}
     args.out = args.out or "results/compare"
+    # the command that reproduces the report, as a reader on another machine types it (repository-relative paths)
+    command = "python scripts/run_methods.py " + shlex.join(
+        portable_path(a) if a.startswith("/") else a for a in argv if a not in ("--no-progress", "--report-only")
+    )
+    if args.report_only:
+        options = StudyOptions(base=study.base, configs=str(study.configs_dir), quick=args.quick, progress=False)
+        return report_only(study, Path(args.out), options, command)
     if rehearsal:  # a rehearsal of a real study: a tiny model with its tokenizer, retrained on the task's text
         study.base = rehearsal_model(study, args.rehearsal_tokenizer, Path(args.out))
     resolve_model_path(study.base)  # a missing base model fails before any training
@@ -267,16 +328,7 @@ def main(argv: list[str]) -> dict:
     run_jobs([Job(None, None, None, study.test), *baselines["test"], *final], out, study, options, args.jobs)
     trained = time.perf_counter()
 
-    from grpo_ext.methods.study.report import write_study_report
-
-    # the command that reproduces the report, as a reader on another machine types it (repository-relative paths)
-    command = "python scripts/run_methods.py " + shlex.join(
-        portable_path(a) if a.startswith("/") else a for a in argv if a != "--no-progress"
-    )
-    paths = write_study_report(study, out, picks, options, command=command)
-    if study.baselines or any(e.slice or e.slices for e in study.expectations.values()):
-        # what report.py does not judge yet: expectations against a baseline, and on slices, in their own file
-        paths.update(write_expectations(study, out, picks))
+    paths = write_reports(study, out, picks, options, command)
     end = time.perf_counter()
     record = {
         "command": command,

@@ -73,6 +73,10 @@ CASES = {
         ),  # fmt: skip
         r"study\.yaml: learning_rates repeats \[5e-05\] \(a value given twice is trained twice\)",
     ),
+    "study --report-only on a folder without a search (would render nothing true)": (
+        lambda tmp: run_methods(["--study", "configs/compare.yaml", "--out", str(tmp), "--report-only"]),
+        r"--report-only: .*search\.json is missing: the study in .* has not finished its search",
+    ),
     "real_model.py: an unknown flag (argparse's usage, 2 lines)": (
         lambda tmp: script("real_model").main(["--model", "x"]),
         r"unrecognized arguments: --model x \(see --help\)",

@@ -263,6 +263,30 @@ def test_quick_run_of_every_method_picks_on_validation_before_any_test_number(tm
     assert {r["name"] for r in compared["runs"]} == {"base", *(f"{m}@seed0" for m in METHODS)}
     assert len(compared["findings"]) == 4
 
+    # --report-only: the same report from the runs' records alone (what a clone has: no weights, no sample caches)
+    first = report.splitlines()
+    for path in [*out.rglob("*.safetensors"), *out.rglob("*_samples.jsonl")]:
+        path.unlink()
+    (out / "report.md").unlink()
+    one = next(out.glob("runs/rft/*/seed1/test.json"))
+    kept = one.read_bytes()
+    one.unlink()  # a test result missing: refused, naming it, and nothing written
+    missing = subprocess.run(
+        [*cmd, "--out", str(out), "--report-only"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert missing.returncode == 2
+    assert f"1 of {1 + 2 * len(METHODS)} test results are missing in {out}, e.g. {one}" in missing.stderr
+    assert not (out / "report.md").exists()
+    one.write_bytes(kept)
+    again = subprocess.run(
+        [*cmd, "--out", str(out), "--report-only"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "no group anatomy" in again.stdout and not list(out.rglob("*.safetensors"))  # nothing trained again
+    rendered = (out / "report.md").read_text().splitlines()
+    assert rendered[: first.index("## Search (validation)")] == first[: first.index("## Search (validation)")]
+    assert "## Test results of the picks" in rendered and "## Where the learning signal is (diagnostic)" not in rendered
+
 
 def test_group_anatomy_by_hand():
     from grpo_ext.methods.study.anatomy import group_anatomy
