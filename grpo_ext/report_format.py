@@ -81,9 +81,14 @@ def signed(d: dict | None) -> str:
 
 
 def signed_with_seeds(entry: dict) -> str:
-    """``+0.120 [+0.080, +0.160] (seeds: +0.100, +0.140)``: a difference, its interval and each seed's."""
+    """``+0.120 [+0.080, +0.160] (seeds: +0.100, +0.140)``: a difference, its interval and each seed's; with
+    ``over_seeds`` (an interval that resamples the seeds too), ``...; over seeds and problems [+0.010, +0.200])``."""
     seeds = ", ".join(f"{d:+.3f}" for d in entry["per_seed"])
-    return f"{interval(entry['difference'], entry['low'], entry['high'], sign=True)} (seeds: {seeds})"
+    wider = ""
+    if entry.get("over_seeds") is not None:
+        low, high = entry["over_seeds"]
+        wider = f"; over seeds and problems [{low:+.3f}, {high:+.3f}]"
+    return f"{interval(entry['difference'], entry['low'], entry['high'], sign=True)} (seeds: {seeds}{wider})"
 
 
 def spread(stat: dict | None, digits: int = 3) -> str:

@@ -32,6 +32,8 @@ def test_differences():
     assert signed({**d, "low": -0.01}) == "+0.120 [-0.010, +0.160]"
     assert signed({"difference": 0.12, "low": None}) == "+0.120" and signed(None) == "–"
     assert signed_with_seeds(d) == "+0.120 [+0.080, +0.160] (seeds: +0.100, +0.140)"
+    wider = signed_with_seeds({**d, "over_seeds": [0.01, 0.2]})
+    assert wider == "+0.120 [+0.080, +0.160] (seeds: +0.100, +0.140; over seeds and problems [+0.010, +0.200])"
 
 
 def test_spreads():

@@ -35,6 +35,7 @@ __all__ = [
     "SolvedOverlap",
     "bootstrap_mean_ci",
     "bootstrap_paired_difference_ci",
+    "bootstrap_runs_and_problems_ci",
     "crossover_k",
     "resampled_means",
     "solved_overlap",
@@ -150,12 +151,16 @@ def resampled_means(values, n_resamples: int = 10_000, seed: int = 0) -> np.ndar
     out = np.empty((n_resamples, flat.shape[1]))
     for start in range(0, n_resamples, RESAMPLE_BLOCK):
         block = min(RESAMPLE_BLOCK, n_resamples - start)
-        picks = rng.integers(0, n_problems, size=(block, n_problems))
         # how often each problem is drawn in each resample, then one matrix product for every column
-        offsets = (np.arange(block) * n_problems)[:, None]
-        counts = np.bincount((picks + offsets).ravel(), minlength=block * n_problems).reshape(block, n_problems)
-        out[start : start + block] = counts @ flat / n_problems
+        out[start : start + block] = _draw_counts(rng, block, n_problems) @ flat / n_problems
     return out.reshape((n_resamples, *arr.shape[1:]))
+
+
+def _draw_counts(rng: np.random.Generator, block: int, n: int) -> np.ndarray:
+    """(block, n): how often each of `n` items is drawn in each of `block` resamples of `n` draws with replacement."""
+    picks = rng.integers(0, n, size=(block, n))
+    offsets = (np.arange(block) * n)[:, None]
+    return np.bincount((picks + offsets).ravel(), minlength=block * n).reshape(block, n)
 
 
 def _interval(estimate: np.ndarray, resampled: np.ndarray, seed, n_resamples, confidence) -> Interval:
@@ -189,6 +194,54 @@ def bootstrap_paired_difference_ci(
     """
     a, b = _paired(a, b)
     return bootstrap_mean_ci(a - b, n_resamples, seed, confidence)
+
+
+def _runs(values, name: str) -> np.ndarray:
+    """`values` as (runs, problems): a 1-D input is one run."""
+    arr = np.asarray(values, dtype=np.float64)
+    arr = arr[None, :] if arr.ndim == 1 else arr
+    if arr.ndim != 2 or arr.shape[0] == 0:
+        raise ValueError(f"{name} must be (runs, problems) with at least one run; got shape {np.shape(values)}")
+    _per_problem(arr.T, name)  # finite, at least one problem
+    return arr
+
+
+def _run_means(runs: np.ndarray, rng: np.random.Generator, block: int) -> np.ndarray:
+    """(block, problems): each resample's mean over runs drawn with replacement."""
+    return _draw_counts(rng, block, runs.shape[0]) @ runs / runs.shape[0]
+
+
+def bootstrap_runs_and_problems_ci(
+    a, b=None, n_resamples: int = 10_000, seed: int = 0, confidence: float = 0.95
+) -> Interval:
+    """mean(a), or mean(a) - mean(b), with an interval that resamples the training runs as well as the problems.
+
+    ``a``: (runs, problems), one row per training run (seed) of a model; ``b``: the same for a second model (its own
+    number of runs: the base is one), on the same problems in the same order. Each resample draws each model's runs
+    with replacement and the problems with replacement, the same problems for both (paired by problem): the
+    interval says how far the mean would move on other seeds *and* other problems (a two-level bootstrap). The
+    problem draws are :func:`resampled_means`' (same seed), the run draws a second stream (``default_rng([seed,
+    1])``), so with one run each it is :func:`bootstrap_mean_ci` / :func:`bootstrap_paired_difference_ci`. With 3
+    seeds the run level has 10 distinct draws: a coarse interval, wider than the problems-only one where seeds
+    disagree.
+    """
+    a = _runs(a, "a")
+    b = None if b is None else _runs(b, "b")
+    if b is not None and b.shape[1] != a.shape[1]:
+        raise ValueError(f"a and b must hold the same problems; got {a.shape[1]} and {b.shape[1]}")
+    n_resamples, seed, confidence = _check_settings(n_resamples, seed, confidence)
+    n_problems = a.shape[1]
+    problem_rng, run_rng = np.random.default_rng(seed), np.random.default_rng([seed, 1])
+    out = np.empty(n_resamples)
+    for start in range(0, n_resamples, RESAMPLE_BLOCK):
+        block = min(RESAMPLE_BLOCK, n_resamples - start)
+        counts = _draw_counts(problem_rng, block, n_problems)
+        values = _run_means(a, run_rng, block)
+        if b is not None:
+            values = values - _run_means(b, run_rng, block)
+        out[start : start + block] = (counts * values).sum(axis=1) / n_problems
+    estimate = a.mean() - (b.mean() if b is not None else 0.0)
+    return _interval(np.asarray(estimate), out, seed, n_resamples, confidence)
 
 
 # --------------------------------------------------------------------------------------------------

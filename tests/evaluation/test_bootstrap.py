@@ -12,6 +12,7 @@ from grpo_ext.evaluation.bootstrap import (
     RESAMPLE_BLOCK,
     bootstrap_mean_ci,
     bootstrap_paired_difference_ci,
+    bootstrap_runs_and_problems_ci,
     crossover_k,
     resampled_means,
     solved_overlap,
@@ -213,3 +214,41 @@ def test_solved_overlap():
         assert [int(x[column]) for x in got] == want
     with pytest.raises(ValueError, match="threshold"):
         solved_overlap(a, b, threshold=0.0)
+
+
+def test_runs_and_problems_interval_against_a_plain_loop_and_its_one_run_case():
+    """The two-level bootstrap (training runs, then problems) against a loop over resamples with the documented
+    draws; with one run per model it is the problems-only interval, and seeds that disagree widen it."""
+    rng = np.random.default_rng(5)
+    a = rng.random((3, 40))
+    b = rng.random((2, 40))
+    got = bootstrap_runs_and_problems_ci(a, b, n_resamples=1500, seed=7)
+    problem_rows = naive_resampled_indices(40, 1500, 7)
+    run_rng = np.random.default_rng([7, 1])
+    means = []
+    for start in range(0, 1500, RESAMPLE_BLOCK):
+        block = min(RESAMPLE_BLOCK, 1500 - start)
+        runs_a, runs_b = run_rng.integers(0, 3, size=(block, 3)), run_rng.integers(0, 2, size=(block, 2))
+        for i in range(block):
+            problems = problem_rows[start + i]
+            means.append(a[runs_a[i]][:, problems].mean() - b[runs_b[i]][:, problems].mean())
+    low, high = np.quantile(means, [0.025, 0.975])
+    assert (got.estimate, got.low, got.high) == pytest.approx((a.mean() - b.mean(), low, high))
+
+    one = bootstrap_runs_and_problems_ci(a[:1], b[:1], n_resamples=2000, seed=3)
+    paired = bootstrap_paired_difference_ci(a[0], b[0], n_resamples=2000, seed=3)
+    assert (one.low, one.high) == pytest.approx((paired.low, paired.high))
+    alone = bootstrap_runs_and_problems_ci(a[0], n_resamples=2000, seed=3)
+    problems_only = bootstrap_mean_ci(a[0], 2000, 3)
+    assert (alone.low, alone.high) == pytest.approx((problems_only.low, problems_only.high))
+
+    # three seeds alike: as one run; three seeds far apart (0.1, 0.3, 0.5 on every problem): the run level shows
+    alike = bootstrap_runs_and_problems_ci(np.stack([a[0]] * 3), n_resamples=2000, seed=3)
+    assert (alike.low, alike.high) == pytest.approx((alone.low, alone.high))
+    apart = np.stack([np.full(40, v) for v in (0.1, 0.3, 0.5)])
+    spread = bootstrap_runs_and_problems_ci(apart, n_resamples=2000, seed=3)
+    problems_only = bootstrap_mean_ci(apart.mean(axis=0), 2000, 3)
+    assert (problems_only.low, problems_only.high) == pytest.approx((0.3, 0.3))  # every problem alike: no noise
+    assert spread.low < 0.2 and spread.high > 0.4  # the seeds' spread: means of 3 draws from {0.1, 0.3, 0.5}
+    with pytest.raises(ValueError, match="same problems"):
+        bootstrap_runs_and_problems_ci(a, b[:, :10])

@@ -4,7 +4,8 @@ The expectations written in the study config before the run come first, each wit
 whether it held; then the learning signal at the base (stage 0, when the study measures it); then every number
 comes with its interval (see :mod:`grpo_ext.methods.study.stats`); the search grid, every validation score and the
 picks are printed before any test number, so a reader sees that settings were chosen on validation. Below the test
-table, pass@1 per slice of the test problems (:mod:`grpo_ext.methods.compare.slices`: each arm against the base per
+table, each arm's seeds with intervals over seeds and problems (:mod:`.seeds`: the others resample problems only),
+then pass@1 per slice of the test problems (:mod:`grpo_ext.methods.compare.slices`: each arm against the base per
 operation, number of operands...), so a gain that is one kind of problem only shows as such; after the paper's
 findings, where the base's pass@k catches up with each arm's (:mod:`.crossover`); then what the samples
 say (the answer format and the content-first failure anatomy, whole and per slice: :mod:`.answers`), how the online
@@ -32,6 +33,7 @@ from grpo_ext.methods.study.dynamics import plot_dynamics, read_dynamics, render
 from grpo_ext.methods.study.expectations import judge_expectations, render_expectations
 from grpo_ext.methods.study.options import StudyOptions
 from grpo_ext.methods.study.plots import by_k, model_ks, plot_curves, plot_passk_majk, plot_passk_majk_by_slice
+from grpo_ext.methods.study.seeds import render_seed_spread, seed_spread
 from grpo_ext.methods.study.signal.report_section import read_signal, render_signal
 from grpo_ext.methods.study.spent import render_spent, spent
 from grpo_ext.methods.study.stats import (
@@ -103,6 +105,10 @@ def compute(study: Study, data: dict) -> dict:
         }
     results = {name: entry["results"] for name, entry in data["arms"].items()}
     singles = {name: [result] for name, result in data.get("baselines", {}).items()}
+    # those a run left without per-problem records, or scored on other problems, have no seeds or crossover section
+    comparable = {
+        name: runs for name, runs in {**singles, **results}.items() if why_not_comparable(runs, [data["base"]]) is None
+    }
     models = {"base": [data["base"]], **singles, **results}
     attribute = slice_attribute(study, data["base"])
     # the arms a run left out (--arms) are not findings of it: only measured ones are listed
@@ -118,12 +124,9 @@ def compute(study: Study, data: dict) -> dict:
         "findings": findings,
         # pass@1 per slice of the test problems (the operation, the operands...): every attribute they carry
         "slices": arm_slices({**singles, **results}, data["base"]),
-        # those a run left without per-problem records, or scored on other problems, have none (as in the slices)
-        "crossovers": {
-            name: arm_crossover(runs, data["base"])
-            for name, runs in {**singles, **results}.items()
-            if why_not_comparable(runs, [data["base"]]) is None
-        },
+        # each arm's seeds, with intervals over seeds and problems (the rest resample problems only)
+        "seeds": seed_spread({name: runs for name, runs in comparable.items() if name in results}, data["base"]),
+        "crossovers": {name: arm_crossover(runs, data["base"]) for name, runs in comparable.items()},
         "slice_attribute": attribute,
         "answers": study_answers(models, attribute),
         "strict_form": data["base"].get("strict_form"),
@@ -216,7 +219,8 @@ def render(
         "",
         f"Intervals: 95% percentile bootstrap over the test problems ({BOOTSTRAP['n_resamples']:,} resamples, seed "
         f"{BOOTSTRAP['seed']}) of the per-problem value averaged over seeds; differences are paired by problem. "
-        "Seed values are listed beside them.",
+        "Seed values are listed beside them, and a difference's interval *over seeds and problems* (a two-level "
+        "bootstrap that resamples each arm's seeds too: wider where seeds disagree; shown, not part of a verdict).",
         "",
     ]
     if command:
@@ -256,7 +260,8 @@ def render(
         lines.append(
             md_row([f"{name}{flag}", search["picks"][name]["slug"], *(_fmt(m[x]) for x in headline), *budgets])
         )
-    lines += ["", *arm_slices_markdown(stats.get("slices") or {})]  # studies reported before slices lack them
+    lines += ["", *render_seed_spread(stats.get("seeds") or {})]  # studies reported before it lack it
+    lines += arm_slices_markdown(stats.get("slices") or {})  # studies reported before slices lack them
     lines += [
         "## Each extension against its vanilla arm (the same sample budget)",
         "",

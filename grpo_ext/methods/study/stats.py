@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from grpo_ext.evaluation.analysis import DEFAULT_BOOTSTRAP, per_problem_values
-from grpo_ext.evaluation.bootstrap import bootstrap_mean_ci
+from grpo_ext.evaluation.bootstrap import bootstrap_mean_ci, bootstrap_runs_and_problems_ci
 from grpo_ext.evaluation.registry import METRICS, keyed_metrics
 from grpo_ext.report_format import signed_with_seeds
 
@@ -31,6 +31,7 @@ __all__ = [
     "paired_difference",
     "per_problem",
     "samples_to_reach",
+    "seed_matrix",
     "verdict",
     "why_not_comparable",
 ]
@@ -60,7 +61,7 @@ def per_problem(result: dict, metric: str) -> np.ndarray:
     return values[:, 0]
 
 
-def _seed_matrix(results: Sequence[dict], metric: str) -> np.ndarray:
+def seed_matrix(results: Sequence[dict], metric: str) -> np.ndarray:
     """(seeds, problems) for one arm; every seed must be scored on the same problems."""
     ids = [sorted(p["problem_id"] for p in r["per_problem"]) for r in results]
     if any(i != ids[0] for i in ids):
@@ -72,7 +73,7 @@ def arm_summary(results: Sequence[dict], metrics: Sequence[str]) -> dict:
     """Per metric: the mean over seeds and problems with its interval, and each seed's mean."""
     out = {}
     for metric in metrics:
-        matrix = _seed_matrix(results, metric)
+        matrix = seed_matrix(results, metric)
         ci = bootstrap_mean_ci(matrix.mean(axis=0), **BOOTSTRAP)
         out[metric] = {"mean": ci.estimate, "low": ci.low, "high": ci.high, "per_seed": matrix.mean(axis=1).tolist()}
     return out
@@ -81,7 +82,7 @@ def arm_summary(results: Sequence[dict], metrics: Sequence[str]) -> dict:
 def _paired(a: Sequence[dict], b: Sequence[dict], metric: str) -> tuple[np.ndarray, np.ndarray]:
     """A minus B on ``metric``: per problem (A's seed mean minus B's) and per seed (seeds paired by position). A
     single B run (the base) is one model for every seed, so each of A's seeds is measured against it."""
-    ma, mb = _seed_matrix(a, metric), _seed_matrix(b, metric)
+    ma, mb = seed_matrix(a, metric), seed_matrix(b, metric)
     if len(mb) == 1:
         mb = np.repeat(mb, len(ma), axis=0)  # leaves B's per-problem mean as it is
     seeds = min(len(ma), len(mb))
@@ -93,13 +94,21 @@ def paired_difference(a: Sequence[dict], b: Sequence[dict], metric: str, minus: 
     difference per seed (seeds paired by position: A's i-th seed against B's i-th; a single B run against each).
 
     With ``minus``, the value is A's gain over B in ``metric`` minus its gain in ``minus`` (DeepSeekMath's "Maj@K
-    rises more than Pass@K" is ``metric="maj@64", minus="pass@64"``), paired the same way."""
+    rises more than Pass@K" is ``metric="maj@64", minus="pass@64"``), paired the same way.
+
+    ``over_seeds``: the interval of a two-level bootstrap that resamples each arm's seeds as well as the problems
+    (:func:`grpo_ext.evaluation.bootstrap.bootstrap_runs_and_problems_ci`), where the main one resamples problems
+    only; shown beside it, never part of :func:`verdict`'s rule."""
     by_problem, by_seed = _paired(a, b, metric)
+    ma, mb = seed_matrix(a, metric), seed_matrix(b, metric)
     if minus is not None:
         minus_problem, minus_seed = _paired(a, b, minus)
         by_problem, by_seed = by_problem - minus_problem, by_seed - minus_seed
+        ma, mb = ma - seed_matrix(a, minus), mb - seed_matrix(b, minus)
     ci = bootstrap_mean_ci(by_problem, **BOOTSTRAP)  # = bootstrap_paired_difference_ci of the two seed means
+    seeds = bootstrap_runs_and_problems_ci(ma, mb, **BOOTSTRAP)
     out = {"metric": metric, "difference": ci.estimate, "low": ci.low, "high": ci.high, "per_seed": by_seed.tolist()}
+    out["over_seeds"] = [seeds.low, seeds.high]
     return {**out, "minus": minus} if minus is not None else out
 
 
@@ -126,7 +135,7 @@ def finding_majk(claim: str, rl: Sequence[dict], base: dict, ks: Sequence[int]) 
     for k in ks:
         gap = paired_difference(rl, [base], f"maj@{k}", minus=f"pass@{k}")
         gains = {m: float(_paired(rl, [base], f"{m}@{k}")[0].mean()) for m in ("maj", "pass")}
-        interval = {key: gap[key] for key in ("difference", "low", "high", "per_seed")}
+        interval = {key: gap[key] for key in ("difference", "low", "high", "per_seed", "over_seeds")}
         rows.append({"k": k, "maj_gain": gains["maj"], "pass_gain": gains["pass"], **interval})
     verdicts = {verdict(r) for r in rows}
     return {"claim": claim, "verdict": verdicts.pop() if len(verdicts) == 1 else "inconclusive", "by_k": rows}

@@ -167,6 +167,8 @@ def test_paired_difference_against_the_base_measures_every_seed_and_the_majk_gap
     gap = paired_difference(arm, [base], "maj@4", minus="pass@4")
     assert gap["per_seed"] == pytest.approx([0.4, 0.5]) and gap["difference"] == pytest.approx(0.45)
     assert gap["low"] == pytest.approx(0.45) == gap["high"]  # every problem alike: the interval is its point
+    # resampling the seeds too: a mean of two draws from the seeds' {0.4, 0.5} (and {0, 0.25}), each extreme 1/4
+    assert gap["over_seeds"] == pytest.approx([0.4, 0.5]) and pass1["over_seeds"] == pytest.approx([0.0, 0.25])
 
 
 def test_samples_to_reach_interpolates_between_evaluations():

@@ -1,7 +1,8 @@
-"""A study that scores some models at a larger n (the base and GRPO at 64, the other arms at 4): where the base's
-pass@k catches up with an arm's (the report's crossover section, searched to the smaller n of the two), worked by
-hand; the paper's Maj@K finding judged at the K that GRPO and the base were scored at, not the other arms' n; and
-each model's Pass@K / Maj@K drawn as far as it was measured."""
+"""Report sections a skeptic asks for, worked by hand. A study that scores some models at a larger n (the base and
+GRPO at 64, the other arms at 4): where the base's pass@k catches up with an arm's (the crossover, searched to the
+smaller n of the two); the paper's Maj@K finding judged at the K that GRPO and the base were scored at, not the other
+arms' n; each model's Pass@K / Maj@K drawn as far as it was measured. And each arm's seeds, with intervals over seeds
+and problems."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from grpo_ext.methods.study.crossover import arm_crossover, render_crossovers
 from grpo_ext.methods.study.plots import by_k, model_ks
+from grpo_ext.methods.study.seeds import render_seed_spread, seed_spread
 from grpo_ext.methods.study.stats import paper_findings
 
 
@@ -78,3 +80,19 @@ def test_each_model_is_drawn_to_the_largest_k_all_its_seeds_report():
     curves = by_k([half], model_ks([half]))  # pass@k = 0.5 at every k, by hand
     assert sorted(curves["pass"]) == sorted(curves["maj"]) == [1, 2, 4, 8]
     assert [curves["pass"][k]["mean"] for k in (1, 2, 4, 8)] == pytest.approx([0.5] * 4)
+
+
+def test_seed_spread_by_hand():
+    """Three seeds right on 1, 2, 3 of 4 samples of every problem against a base right on 1 of 4: no problem noise,
+    so the interval over seeds and problems is the seeds' own: a mean of three draws from {0.25, 0.5, 0.75}, whose
+    2.5% and 97.5% quantiles are its extremes (each has probability 1/27 > 2.5%)."""
+    base = _result([1] * 30, n=4)
+    seeds = [_result([c] * 30, n=4) for c in (1, 2, 3)]
+    row = seed_spread({"grpo": seeds}, base)["grpo"]
+    assert row["per_seed"] == pytest.approx([0.25, 0.5, 0.75])
+    assert (row["mean"], row["low"], row["high"]) == pytest.approx((0.5, 0.25, 0.75))
+    minus = row["minus_base"]
+    assert (minus["difference"], minus["low"], minus["high"]) == pytest.approx((0.25, 0.0, 0.5))
+    lines = render_seed_spread({"grpo": row})
+    assert lines[0] == "## Seeds: how much of each number is the seed"
+    assert "| grpo | 0.250, 0.500, 0.750 | 0.500 [0.250, 0.750] | +0.250 [+0.000, +0.500] |" in lines
