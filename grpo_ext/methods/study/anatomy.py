@@ -112,9 +112,11 @@ def study_anatomy(study, out: Path, picks: dict, configs: str) -> dict:
 
     config = method_config_path(study.arms[0].method, configs)
     split = study.test.split
-    # the training group size, or fewer where the test evaluation drew fewer samples a problem (the quick run)
-    drawn = json.loads((Path(out) / "base" / f"{split}.json").read_text())["n"]
-    group_size = min(int((yaml.safe_load(config.read_text()) or {}).get("num_generations", 8)), int(drawn))
+    # the training group size, or fewer where a test evaluation drew fewer samples a problem (the quick run; a study
+    # scoring the arms at a smaller n than the base): every model's groups have the same size
+    folders = [Path(out) / "base", *(study.run_dir(out, arm, picks[arm.name], study.seeds[0]) for arm in study.arms)]
+    drawn = min(int(json.loads((folder / f"{split}.json").read_text())["n"]) for folder in folders)
+    group_size = min(int((yaml.safe_load(config.read_text()) or {}).get("num_generations", 8)), drawn)
     task_name, task_kwargs = task_of(config)
     task = get_task(task_name, **task_kwargs)
     problems = task.load(study.test.split, study.test.limit)

@@ -96,3 +96,36 @@ def test_seed_spread_by_hand():
     lines = render_seed_spread({"grpo": row})
     assert lines[0] == "## Seeds: how much of each number is the seed"
     assert "| grpo | 0.250, 0.500, 0.750 | 0.500 [0.250, 0.750] | +0.250 [+0.000, +0.500] |" in lines
+
+
+def test_group_anatomy_takes_the_smallest_n_the_models_were_scored_at(tmp_path):
+    """The real study scores the base at n = 64 and the arms at n = 4: every model's groups are 4 samples (the
+    training groups are 8), where the base's n alone asked the arms for 8 they do not have."""
+    import json
+    from pathlib import Path
+
+    from grpo_ext.methods.study.anatomy import study_anatomy
+    from grpo_ext.methods.study.config import load_study
+    from grpo_ext.tasks import get_task
+
+    root = Path(__file__).resolve().parents[3]
+    study = load_study(root / "configs" / "real" / "study.yaml")
+    problem = get_task("word_arithmetic", **_real_task_kwargs(study)).load("test", 1)[0]
+    picks = {arm.name: arm.settings(study.learning_rates)[0] for arm in study.arms}
+    folders = {"base": (tmp_path / "base", 64)}
+    folders |= {a.name: (study.run_dir(tmp_path, a, picks[a.name], study.seeds[0]), 4) for a in study.arms}
+    for folder, n in folders.values():
+        folder.mkdir(parents=True)
+        (folder / "test.json").write_text(json.dumps({"n": n}))
+        row = {"problem_id": "0", "prompt": problem["prompt"], "completion": "#### 1"}
+        rows = [{**row, "sample_index": i} for i in range(n)]
+        (folder / "test_samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (folder / "training_log.json").write_text("[]")
+    anatomy = study_anatomy(study, tmp_path, picks, str(study.configs_dir))
+    assert anatomy["group_size"] == 4 and anatomy["rows"]["base"]["all_wrong"] == 1.0
+
+
+def _real_task_kwargs(study) -> dict:
+    from grpo_ext.methods.study.method_configs import method_config_path, task_of
+
+    return task_of(method_config_path(study.arms[0].method, study.configs_dir))[1]
