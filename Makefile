@@ -51,7 +51,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check grpo_ext scripts tests evals benchmarks
 	$(BIN)/ruff format --check grpo_ext scripts tests evals benchmarks
 
-# Iterative RL (DeepSeekMath 4.1.4): reward model retrained on policy samples with ~10% replay; 2 iterations.
+# Iterative RL (DeepSeekMath 4.1.4): reward model retrained on policy samples with ~10% replay; 5 iterations (configs/iterative.yaml).
 iterative: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/iterative.py --config configs/iterative.yaml \
 		--output_dir outputs/iterative --report_dir results/iterative

@@ -130,6 +130,22 @@ def test_the_readme_layout_names_every_module(unit):
     assert re.search(rf"(^|\s){re.escape(name)}(\s|$)", layout, re.MULTILINE), f"README layout: {name} missing"
 
 
+@pytest.mark.parametrize(
+    "module",
+    sorted(
+        str(path.relative_to(PACKAGE).with_suffix(""))
+        for path in PACKAGE.glob("*/**/*.py")
+        if path.name not in ("__init__.py", "__main__.py") and "assets" not in path.parts
+    ),
+)
+def test_the_readme_layout_names_every_module_of_a_subpackage(module):
+    """A subpackage's line in the layout lists its modules by name (``tasks/  base, data, ...``): a new one is named."""
+    readme = (ROOT / "README.md").read_text()
+    layout = readme.split("## Layout", 1)[1].split("```", 2)[1]
+    name = Path(module).name
+    assert re.search(rf"(?<![\w/.]){re.escape(name)}(?![\w.])", layout), f"README layout: {module} missing"
+
+
 def test_the_study_core_imports_no_diagnostic():
     """grpo_ext/methods/study: the learning signal (signal/), the anatomy and the training dynamics import the study's
     core, never the other way; only the report imports them (the study package's doc)."""
