@@ -14,7 +14,7 @@ from grpo_ext.evaluation.slices import restrict, slice_ids
 from grpo_ext.io import figure_png
 from grpo_ext.methods.study.stats import arm_summary, largest_k
 
-__all__ = ["by_k", "model_ks", "plot_curves", "plot_passk_majk", "plot_passk_majk_by_slice"]
+__all__ = ["by_k", "model_ks", "plot_curves", "plot_passk_majk", "plot_passk_majk_by_slice", "sampled_during_training"]
 
 
 def plot_curves(data: dict) -> bytes:
@@ -34,11 +34,7 @@ def plot_curves(data: dict) -> bytes:
             continue
         colour = colours[i % len(colours)]
         _band(by_steps, curves, "step", name, colour)
-        online = "samples_generated" in curves[0]["points"][-1] and not all(
-            c["points"][1:] and c["points"][1]["samples_generated"] == c["points"][-1]["samples_generated"]
-            for c in curves
-        )
-        if online:
+        if sampled_during_training(curves):
             _band(by_samples, curves, "samples_generated", name, colour)
     by_samples.set(xlabel="generated samples", ylabel="pass@1 (curve prompts, validation split)", title="Online arms")
     by_steps.set(xlabel="optimizer steps", ylabel="pass@1 (curve prompts, validation split)", title="Every arm")
@@ -49,6 +45,17 @@ def plot_curves(data: dict) -> bytes:
     fig.suptitle("Learning curves: mean over seeds, band min-max over seeds")
     fig.tight_layout()
     return figure_png(fig)
+
+
+def sampled_during_training(curves: Sequence[dict]) -> bool:
+    """Whether an arm's runs generated samples while they trained (the online arms): a curve's generated samples grow
+    from its first point (step 0) to its last. An offline arm drew them all before step 0 (RFT, DPO) or never (SFT).
+    A run with only a first and a last point (refill's few optimizer steps) is judged like any other."""
+    return any(
+        "samples_generated" in c["points"][0]
+        and c["points"][0]["samples_generated"] < c["points"][-1]["samples_generated"]
+        for c in curves
+    )
 
 
 def _band(ax, curves: Sequence[dict], x: str, name: str, colour) -> None:

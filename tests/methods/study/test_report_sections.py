@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from grpo_ext.methods.study.crossover import arm_crossover, render_crossovers
-from grpo_ext.methods.study.plots import by_k, model_ks
+from grpo_ext.methods.study.plots import by_k, model_ks, sampled_during_training
 from grpo_ext.methods.study.seeds import render_seed_spread, seed_spread
 from grpo_ext.methods.study.stats import paper_findings
 
@@ -71,6 +71,21 @@ def test_majk_finding_is_judged_at_the_k_grpo_and_the_base_were_scored_at():
     # by hand: pass@K is the same for both (same counts), so the gap is the maj@K gain: +0.35 at 4, +0.55 at 16
     assert [r["difference"] for r in majk["by_k"]] == pytest.approx([0.35, 0.55])
     assert majk["by_k"][1]["per_seed"] == pytest.approx([0.6, 0.5])
+
+
+def _curve(*generated):
+    return {"points": [{"step": 4 * i, "samples_generated": g, "eval/pass@1": 0.0} for i, g in enumerate(generated)]}
+
+
+def test_the_samples_axis_draws_the_arms_that_sampled_while_training():
+    """The real study's curves (`learning_curve.json`): online arms start at 0 generated samples and grow; RFT and DPO
+    drew theirs before step 0, SFT none. Refill's runs have only a first and a last point (3-4 optimizer steps): an
+    earlier rule read the second point as "after the offline draw" and left refill off the plot."""
+    assert sampled_during_training([_curve(0, 128, 256, 384)])  # GRPO, online RFT
+    assert sampled_during_training([_curve(0, 384), _curve(0, 448), _curve(0, 480)])  # refill: 2 points a seed
+    assert not sampled_during_training([_curve(384, 384, 384, 384)])  # RFT / DPO: drawn before training
+    assert not sampled_during_training([_curve(0, 0, 0, 0)])  # SFT: the task's reference solutions
+    assert not sampled_during_training([{"points": [{"step": 0, "eval/pass@1": 0.0}]}])  # no count recorded
 
 
 def test_each_model_is_drawn_to_the_largest_k_all_its_seeds_report():
