@@ -6,12 +6,19 @@ and problems."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from grpo_ext.methods.study.anatomy import study_anatomy
+from grpo_ext.methods.study.config import load_study
 from grpo_ext.methods.study.crossover import arm_crossover, render_crossovers
+from grpo_ext.methods.study.method_configs import method_config_path, task_of
 from grpo_ext.methods.study.plots import by_k, model_ks, sampled_during_training
 from grpo_ext.methods.study.seeds import render_seed_spread, seed_spread
 from grpo_ext.methods.study.stats import paper_findings
+from grpo_ext.tasks import get_task
 
 
 def _result(correct: list[int], n: int, maj: dict[int, float] | None = None) -> dict:
@@ -116,13 +123,6 @@ def test_seed_spread_by_hand():
 def test_group_anatomy_takes_the_smallest_n_the_models_were_scored_at(tmp_path):
     """The real study scores the base at n = 64 and the arms at n = 4: every model's groups are 4 samples (the
     training groups are 8), where the base's n alone asked the arms for 8 they do not have."""
-    import json
-    from pathlib import Path
-
-    from grpo_ext.methods.study.anatomy import study_anatomy
-    from grpo_ext.methods.study.config import load_study
-    from grpo_ext.tasks import get_task
-
     root = Path(__file__).resolve().parents[3]
     study = load_study(root / "configs" / "real" / "study.yaml")
     problem = get_task("word_arithmetic", **_real_task_kwargs(study)).load("test", 1)[0]
@@ -141,6 +141,4 @@ def test_group_anatomy_takes_the_smallest_n_the_models_were_scored_at(tmp_path):
 
 
 def _real_task_kwargs(study) -> dict:
-    from grpo_ext.methods.study.method_configs import method_config_path, task_of
-
     return task_of(method_config_path(study.arms[0].method, study.configs_dir))[1]
