@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 # On 2 CPU cores one thread per process is fastest for GRPO (thread contention otherwise).
 THREADS ?= 1
 
-.PHONY: train test setup base-model real-model real-result lint iterative iterative-quick compare compare-quick real-study real-study-quick search-main-job bench gpu-check
+.PHONY: train test setup base-model real-model real-result lint iterative iterative-quick compare compare-quick real-study real-study-quick search-main-job bench gpu-check docs
 
 setup: $(STAMP)
 
@@ -97,3 +97,8 @@ bench: $(STAMP)
 # `python scripts/gpu_check.py --dry-run` checks every step's command on any machine.
 gpu-check: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python scripts/gpu_check.py
+
+# Every table of results in README.md and docs/ re-rendered from the committed JSON it reports (scripts/render_docs.py;
+# `python scripts/render_docs.py --check` lists stale blocks and writes nothing).
+docs: $(STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python scripts/render_docs.py
