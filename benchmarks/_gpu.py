@@ -6,12 +6,18 @@ and (from :mod:`grpo_ext.stand_ins`, where the GPU smoke check reads them too) t
 from __future__ import annotations
 
 import hashlib
+import re
+import sys
+from pathlib import Path
 
 from grpo_ext.stand_ins import SHAPES, build_random_model
 
 __all__ = [
     "SHAPES",
+    "ABSOLUTE_PATH",
+    "absolute_paths",
     "build_random_model",
+    "portable_text",
     "smoke_reward",
     "cuda_unavailable_reason",
     "device_facts",
@@ -88,3 +94,38 @@ def smoke_reward(prompts, completion_ids, **kwargs) -> list[float]:
         scored = hashlib.sha256(str(prompt).encode()).digest()[0] % 2 == 1
         out.append(sum(1 for t in ids if t % 2 == 0) / max(len(ids), 1) if scored else 0.0)
     return out
+
+
+# ---- results that name no folder of the machine that ran them ----------------------------------------------------
+
+#: A path of a machine's own folders (a scratch folder, an interpreter's packages, a checkout), also behind ``../``:
+#: what a committed result must not hold (benchmarks/results/gpu_*/ is tested for it).
+ABSOLUTE_PATH = re.compile(
+    r"(?:^|(?<=[\s\"'(=:,\[])|(?<=\.\.))/(?:tmp|opt|work|home|root|usr|var|mnt|srv|data|scratch|Users|private)/[^\s\"',)]*"
+)
+_PACKAGES = re.compile(r"(?:(?:\.\./)*\.\.)?(?:/[^\s\"'/:,()\[\]]+)+/((?:site|dist)-packages)/")
+_STDLIB = re.compile(r"(?:/[^\s\"'/:,()\[\]]+)+/lib/(python\d[\d.]*)/")
+_INTERPRETER = re.compile(r"(?:/[^\s\"'/:,()\[\]]+)+/bin/(python[\d.]*)\b")
+_GPU_STEP_MODEL = re.compile(r"/tmp/grpo_ext_gpu_step_model_\w+/")
+_SCRATCH = re.compile(r"(?<![\w.])/tmp/(?=\w)")
+
+
+def portable_text(text: str, root: str | Path | None = None) -> str:
+    """A GPU run's log or JSON as committed: the checkout (``root``, default this one) named relative to it, an
+    interpreter as ``python``, its packages and library as ``site-packages/...`` and ``python3.12/...``, gpu_step's
+    model folder as ``model/`` and other scratch folders without their ``/tmp/`` (as in
+    benchmarks/results/gpu_2026-11-28/). What is left, :func:`absolute_paths` finds."""
+    root = str(Path(root) if root is not None else Path(__file__).resolve().parents[1]).rstrip("/")
+    text = text.replace(root + "/", "").replace(root, ".")
+    for executable in {sys.executable, str(Path(sys.executable).resolve())}:
+        text = text.replace(executable, "python")
+    text = _INTERPRETER.sub(r"\1", text)
+    text = _PACKAGES.sub(r"\1/", text)
+    text = _STDLIB.sub(r"\1/", text)
+    text = _GPU_STEP_MODEL.sub("model/", text)
+    return _SCRATCH.sub("", text)
+
+
+def absolute_paths(text: str) -> list[str]:
+    """The machine paths (:data:`ABSOLUTE_PATH`) in ``text``, in order."""
+    return [m.group(0) for m in ABSOLUTE_PATH.finditer(text)]

@@ -2,13 +2,23 @@
 same beta, TRL's `cache_implementation: static` against the default cache for generation, and grpo-ext's sampler
 (`generation_backend: sampler`) against TRL's `generate`.
 
-    python -m benchmarks.gpu_step [--shapes 0.5b,1.5b] [--kinds full,lora,qlora] [--reps 3] [--warmup 1]
-                                  [--batch 64] [--group 8] [--completion 128]
+    python -m benchmarks.gpu_step [--shapes 0.5b,1.5b] [--kinds full,lora,qlora] [--variants off,on,static,sampler]
+                                  [--reps 3] [--warmup 1] [--batch 64] [--group 8] [--completion 128]
+                                  [--results-dir DIR]
 
 Without a CUDA device it prints why and writes nothing (exit 0), so a CPU run never overwrites a committed GPU
-result. Each shape writes ``benchmarks/results/gpu_step_<shape>.json`` as soon as it is done (a run cut short keeps
-the shapes it finished; ``--shapes 1.5b`` runs one). ``--device cpu`` rehearses the code paths on the CPU (with
-``--shapes tiny``) and prints the table without writing it.
+result. Each shape writes ``benchmarks/results/gpu_step_<shape>.json`` (``--results-dir`` for another folder) as soon
+as it is done (a run cut short keeps the shapes it finished; ``--shapes 1.5b`` runs one). ``--device cpu`` rehearses
+the code paths on the CPU (with ``--shapes tiny``) and prints the table; it writes only into a ``--results-dir``
+given on the command line, never into benchmarks/results/.
+
+Time on one H100 is mostly loading and warming up: 10-20 s a trainer to load and take its first step, the sampler
+~55 s more (its decode step compiles; 0.5B QLoRA, 2026-11-28), then 3-15 s a timed step a variant (QLoRA 13 s at
+either shape, LoRA 8-10 s, full 3.5-4.5 s; the sampler 2.9 s at 0.5B). Every kind of every shape with every variant
+does not fit one 10-minute call: `--shapes 1.5b --kinds qlora --reps 2` did not finish in 200 s on 2026-11-28. Name
+the variants a question needs (``--variants off,sampler``: issue 29's sampler against TRL's generate;
+``--variants static,sampler``: against TRL's static cache) and one kind a call; benchmarks/README.md, "GPU checks in
+a 15-minute budget", gives the plan.
 
 Models: random-weight Qwen2 models of Qwen2.5-0.5B / -1.5B's shapes with the real vocabulary (151,936), built here
 and saved as bf16 safetensors with the embedded character tokenizer (benchmarks/_gpu.py); the policy is loaded from
@@ -19,7 +29,8 @@ that folder the way `scripts/train.py` loads it (`grpo_ext.policy_loading.policy
   base (no copy);
 - qlora: the same on a 4-bit nf4 base (double quantisation, bf16 compute).
 
-Per kind, one fresh process builds three `GRPOExtTrainer`s on the same folder, task and settings:
+Per kind, one fresh process builds a `GRPOExtTrainer` per variant (``--variants``, all four by default) on the same
+folder, task and settings:
 
 - off: every extension off, beta 0.04 (fixed): TRL's GRPO;
 - on: process advantages from the step verifier + the outcome as a last step, `zero_std_groups: skip`, adaptive
@@ -40,11 +51,13 @@ in the completion, so every group has reward variance: no group is skipped and b
 A step is `training_step` (generation, rewards, advantages, loss, backward) + optimizer step + scheduler step +
 `zero_grad` (benchmarks/overhead.py's `one_step`), ended by `torch.cuda.synchronize()`. The first ``--warmup``
 steps of each trainer are timed apart (CUDA kernels load, the optimizer state is allocated); then ``--reps``
-repetitions run the three trainers in rotating order, torch seeded per repetition. Time: median with quartiles and
-each variant over `off` (median of per-repetition ratios). Memory (torch's allocator, bytes held by tensors, not
-what the allocator caches): `resident` = what building the trainer and its first step left allocated (weights,
-reference, LoRA, optimizer state); `peak` = resident + the most a timed step added on top of what was allocated
-before it: the peak the variant would reach alone on the GPU.
+repetitions run the trainers in rotating order, torch seeded per repetition. Time: median with quartiles and each
+variant over `off` (`time_over_off`) and over `static` (`time_over_static`) when those ran (medians of per-repetition
+ratios; the table's ratio column is over `off`, else `static`). Where the sampler ran beside `off` or `static`,
+`sampler_vs` gives its speed-up over each and its peak memory over theirs, per kind. Memory (torch's allocator, bytes
+held by tensors, not what the allocator caches): `resident` = what building the trainer and its first step left
+allocated (weights, reference, LoRA, optimizer state); `peak` = resident + the most a timed step added on top of what
+was allocated before it: the peak the variant would reach alone on the GPU.
 
 No target: this records GPU costs (issue 21).
 """
@@ -61,12 +74,15 @@ import time
 from pathlib import Path
 
 from benchmarks import _common, _gpu
+from grpo_ext.io import portable_path
 from grpo_ext.stand_ins import RESULT_MARK
 
 NAME = "gpu_step"
 MARK = RESULT_MARK
 KINDS = ("full", "lora", "qlora")
 VARIANTS = ("off", "on", "static", "sampler")
+#: the variants a ratio is taken over, in the order the table's ratio column prefers them
+BASELINES = ("off", "static")
 EXTRA_WARMUP = {"sampler": 2}
 BETA = 0.04
 LORA = {"lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.0}
@@ -226,9 +242,25 @@ def run_kind(folder: str, kind: str, settings: dict, *, device: str, reps: int, 
             "mean_completion_length": _common.median(lengths[v]),
             "losses": losses[v],
         }
-    if "off" in ok:
-        out["time_over_off"] = {v: _common.paired_ratio(times[v], times["off"]) for v in ok if v != "off"}
+    for base in BASELINES:
+        if base in ok:
+            out[f"time_over_{base}"] = {v: _common.paired_ratio(times[v], times[base]) for v in ok if v != base}
     return out
+
+
+def parse_variants(text: str) -> tuple[str, ...]:
+    """``"sampler, off"`` -> ``("off", "sampler")`` (the order of :data:`VARIANTS`); SystemExit naming the variants for
+    an unknown one."""
+    asked = [v.strip() for v in text.split(",") if v.strip()]
+    unknown = [v for v in asked if v not in VARIANTS]
+    if unknown or not asked:
+        raise SystemExit(f"--variants: unknown {unknown or [text]}; the variants are {', '.join(VARIANTS)}")
+    return tuple(v for v in VARIANTS if v in asked)
+
+
+def reference(res: dict) -> str | None:
+    """The variant the table's ratio column divides by: `off`, else `static`, else none."""
+    return next((base for base in BASELINES if base in res.get("variants", {})), None)
 
 
 # ---- workers and driver ------------------------------------------------------------------------------------------
@@ -262,8 +294,28 @@ def sampler_target(kinds: dict) -> dict | None:
     return {"speedup": speed, "peak_over_off": memory, "met": speed >= 2 and memory is not None and memory <= 1.1}
 
 
+def sampler_vs(kinds: dict) -> dict:
+    """Per kind where the sampler ran beside `off` or `static`: its speed-up over each (median of per-repetition
+    ratios) and its peak memory over theirs (None without CUDA peaks)."""
+    out = {}
+    for kind, res in kinds.items():
+        variants = res.get("variants", {})
+        if "sampler" not in variants:
+            continue
+        for base in BASELINES:
+            ratio = res.get(f"time_over_{base}", {}).get("sampler")
+            if ratio is None:
+                continue
+            peaks = variants["sampler"]["peak_bytes"], variants[base]["peak_bytes"]
+            out.setdefault(kind, {})[base] = {
+                "speedup": 1 / ratio["median_of_ratios"],
+                "peak_over": None if None in peaks else peaks[0] / peaks[1],
+            }
+    return out
+
+
 def table(shape: str, kinds: dict) -> str:
-    rows = []
+    rows, refs = [], set()
     for kind, res in kinds.items():
         if "error" in res:
             rows.append([shape, kind, "", res["error"], "", "", "", ""])
@@ -276,20 +328,23 @@ def table(shape: str, kinds: dict) -> str:
                 continue
             r = res["variants"][v]
             s = r["seconds"]
-            ratio = res.get("time_over_off", {}).get(v)
+            ref = reference(res)
+            refs.add(ref)
+            ratio = res.get(f"time_over_{ref}", {}).get(v)
             rows.append(
                 [
                     shape,
                     kind,
                     v,
                     f"{s['median']:.3g} ({s['q1']:.3g}-{s['q3']:.3g})",
-                    "1" if v == "off" else ("" if ratio is None else f"{ratio['median_of_ratios']:.3f}x"),
+                    "1" if v == ref else ("" if ratio is None else f"{ratio['median_of_ratios']:.3f}x"),
                     " / ".join(f"{x:.3g}" for x in r["warmup_seconds"]),
                     mib(r["peak_bytes"]),
                     mib(r["resident_bytes"]),
                 ]
             )
-    headers = ["shape", "kind", "variant", "step s (IQR)", "time / off", "warm-up s", "peak memory", "resident"]
+    ref = "off" if refs <= {"off", None} else ("static" if refs <= {"static", None} else "off or static")
+    headers = ["shape", "kind", "variant", "step s (IQR)", f"time / {ref}", "warm-up s", "peak memory", "resident"]
     return _common.markdown_table(headers, rows)
 
 
@@ -297,6 +352,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", default="0.5b,1.5b")
     parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument(
+        "--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)} (default: all)"
+    )
+    parser.add_argument("--results-dir", help="where the JSON goes (default benchmarks/results/; a CPU run: only here)")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--batch", type=int, default=64, help="completions a step")
@@ -316,7 +375,10 @@ def main(argv: list[str] | None = None) -> dict:
             }
         else:
             folder, kind, settings, device = rest[0], rest[1], json.loads(rest[2]), rest[3]
-            out = run_kind(folder, kind, settings, device=device, reps=int(rest[4]), warmup=int(rest[5]))
+            variants = parse_variants(rest[6]) if len(rest) > 6 else VARIANTS
+            out = run_kind(
+                folder, kind, settings, device=device, reps=int(rest[4]), warmup=int(rest[5]), variants=variants
+            )
         print(MARK + json.dumps(out), flush=True)
         return out
 
@@ -325,6 +387,7 @@ def main(argv: list[str] | None = None) -> dict:
     bad = [s for s in shapes if s not in _gpu.SHAPES] + [k for k in kinds if k not in KINDS]
     if bad:
         raise SystemExit(f"--shapes / --kinds: unknown {bad}; shapes {sorted(_gpu.SHAPES)}, kinds {list(KINDS)}")
+    variants = parse_variants(args.variants)
     if args.batch % args.group:
         raise SystemExit(f"--batch ({args.batch}) must be a multiple of --group ({args.group})")
     if args.device == "cuda":
@@ -345,8 +408,9 @@ def main(argv: list[str] | None = None) -> dict:
                     results[kind] = {"error": f"model build failed: {built['error']}"}
                     continue
                 results[kind] = run_worker(
-                    "kind", folder, kind, json.dumps(settings), args.device, str(args.reps), str(args.warmup)
-                )
+                    "kind", folder, kind, json.dumps(settings), args.device, str(args.reps), str(args.warmup),
+                    ",".join(variants),
+                )  # fmt: skip
         text = table(shape, results) + (
             f"\n\n{args.batch} completions a step ({args.group} per prompt), up to {args.completion} new tokens, "
             f"beta {BETA}, loss grpo, activation checkpointing; times are medians of {args.reps} alternated steps"
@@ -358,20 +422,30 @@ def main(argv: list[str] | None = None) -> dict:
                 f"\nQLoRA, sampler vs off: {target['speedup']:.2f}x faster, peak {memory} of off's: target (>= 2x, "
                 f"peak within 10%) {'met' if target['met'] else 'NOT met'}"
             )
+        versus = sampler_vs(results)
+        for kind, bases in versus.items():
+            for base, v in bases.items():
+                if kind == "qlora" and base == "off" and target is not None:
+                    continue  # said above
+                memory = "n/a" if v["peak_over"] is None else f"{v['peak_over']:.2f}x"
+                text += f"\n{kind}, sampler vs {base}: {v['speedup']:.2f}x faster, peak {memory} of {base}'s"
         payload = {
             "device": built.get("device"),
             "shape": shape,
             "model": f"random-weight Qwen2.5-{shape} shape, vocabulary {_gpu.SHAPES[shape]['vocab_size']}",
-            "params": {k: v for k, v in vars(args).items() if k != "worker"} | {"settings": settings, "lora": LORA},
+            "params": {k: v for k, v in vars(args).items() if k != "worker"}
+            | {"results_dir": None if args.results_dir is None else portable_path(args.results_dir)}
+            | {"settings": settings, "lora": LORA},
             "kinds": results,
             "sampler_target": target,
+            "sampler_vs": versus,
         }
         payloads[shape] = payload
-        if args.device == "cuda":
-            _common.write_results(f"{NAME}_{shape}", payload, text)
+        if args.device == "cuda" or args.results_dir is not None:
+            _common.write_results(f"{NAME}_{shape}", payload, text, results_dir=args.results_dir)
         else:
             print(text)
-            print(f"\n{NAME}: CPU rehearsal, not written (GPU results only)")
+            print(f"\n{NAME}: CPU rehearsal, not written (GPU results only; --results-dir writes it there)")
     return payloads
 
 

@@ -1,15 +1,22 @@
 """GPU smoke check: the main job, the harness, every extension and the GPU config, a few steps each on one CUDA GPU.
 
     make gpu-check                              # = python scripts/gpu_check.py
+    python scripts/gpu_check.py --list          # the steps, what each needs and its time on an H100
+    python scripts/gpu_check.py --only ext_sampler,gpu_config   # named steps (+ what they need), in plan order
+    python scripts/gpu_check.py --budget 300    # steps whose H100 time would end past 300 s are skipped, not started
     python scripts/gpu_check.py --dry-run       # any machine: every step's command parses, its inputs resolve
     python scripts/gpu_check.py --rehearse-on-cpu   # every step run for real on the CPU with tiny stand-ins
 
-One line per step, `PASS` or `FAIL` (with the last line the step printed and its log file), then a summary; the exit
-code is 1 when a step failed. Budget: about 6 minutes on one H100 (at most 10). On a machine without CUDA it says
-that it needs a GPU, reports every step as "skipped (no CUDA)" and exits 0. Nothing is downloaded: the machine may
-have no hub access.
+One line per step, `PASS`, `FAIL` (with the last line the step printed and its log file) or `SKIP` (over the
+budget), then a summary; ``--json PATH`` also writes every step's outcome there, rewritten after each step (a run cut
+short keeps the steps it finished). The exit code is 1 when a step failed. Time: about 10 minutes on one H100 for
+every step (2026-11-24: 7.6 min without ext_sampler; 2026-11-28: prepare and five steps in 229 s), more than one
+10-minute call with a start-up holds: run named steps (``--only``) or give a ``--budget`` (benchmarks/README.md,
+"GPU checks in a 15-minute budget"; scripts/gpu_session.py plans a whole GPU session). On a machine without CUDA it
+says that it needs a GPU, reports every selected step as "skipped (no CUDA)" and exits 0. Nothing is downloaded: the
+machine may have no hub access.
 
-Steps (each a fresh process, as a user would run it; logs in --workdir/logs/):
+Steps (each a fresh process, as a user would run it; logs in --workdir/logs/ or --logs):
 0. packages: every package the steps import is installed, in pyproject.toml's range (reported, not fatal).
 1. prepare: a random-weight model of Qwen2.5-1.5B's shape with the real vocabulary (151,936) and the embedded
    character tokenizer (benchmarks/_gpu.py; initialised on the GPU), a random step-tag PRM of the embedded model's
@@ -77,6 +84,32 @@ NEEDED_PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "bitsan
                    "huggingface_hub", "pyyaml", "tqdm", "matplotlib")  # fmt: skip
 
 
+#: Seconds each step took on one H100 (the longer of 2026-11-24 and 2026-11-28; ext_sampler never ran there yet: the
+#: process step's time plus the decode step's compilation, 55 s in gpu_step's sampler warm-up of 2026-11-28). What
+#: ``--budget`` plans with and ``--list`` prints.
+H100_SECONDS = {
+    "packages": 0, "prepare": 35, "main_job": 37, "harness": 48, "ext_process": 42, "ext_process_prm": 38,
+    "ext_skip": 39, "ext_refill": 49, "ext_adaptive_kl": 34, "ext_sampler": 120, "gpu_config": 168,
+}  # fmt: skip
+#: The steps whose output a step reads: ``--only`` adds them.
+NEEDS = {"harness": ("main_job",)}
+#: Steps that are not commands: the package check (always run: it costs nothing) and the inputs of ext_* / gpu_config.
+SETUP_STEPS = ("packages", "prepare")
+DESCRIPTIONS = {
+    "packages": "every package the steps import is installed, in pyproject.toml's range (always run)",
+    "prepare": "the 1.5B-shape random policy, a step-tag PRM and 64 GSM8K-format rows (for ext_* and gpu_config)",
+    "main_job": "configs/qlora.yaml on CUDA for 5 steps (the embedded model, 4-bit + LoRA); the adapter saved",
+    "harness": "evals/passk_majk.py on main_job's adapter (40 problems x 8 samples); needs main_job",
+    "ext_process": "process advantages (configs/process.yaml), 2 steps on the 1.5B-shape QLoRA policy",
+    "ext_process_prm": "the same with a 4-bit step-tag process reward model",
+    "ext_skip": "zero-std groups skipped (configs/default.yaml + --zero_std_groups skip)",
+    "ext_refill": "zero-std groups refilled (configs/refill.yaml)",
+    "ext_adaptive_kl": "adaptive KL coefficient (configs/adaptive_kl.yaml)",
+    "ext_sampler": "process advantages on completions drawn by grpo-ext's sampler (decode step compiled on CUDA)",
+    "gpu_config": f"{GPU_CONFIG} as written (8 x 16 completions of up to 512 tokens), 2 steps",
+}
+
+
 @dataclass
 class Step:
     name: str
@@ -87,6 +120,10 @@ class Step:
 
     def kind(self) -> str:
         return {"scripts/train.py": "train", "evals/passk_majk.py": "harness"}.get(self.argv[0], "other")
+
+    def uses_prepared(self) -> bool:
+        """Whether the step reads what ``prepare`` builds (the policy, the PRM, the GSM8K rows)."""
+        return self.name.startswith("ext_") or self.name == "gpu_config"
 
 
 def plan(work: Path, cpu: bool) -> list[Step]:
@@ -123,7 +160,7 @@ def plan(work: Path, cpu: bool) -> list[Step]:
                 name,
                 ["scripts/train.py", "--config", config, *qlora, *device, "--max_steps", str(EXTENSION_STEPS),
                  *common, *signal, *extra, "--output_dir", str(work / name)],
-                timeout=180, output=str(work / name),
+                timeout=300 if name == "ext_sampler" else 180, output=str(work / name),  # the sampler compiles
             )
         )  # fmt: skip
     task_kwargs = json.dumps({"conversational": True, "data_files": str(data)})
@@ -227,14 +264,14 @@ def outcome(step: Step, rc: int | None) -> str | None:
     if rc != 0:
         return f"exit code {rc}"
     if step.output is not None:
-        status_file = Path(step.output) / "grpo_ext_run.json"
+        status_file = ROOT / step.output / "grpo_ext_run.json"  # the steps ran in ROOT: a relative path is ROOT's
         status = json.loads(status_file.read_text()).get("status") if status_file.is_file() else None
         if status != "complete":
             return f"run status {status!r} in {status_file}, expected 'complete'"
-        why = check_training_log(Path(step.output) / "trainer_state.json")
+        why = check_training_log(ROOT / step.output / "trainer_state.json")
         if why is not None:
             return why
-    folder = Path(step.output or step.argv[step.argv.index("--out") + 1])
+    folder = ROOT / (step.output or step.argv[step.argv.index("--out") + 1])
     missing = [name for name in step.expect_files if not (folder / name).is_file()]
     return f"missing {', '.join(missing)} in {folder}" if missing else None
 
@@ -292,21 +329,119 @@ def dry_check(step: Step, cuda: bool) -> None:
     policy_init(model_args, training_args)
 
 
+def step_names(steps: list[Step]) -> list[str]:
+    return [*SETUP_STEPS, *(s.name for s in steps)]
+
+
+def select(only: str | None, steps: list[Step]) -> tuple[list[str], list[str]]:
+    """(the names to run, in plan order, notes on what was added) for ``--only`` (every step when None). Raises
+    ValueError naming the valid steps for an unknown name. ``packages`` always runs; ``prepare`` runs when a selected
+    step reads what it builds (or when named); a step's :data:`NEEDS` are added."""
+    valid = step_names(steps)
+    if only is None:
+        return valid, []
+    asked = [name.strip() for name in only.split(",") if name.strip()]
+    unknown = [name for name in asked if name not in valid]
+    if unknown or not asked:
+        raise ValueError(f"unknown step(s) {unknown or [only]}; the steps are: {', '.join(valid)}")
+    chosen, notes = set(asked) | {"packages"}, []
+    for name in asked:
+        for need in NEEDS.get(name, ()):
+            if need not in chosen:
+                chosen.add(need)
+                notes.append(f"+ {need} ({name} reads its output)")
+    if "prepare" not in chosen and any(s.uses_prepared() for s in steps if s.name in chosen):
+        chosen.add("prepare")
+        notes.append("+ prepare (the policy, PRM and data of the ext_* / gpu_config steps)")
+    return [name for name in valid if name in chosen], notes
+
+
+def list_steps(steps: list[Step]) -> str:
+    rows = [f"{'step':16s} {'H100 s':>6s}  what"]
+    rows += [f"{name:16s} {H100_SECONDS.get(name, 0):6d}  {DESCRIPTIONS.get(name, '')}" for name in step_names(steps)]
+    total = sum(H100_SECONDS.get(name, 0) for name in step_names(steps))
+    rows.append(f"{'all':16s} {total:6d}  (H100: the longer of 2026-11-24 and 2026-11-28; ext_sampler estimated)")
+    return "\n".join(rows)
+
+
+def as_argument(path: Path) -> Path:
+    """``path`` as the steps' commands name it: relative to the repository when it lies inside it and this process
+    runs there (the steps run in ROOT; their logs then name no folder of the machine), else absolute."""
+    path = path.resolve()
+    if Path.cwd().resolve() == ROOT and path.is_relative_to(ROOT):
+        return path.relative_to(ROOT)
+    return path
+
+
+class Record:
+    """The run's outcome per step, written to ``--json`` (when given) after every step."""
+
+    def __init__(self, path: str | None, mode: str, names: list[str], budget: float | None, logs: Path):
+        self.path = Path(path) if path else None
+        self.data = {"mode": mode, "selected": names, "budget_s": budget, "logs": str(logs), "device": None,
+                     "steps": {}, "finished": False}  # fmt: skip
+        self.write()
+
+    def add(self, name: str, status: str, seconds: float, why: str | None = None, **extra) -> None:
+        entry = {"status": status, "seconds": round(seconds, 1), "h100_seconds": H100_SECONDS.get(name)}
+        self.data["steps"][name] = entry | ({"why": why} if why else {}) | extra
+        self.write()
+
+    def finish(self, total: float) -> None:
+        steps = self.data["steps"]
+        self.data |= {
+            "finished": True,
+            "total_seconds": round(total, 1),
+            "passed": [n for n, e in steps.items() if e["status"] == "pass"],
+            "failed": [n for n, e in steps.items() if e["status"] == "fail"],
+            "skipped": [n for n, e in steps.items() if e["status"] == "skipped"],
+        }
+        self.write()
+
+    def write(self) -> None:
+        if self.path is not None:
+            from grpo_ext.io import atomic_write_json
+
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(self.path, self.data)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="check every step's command and inputs, run nothing")
     mode.add_argument("--rehearse-on-cpu", action="store_true", help="run every step on the CPU with tiny stand-ins")
+    mode.add_argument("--list", action="store_true", help="print the steps with their H100 times and exit")
+    parser.add_argument("--only", help="comma-separated steps to run (see --list); what they need is added")
+    parser.add_argument(
+        "--budget", type=float, help="seconds: a step whose H100 time would end past it is skipped, not started"
+    )
+    parser.add_argument("--json", help="write every step's outcome to this file (rewritten after each step)")
     parser.add_argument("--workdir", default=str(ROOT / "outputs" / "gpu_check"), help="emptied first; logs kept")
+    parser.add_argument("--logs", help="where the steps' logs go (default: <workdir>/logs)")
     parser.add_argument("--keep-models", action="store_true", help="keep the built models and the runs' weights")
+    parser.add_argument(
+        "--reuse-prepared",
+        action="store_true",
+        help="keep the workdir; reuse what a run with --keep-models prepared there (prepare then costs 0 s)",
+    )
     args = parser.parse_args(argv)
+
+    work = Path(args.workdir).resolve()
+    work_arg = as_argument(work)
+    steps = plan(work_arg, cpu=args.rehearse_on_cpu)  # a dry run checks the GPU commands as they are written
+    if args.list:
+        print(list_steps(steps))
+        return 0
+    try:
+        names, notes = select(args.only, steps)
+    except ValueError as err:
+        parser.error(f"--only: {err}")
+    steps = [s for s in steps if s.name in names]
 
     import torch
 
     cuda = torch.cuda.is_available()
-    work = Path(args.workdir)
-    steps = plan(work, cpu=args.rehearse_on_cpu)  # a dry run checks the GPU commands as they are written
-    names = ["packages", "prepare", *(s.name for s in steps)]
     if not cuda and not (args.dry_run or args.rehearse_on_cpu):
         print("gpu-check needs a CUDA GPU: torch.cuda.is_available() is False here. Nothing was run.")
         for name in names:
@@ -314,27 +449,74 @@ def main(argv: list[str] | None = None) -> int:
         print("(python scripts/gpu_check.py --dry-run checks that every step's command parses, on any machine)")
         return 0
 
-    shutil.rmtree(work, ignore_errors=True)
-    logs = work / "logs"
-    logs.mkdir(parents=True)
+    prepared = all((work / name).exists() for name in ("policy/config.json", "prm", "gsm8k.jsonl"))
+    reuse = args.reuse_prepared and prepared
+    if reuse:  # only the selected steps' own folders are cleared
+        for step in steps:
+            shutil.rmtree(work / step.name, ignore_errors=True)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    logs = Path(args.logs).resolve() if args.logs else work / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
     small = args.dry_run or args.rehearse_on_cpu
     what = "dry run" if args.dry_run else ("CPU rehearsal" if args.rehearse_on_cpu else "CUDA")
-    print(f"gpu-check ({what}); logs in {logs}", flush=True)
-    failed, start = [], time.perf_counter()
+    record = Record(args.json, what, names, args.budget, as_argument(logs))
+    print(f"gpu-check ({what}); logs in {as_argument(logs)}" + (f"; steps: {', '.join(names)}" if args.only else ""),
+          flush=True)  # fmt: skip
+    for note in notes:
+        print(f"      {note}", flush=True)
+    failed, skipped, start = [], [], time.perf_counter()
+
+    def over_budget(name: str) -> str | None:
+        if args.budget is None:
+            return None
+        left = args.budget - (time.perf_counter() - start)
+        need = H100_SECONDS.get(name, 0)
+        return None if need <= left else f"over --budget: {need} s on an H100, {max(left, 0):.0f} s left"
+
+    def skip(name: str, why: str) -> None:
+        skipped.append(name)
+        record.add(name, "skipped", 0.0, why)
+        print(f"SKIP  {name:16s} {0:6.1f} s  {why}", flush=True)
+
     why, versions = check_packages()  # reported, not fatal: the steps that need a missing package fail by name
     if why is None:
+        record.add("packages", "pass", 0.0, versions=versions)
         print(f"PASS  {'packages':16s} {0:6.1f} s  {versions}", flush=True)
     else:
         failed.append("packages")
+        record.add("packages", "fail", 0.0, why, versions=versions)
         print(f"FAIL  {'packages':16s} {0:6.1f} s  {why} (carry the wheels: see scripts/gpu_check.py)", flush=True)
-    t0 = time.perf_counter()
-    try:
-        device_name = prepare(work, "tiny" if small else "1.5b", "cpu" if small else "cuda", in_process=small)
-        print(f"PASS  {'prepare':16s} {time.perf_counter() - t0:6.1f} s  (device: {device_name})", flush=True)
-    except Exception as err:  # every later step needs these inputs
-        print(f"FAIL  {'prepare':16s} {time.perf_counter() - t0:6.1f} s  {type(err).__name__}: {err}", flush=True)
-        return 1
+    if "prepare" in names:
+        t0 = time.perf_counter()
+        if reuse:
+            record.add("prepare", "pass", 0.0, reused=True)
+            print(f"PASS  {'prepare':16s} {0:6.1f} s  (reused: {as_argument(work)})", flush=True)
+        elif (why := over_budget("prepare")) is not None:
+            skip("prepare", why)
+        else:
+            try:
+                device_name = prepare(work, "tiny" if small else "1.5b", "cpu" if small else "cuda", in_process=small)
+                record.data["device"] = device_name
+                record.add("prepare", "pass", time.perf_counter() - t0)
+                print(f"PASS  {'prepare':16s} {time.perf_counter() - t0:6.1f} s  (device: {device_name})", flush=True)
+            except Exception as err:  # every later step that reads these inputs fails without them
+                why = f"{type(err).__name__}: {err}"
+                failed.append("prepare")
+                record.add("prepare", "fail", time.perf_counter() - t0, why)
+                print(f"FAIL  {'prepare':16s} {time.perf_counter() - t0:6.1f} s  {why}", flush=True)
     for step in steps:
+        if step.uses_prepared() and "prepare" in skipped:
+            skip(step.name, "needs prepare, which was skipped")
+            continue
+        if step.uses_prepared() and "prepare" in failed:
+            failed.append(step.name)
+            record.add(step.name, "fail", 0.0, "needs prepare, which failed")
+            print(f"FAIL  {step.name:16s} {0:6.1f} s  needs prepare, which failed", flush=True)
+            continue
+        if (why := over_budget(step.name)) is not None:
+            skip(step.name, why)
+            continue
         if args.dry_run:
             t0 = time.perf_counter()
             try:
@@ -345,18 +527,25 @@ def main(argv: list[str] | None = None) -> int:
             seconds, tail = time.perf_counter() - t0, ""
         else:
             why, seconds, tail = run_step(step, logs)
+        log = as_argument(logs / f"{step.name}.log")
+        extra = {} if args.dry_run else {"last_line": tail, "log": str(log)}
         if why is None:
+            record.add(step.name, "pass", seconds, **extra)
             print(f"PASS  {step.name:16s} {seconds:6.1f} s", flush=True)
         else:
             failed.append(step.name)
-            detail = "" if args.dry_run else f"; last line: {tail}; log: {logs / (step.name + '.log')}"
+            record.add(step.name, "fail", seconds, why, **extra)
+            detail = "" if args.dry_run else f"; last line: {tail}; log: {log}"
             print(f"FAIL  {step.name:16s} {seconds:6.1f} s  {why}{detail}", flush=True)
     total = time.perf_counter() - start
     if not args.keep_models:
         for folder in ["policy", "prm", *(s.name for s in steps)]:
             shutil.rmtree(work / folder, ignore_errors=True)
-    print(f"{len(steps) + 2 - len(failed)}/{len(steps) + 2} passed in {total / 60:.1f} min" + (
-        f"; failed: {', '.join(failed)}" if failed else ""))  # fmt: skip
+    record.finish(total)
+    ran = len(names) - len(skipped)
+    print(f"{ran - len(failed)}/{ran} passed in {total / 60:.1f} min" + (
+        f"; failed: {', '.join(failed)}" if failed else "") + (
+        f"; skipped: {', '.join(skipped)}" if skipped else ""))  # fmt: skip
     return 1 if failed else 0
 
 

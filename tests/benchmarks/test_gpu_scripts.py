@@ -303,3 +303,147 @@ def test_no_vllm_gpu_config_is_the_vllm_config_without_vllm(root):
     assert quant.bnb_4bit_quant_type == "nf4" and quant.bnb_4bit_compute_dtype == torch.bfloat16
     assert peft.target_modules == ALL_LINEAR and peft.r == 32
     assert training_args.use_vllm is False  # policy_init never turns it on
+
+
+# ---- named steps and variants, budgets (issue 49.4) ----------------------------------------------------------------
+
+
+def test_gpu_check_only_adds_what_the_named_steps_need(tmp_path):
+    steps = gpu_check.plan(tmp_path, cpu=False)
+    names, notes = gpu_check.select("ext_sampler, harness", steps)
+    assert names == ["packages", "prepare", "main_job", "harness", "ext_sampler"]  # plan order, needs added
+    assert any("main_job" in n for n in notes) and any("prepare" in n for n in notes)
+    assert gpu_check.select("main_job", steps)[0] == ["packages", "main_job"]  # the embedded model: nothing prepared
+    assert gpu_check.select(None, steps)[0] == gpu_check.step_names(steps)
+    assert set(gpu_check.H100_SECONDS) == set(gpu_check.DESCRIPTIONS) == set(gpu_check.step_names(steps))
+
+
+def test_gpu_check_refuses_an_unknown_step_naming_the_steps(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        gpu_check.main(["--only", "ext_sampler,ext_adaptive", "--workdir", str(tmp_path / "w")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--only: unknown step(s) ['ext_adaptive']" in err
+    assert "the steps are: packages, prepare, main_job, harness, ext_process" in err and "gpu_config" in err
+    assert not (tmp_path / "w").exists()
+
+
+def test_gpu_check_lists_its_steps_with_their_h100_times(capsys):
+    assert gpu_check.main(["--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    listed = {line.split()[0]: int(line.split()[1]) for line in lines[1:-1]}
+    assert listed == gpu_check.H100_SECONDS
+    assert lines[-1].split()[:2] == ["all", str(sum(gpu_check.H100_SECONDS.values()))]
+
+
+def test_gpu_check_without_cuda_skips_only_the_named_steps(no_cuda, tmp_path, capsys):
+    assert gpu_check.main(["--only", "ext_skip", "--workdir", str(tmp_path / "w")]) == 0
+    skipped = [line for line in capsys.readouterr().out.splitlines() if line.startswith("skipped")]
+    assert skipped == [f"skipped (no CUDA)  {n}" for n in ("packages", "prepare", "ext_skip")]
+
+
+def test_gpu_check_budget_skips_what_would_end_past_it_and_records_every_step(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(gpu_check.H100_SECONDS, "gpu_config", 10**6)  # never fits
+    record = tmp_path / "check.json"
+    argv = ["--dry-run", "--only", "ext_skip,gpu_config", "--budget", "3600", "--json", str(record)]
+    assert gpu_check.main([*argv, "--workdir", str(tmp_path / "w"), "--keep-models"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("SKIP  gpu_config") and "over --budget" in line for line in lines)
+    assert lines[-1].startswith("3/3 passed") and lines[-1].endswith("skipped: gpu_config")
+    data = json.loads(record.read_text())
+    assert data["finished"] and data["mode"] == "dry run" and data["budget_s"] == 3600
+    assert {n: e["status"] for n, e in data["steps"].items()} == {
+        "packages": "pass", "prepare": "pass", "ext_skip": "pass", "gpu_config": "skipped"
+    }  # fmt: skip
+    assert data["passed"] == ["packages", "prepare", "ext_skip"] and data["skipped"] == ["gpu_config"]
+
+    # a second run reuses what the first prepared (kept): prepare costs nothing, the steps' commands still resolve
+    assert (
+        gpu_check.main(["--dry-run", "--only", "ext_refill", "--workdir", str(tmp_path / "w"), "--reuse-prepared"]) == 0
+    )
+    assert "(reused: " in capsys.readouterr().out
+
+
+def test_gpu_check_runs_steps_in_the_repository_with_portable_paths(tmp_path, monkeypatch):
+    inside = gpu_check.ROOT / "outputs" / "gpu_check_path_test"
+    monkeypatch.chdir(gpu_check.ROOT)
+    assert gpu_check.as_argument(inside) == Path("outputs/gpu_check_path_test")
+    assert gpu_check.as_argument(tmp_path) == tmp_path.resolve()  # outside the repository: as it is
+    monkeypatch.chdir(tmp_path)
+    assert gpu_check.as_argument(inside) == inside  # run from elsewhere: absolute, so dry runs resolve it
+
+
+def test_gpu_step_variants_are_named_and_checked(no_cuda, capsys):
+    assert gpu_step.parse_variants(" sampler,off ") == ("off", "sampler")  # the order of VARIANTS
+    for bad in ("off,generate", ""):
+        with pytest.raises(SystemExit, match="the variants are off, on, static, sampler"):
+            gpu_step.parse_variants(bad)
+    with pytest.raises(SystemExit, match=r"unknown \['eager'\]"):  # before anything is built or checked
+        gpu_step.main(["--variants", "static,eager"])
+
+
+def test_gpu_step_rehearsal_of_named_variants_writes_only_where_told(tmp_path, results_dir):
+    argv = ["--device", "cpu", "--shapes", "tiny", "--kinds", "lora", "--variants", "sampler,static", "--reps", "1",
+            "--batch", "8", "--group", "4", "--completion", "6"]  # fmt: skip
+    payload = gpu_step.main([*argv, "--results-dir", str(tmp_path / "part")])["tiny"]
+    assert list(results_dir.iterdir()) == []  # never into benchmarks/results from a CPU
+    record = json.loads((tmp_path / "part" / "gpu_step_tiny.json").read_text())
+    lora = record["kinds"]["lora"]
+    assert lora["errors"] == {} and set(lora["variants"]) == {"static", "sampler"}
+    assert "time_over_off" not in lora and set(lora["time_over_static"]) == {"sampler"}
+    assert set(record["sampler_vs"]) == {"lora"} and record["sampler_vs"]["lora"]["static"]["peak_over"] is None
+    assert record["sampler_target"] is None and payload["sampler_vs"] == record["sampler_vs"]
+    assert "| time / static |" in record["table"] and "lora, sampler vs static:" in record["table"]
+    assert record["params"]["variants"] == "sampler,static" and record["params"]["results_dir"] == str(
+        tmp_path / "part"
+    )
+
+
+# ---- committed GPU results name no folder of the machine that ran them --------------------------------------------
+
+
+def test_portable_text_rewrites_machine_paths():
+    log = (
+        "$ python scripts/train.py --model_name_or_path /tmp/gpu_check/policy --output_dir /tmp/gpu_check/ext_skip\n"
+        "../../../opt/torch/.venv/lib/python3.12/site-packages/torch/jit/_script.py:365: 14 warnings\n"
+        '  File "/usr/lib/python3.12/pathlib.py", line 1029\r  $ -m benchmarks.gpu_step --worker build 1.5b '
+        "/tmp/grpo_ext_gpu_step_model_uhx9u6zq/qwen2.5-1.5b-random cuda\n"
+        "[gw6] linux -- Python 3.12.3 /opt/torch/.venv/bin/python3; wrote /repo/x/benchmarks/results/a.json; "
+        "see https://docs.pytest.org/en/stable/how-to\n"
+    )
+    assert len(_gpu.absolute_paths(log)) == 6
+    text = _gpu.portable_text(log, root="/repo/x")
+    assert text == (
+        "$ python scripts/train.py --model_name_or_path gpu_check/policy --output_dir gpu_check/ext_skip\n"
+        "site-packages/torch/jit/_script.py:365: 14 warnings\n"
+        '  File "python3.12/pathlib.py", line 1029\r  $ -m benchmarks.gpu_step --worker build 1.5b '
+        "model/qwen2.5-1.5b-random cuda\n"
+        "[gw6] linux -- Python 3.12.3 python3; wrote benchmarks/results/a.json; "
+        "see https://docs.pytest.org/en/stable/how-to\n"
+    )
+    assert _gpu.absolute_paths(text) == []
+
+
+def test_committed_gpu_results_hold_no_machine_paths(root):
+    folders = sorted((root / "benchmarks" / "results").glob("gpu_*"))
+    assert {f.name for f in folders} >= {"gpu_2026-11-24", "gpu_2026-11-28"}
+    found = {}
+    for path in (p for folder in folders for p in folder.rglob("*") if p.is_file()):
+        paths = _gpu.absolute_paths(path.read_text(errors="replace"))
+        if paths:
+            found[str(path.relative_to(root))] = paths[:3]
+    assert found == {}, "rewrite them with benchmarks._gpu.portable_text"
+
+
+def test_committed_gpu_step_of_2026_11_28_says_what_its_readme_says(root):
+    folder = root / "benchmarks" / "results" / "gpu_2026-11-28"
+    record = json.loads((folder / "gpu_step_0.5b.json").read_text())
+    qlora = record["kinds"]["qlora"]["variants"]
+    seconds = {v: round(qlora[v]["seconds"]["median"], 2) for v in qlora}
+    assert seconds == {"off": 13.08, "on": 11.42, "static": 10.54, "sampler": 2.91}
+    assert round(record["sampler_target"]["speedup"], 2) == 4.49 and record["sampler_target"]["met"]
+    assert abs(qlora["sampler"]["peak_bytes"] / qlora["off"]["peak_bytes"] - 1) < 0.01
+    readme = (folder / "README.md").read_text()
+    for quoted in ("2.91", "13.1", "10.5", "4.49x", "22 passed", "bd5aac5", "transformers 5.24.0", "trl 1.16.0"):
+        assert quoted in readme
+    assert "22 passed" in (folder / "pytest_cuda.log").read_text()
