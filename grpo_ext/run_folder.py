@@ -8,6 +8,11 @@ results refused unless the user says what to do with them.
   refused, so two runs never mix their checkpoints and a shorter re-run never passes for the finished one. Continue
   that run with `resume_from_checkpoint` (one of its own checkpoints), or replace it with `overwrite_output_dir`,
   which clears only a folder a grpo-ext run wrote (`RUN_STATUS_FILE`); a folder of other files is never cleared.
+- `OutputFolder`: the same rules for every other writer (the harness, scripts/search.py, the study, the iterative
+  report, publish's dry run): it writes only into a folder it made or that carries its own record (`FOLDER_RECORD`,
+  naming the writer), refuses a folder holding files it did not write, holds the lock while it writes, and hands out
+  paths only through `inside`, which never follows a symbolic link out of the folder.
+- `path_part`: a name from a config or a flag (an arm name, a grid setting) as one folder name, never a path.
 """
 
 from __future__ import annotations
@@ -19,14 +24,28 @@ import os
 import shutil
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from grpo_ext.checkpoints import RUN_STATUS_FILE, last_checkpoint, read_run_status
 from grpo_ext.errors import UserError
 
-__all__ = ["LOCK_FILE", "OutputFolderLock", "check_loads_outside", "prepare_output_dir"]
+__all__ = [
+    "FOLDER_RECORD",
+    "LOCK_FILE",
+    "OutputFolder",
+    "OutputFolderLock",
+    "check_loads_outside",
+    "check_only_ours",
+    "inside",
+    "path_part",
+    "prepare_output_dir",
+]
 
 LOCK_FILE = ".grpo_ext.lock"
+#: Written into every folder an `OutputFolder` made or took over: which writer's it is (`{"writer": ...}`), and for a
+#: writer that may later replace the whole folder (publish's --overwrite), the files it wrote (`"files"`).
+FOLDER_RECORD = ".grpo_ext_folder.json"
 
 
 class OutputFolderLock:
@@ -164,3 +183,169 @@ def prepare_output_dir(folder: str | os.PathLike, *, resume: str | None, overwri
         f"output_dir: {folder} holds {what[status['status']]} ({recorded}; {shown}); pass {resume_hint}"
         "--overwrite_output_dir true to delete it and start again, or choose another output_dir"
     )
+
+
+# ---- every other writer's output folder -------------------------------------------------------------------------
+
+
+def path_part(value, field_name: str) -> str:
+    """`value` (a name from a config or a flag: an arm name, a grid setting) as one folder name under an output folder;
+    a `UserError` naming `field_name` when it would be a path instead: a separator (`/`, `\\`), a NUL byte, `.` or `..`,
+    empty, not a string, or over 200 bytes (file systems stop at 255)."""
+    if not isinstance(value, str) or not value.strip():
+        raise UserError(f"{field_name}: expected a name (it becomes a folder name), got {value!r}")
+    if any(c in value for c in "/\\\0") or value in (".", ".."):
+        raise UserError(
+            f"{field_name}: {value!r} cannot be a folder name: a name becomes one folder under the output folder, so "
+            "it may not contain '/', '\\' or a NUL byte, nor be '.' or '..'"
+        )
+    if len(value.encode()) > 200:
+        raise UserError(f"{field_name}: {value[:60]!r}... makes a folder name over 200 bytes; choose a shorter name")
+    return value
+
+
+def inside(root: str | os.PathLike, *parts: str, field_name: str) -> Path:
+    """`root / parts` once it is known to stay inside `root`: every part one folder name (`path_part`), and the path
+    with every symbolic link resolved still inside the resolved `root`. A link in the folder that leads out of it is
+    refused, never followed: a writer would delete, truncate or append to whatever it points at."""
+    root = Path(root)
+    path = root.joinpath(*(path_part(part, field_name) for part in parts))
+    real_root, real = root.resolve(), path.resolve()
+    if real != real_root and real_root not in real.parents:
+        raise UserError(
+            f"{field_name}: {path} leads to {real}, outside {root} (a symbolic link); not followed: remove the link "
+            f"or choose another {field_name}"
+        )
+    return path
+
+
+def _atomic_leftover(name: str) -> bool:
+    """A temporary file of `grpo_ext.io.atomic_write_bytes` (`.<name>.<random>.tmp`) a crash left behind."""
+    return name.startswith(".") and name.endswith(".tmp")
+
+
+class OutputFolder:
+    """`with OutputFolder(folder, writer="evals/passk_majk.py", field_name="--out") as out:` the one owner of an output
+    folder for the writer named: while the block runs, `out.path(name, ...)` is where it writes.
+
+    Accepted: a new or empty folder, one carrying this writer's record (`FOLDER_RECORD`), and one from before the
+    record that `adopt(folder)` recognises as this writer's (the record is then written). Refused, naming the folder
+    and what it holds: a folder holding files the writer did not write (a user's report.md, a sample cache that is
+    not one), another writer's folder, a file where a folder should be. Files a recorded folder gained since (a
+    user's notes) are left alone: the writer writes only its own names. The lock (`OutputFolderLock`) is held for the
+    whole block, so two runs never write one folder at once."""
+
+    def __init__(
+        self,
+        folder: str | os.PathLike,
+        *,
+        writer: str,
+        field_name: str,
+        adopt: Callable[[Path], bool] | None = None,
+    ):
+        self.folder = Path(folder)
+        self.writer = writer
+        self.field_name = field_name
+        self.adopt = adopt
+        self._lock = OutputFolderLock(self.folder, field_name=field_name)
+
+    def _entries(self) -> list[str]:
+        ignored = {LOCK_FILE, FOLDER_RECORD}
+        return sorted(p.name for p in self.folder.iterdir() if p.name not in ignored and not _atomic_leftover(p.name))
+
+    def record(self) -> dict | None:
+        """The folder's record (None when it has none); one that is not this module's JSON object is refused."""
+        path = self.folder / FOLDER_RECORD
+        if not path.exists() and not path.is_symlink():
+            return None
+        inside(self.folder, FOLDER_RECORD, field_name=self.field_name)
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            record = None
+        if not isinstance(record, dict) or not isinstance(record.get("writer"), str):
+            raise UserError(
+                f"{self.field_name}: {path} is not a record this project wrote (expected a JSON object naming its "
+                f"writer); the folder is not written into: remove it or choose another {self.field_name}"
+            )
+        return record
+
+    def check(self) -> None:
+        """What `__enter__` refuses, without taking the folder (a run that writes its report hours later checks
+        first)."""
+        folder = self.folder
+        if not folder.exists():
+            if folder.is_symlink():
+                raise UserError(f"{self.field_name}: {folder} is a symbolic link to nothing; not followed")
+            return
+        if not folder.is_dir():
+            raise UserError(f"{self.field_name}: {folder} is not a folder")
+        record = self.record()
+        if record is not None and record["writer"] != self.writer:
+            raise UserError(
+                f"{self.field_name}: {folder} holds the output of {record['writer']} ({FOLDER_RECORD}), not of "
+                f"{self.writer}; choose another {self.field_name}"
+            )
+        entries = self._entries()
+        if record is None and entries and not (self.adopt is not None and self.adopt(folder)):
+            shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
+            raise UserError(
+                f"{self.field_name}: {folder} is not empty ({shown}) and holds no output of {self.writer}: files "
+                f"it did not write are never overwritten; choose an empty or new {self.field_name}"
+            )
+
+    def __enter__(self) -> OutputFolder:
+        self.check()  # first: a refused folder is not even created or locked
+        self._lock.acquire()
+        try:
+            self.check()  # again, now that no other run can write there
+            if self.record() is None:
+                from grpo_ext.io import atomic_write_json
+
+                atomic_write_json(self.folder / FOLDER_RECORD, {"writer": self.writer})
+        except BaseException:
+            self._lock.release()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._lock.release()
+
+    def path(self, *parts: str) -> Path:
+        """Where the writer writes `parts` (each one folder name) in this folder: `inside` it, links not followed."""
+        return inside(self.folder, *parts, field_name=self.field_name)
+
+
+def check_only_ours(
+    folder: str | os.PathLike, *, writer: str, field_name: str, legacy_record: str | None = None
+) -> None:
+    """Before a writer replaces `folder` whole (publish's --overwrite): it carries `writer`'s record listing the files
+    that writer put there (`"files"`; `legacy_record`: the name of an older record holding that list), and holds
+    nothing else. A user's folder named by mistake, or a file added since, is never deleted."""
+    folder = Path(folder)
+    if folder.is_symlink() or not folder.is_dir():
+        raise UserError(f"{field_name}: {folder} is not a folder {writer} wrote; not replaced")
+    files = None
+    for name in (FOLDER_RECORD, legacy_record):
+        if name is None:
+            continue
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            record = json.loads((folder / name).read_text())
+            if name == FOLDER_RECORD and record.get("writer") != writer:
+                continue
+            files = {str(f) for f in record["files"]}
+            break
+    if files is None:
+        raise UserError(
+            f"{field_name}: {folder} was not written by {writer} (no readable {FOLDER_RECORD} listing its files); it "
+            f"is replaced only when {writer} wrote it: remove the folder yourself or choose another {field_name}"
+        )
+    others = sorted(
+        p.name for p in folder.iterdir() if p.name not in files and p.name not in {FOLDER_RECORD, legacy_record}
+    )
+    if others:
+        shown = ", ".join(others[:5]) + (", ..." if len(others) > 5 else "")
+        raise UserError(
+            f"{field_name}: {folder} holds files {writer} did not write ({shown}); not replaced: remove them or "
+            f"choose another {field_name}"
+        )

@@ -18,8 +18,10 @@
 Test is looked at once: a second test of anything else (another pick, e.g. after the grid was reordered, or the pick
 retrained) is refused unless `--test-again` says so; the earlier test folder is then kept as `test.<k>/` and
 search.json / search.md list every look. `--out` is a new or empty folder or an earlier search's (one search at a
-time: a lock); a folder of other files is refused. Grid values never make paths outside `--out` (no `/`, `\\`), and
-neither a grid nor `--train-args` may change the task or the base model the runs are compared on.
+time: a lock); a folder of other files is refused, and no path under it is followed out of it by a symbolic link
+(`grpo_ext.run_folder.OutputFolder`). A grid setting is one folder name under `--out` (no `/`, `\\`, `..`), and
+neither a grid nor `--train-args` may move a run or change the task or the base model the runs are compared on,
+however its flags are spelled: they are checked on the parsed training arguments.
 
 Resumable at any moment: a run that finished (`grpo_ext_run.json`) with the same training command
 (`<out>/runs/<slug>/search_run.json`) is not trained again, an unfinished one continues from its last checkpoint
@@ -184,25 +186,25 @@ def _score(report: dict, metric: str, model: int = 0) -> float:
     return EvalResult.of(report["models"][model]).value(metric)
 
 
-def test_looks(out: Path, previous: dict | None) -> list[dict]:
-    """Every earlier look at test from this `--out` (command, fingerprints of the models, scores): search.json's ledger,
-    or for a search from before the ledger, its test report."""
+def test_looks(owner, previous: dict | None) -> list[dict]:
+    """Every earlier look at test from this `--out` (`owner`: its `OutputFolder`; command, fingerprints of the models,
+    scores): search.json's ledger, or for a search from before the ledger, its test report."""
     if previous is not None and isinstance(previous.get("test_looks"), list):
         return previous["test_looks"]
-    report = _read_json(out / "test" / "report.json")
+    report = _read_json(owner.path("test", "report.json"))
     if report is None:
         return []
     models = report.get("models") if isinstance(report.get("models"), list) else []  # a killed test: maybe none yet
     return [{"command": report.get("command"), "fingerprints": [m.get("model_fingerprint") for m in models]}]
 
 
-def _test(models: list[str], args, out: Path, looks: list[dict]) -> tuple[dict, list[dict]]:
+def _test(models: list[str], args, owner, looks: list[dict]) -> tuple[dict, list[dict]]:
     """The test report of ``models`` (base, pick) and the ledger of looks at test with this one. The same look (same
     command, same weights) is read back or resumed; any other look after one is refused unless --test-again, and
     then the earlier test folder is kept aside (``test.<k>``), not replaced."""
     from grpo_ext.errors import UserError
 
-    folder = out / "test"
+    folder = owner.path("test")
     look = {"command": "python " + shlex.join(_harness_argv(models, "test", args, folder))}
     look["fingerprints"] = _fingerprints(models)
     known = next(
@@ -222,10 +224,10 @@ def _test(models: list[str], args, out: Path, looks: list[dict]) -> tuple[dict, 
     if known is None:
         report = _read_json(folder / "report.json")
         if report is not None:  # another look's report: kept aside, never replaced
-            k = next(k for k in itertools.count(1) if not (out / f"test.{k}").exists())
-            folder.rename(out / f"test.{k}")
-            if (out / "test.log").is_file():
-                (out / "test.log").rename(out / f"test.{k}.log")
+            k = next(k for k in itertools.count(1) if not owner.path(f"test.{k}").exists())
+            folder.rename(owner.path(f"test.{k}"))
+            if owner.path("test.log").is_file():
+                owner.path("test.log").rename(owner.path(f"test.{k}.log"))
         looks = [*looks, look]
     report = _evaluate(models, "test", args, folder)
     i = len(looks) - 1 if known is None else known
@@ -236,9 +238,8 @@ def _test(models: list[str], args, out: Path, looks: list[dict]) -> tuple[dict, 
 
 def main(argv: list[str]) -> dict:
     from grpo_ext.errors import UserError, read_yaml
-    from grpo_ext.io import atomic_write_json
-    from grpo_ext.methods.search_grid import SEARCH_MARKER, check_out, check_settings, check_train_args, parse_grid
-    from grpo_ext.run_folder import OutputFolderLock
+    from grpo_ext.methods.search_grid import check_settings, check_train_args, is_search_folder, parse_grid
+    from grpo_ext.run_folder import OutputFolder
 
     args = _parse_args(argv)
     grid = parse_grid(args.grid)
@@ -252,19 +253,14 @@ def main(argv: list[str]) -> dict:
     out = Path(args.out)
     seeding = []
     if args.search_seed is not None:
-        if "seed" in grid or any(flag.removeprefix("--").partition("=")[0] == "seed" for flag in train_args):
-            raise UserError("--search-seed: the grid and --train-args must not set seed as well")
         if args.search_seed == config.get("seed", 42):  # 42: TrainingArguments' default seed
             raise UserError(f"--search-seed {args.search_seed}: it is the config's seed, the one the test run uses")
         seeding = ["--seed", str(args.search_seed)]
     for split in ("validation", "test") if args.test else ("validation",):  # before any training
         _check_harness_argv(_harness_argv([base], split, args, out / split))
-    check_settings(args.config, grid, train_args, seeding)
-    check_out(out)
-    with OutputFolderLock(out, field_name="--out"):
-        check_out(out)  # again, now that no other search can write there
-        atomic_write_json(out / SEARCH_MARKER, {"search": "python scripts/search.py"})
-        return _search(args, grid, train_args, seeding, config, base, out)
+    check_settings(args.config, grid, train_args, seeding)  # the protected fields, on the parsed arguments
+    with OutputFolder(out, writer="scripts/search.py", field_name="--out", adopt=is_search_folder) as folder:
+        return _search(args, grid, train_args, seeding, config, base, folder)
 
 
 def _parse_args(argv: list[str]) -> argparse.Namespace:
@@ -311,24 +307,30 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def _search(args, grid, train_args, seeding, config, base, out) -> dict:
+def _search(args, grid, train_args, seeding, config, base, owner) -> dict:
+    """The search in the folder `owner` holds: every path under it comes from `owner.path`, which never follows a
+    symbolic link out of it (a `runs/<slug>` linked elsewhere would have its validation/ deleted)."""
     from grpo_ext.io import atomic_write_json, atomic_write_text
     from grpo_ext.methods.search_grid import pick, settings_of, slug_of
 
-    previous = _read_json(out / "search.json")
-    looks = test_looks(out, previous)
+    out = owner.folder
+
+    previous = _read_json(owner.path("search.json"))
+    looks = test_looks(owner, previous)
     settings = settings_of(grid)
     scores, reports = {}, {}
     for i, setting in enumerate(settings, 1):
         slug = slug_of(setting)
-        folder = out / "runs" / slug
+        folder = owner.path("runs", slug)
+        for name in ("model", "validation"):  # trained into, and deleted when the run trains again: never via a link
+            owner.path("runs", slug, name)
         flags = [a for name, value in setting.items() for a in (f"--{name}", value)]
         train = ["scripts/train.py", "--config", args.config, "--output_dir", str(folder / "model")]
         _train([*train, *train_args, *seeding, *flags, "--disable_tqdm", "true"], folder, args.save_steps)
         print(f"[{i}/{len(settings)}] validation {slug}", flush=True)
         reports[slug] = _evaluate([str(folder / "model")], "validation", args, folder / "validation")
         scores[slug] = _score(reports[slug], args.metric)
-    base_report = _evaluate([base], "validation", args, out / "base_validation")
+    base_report = _evaluate([base], "validation", args, owner.path("base_validation"))
     chosen = pick(settings, scores)
     record = {
         "command": "python scripts/search.py " + " ".join(args.argv),
@@ -343,7 +345,7 @@ def _search(args, grid, train_args, seeding, config, base, out) -> dict:
         "pick": {"slug": slug_of(chosen), **chosen},
         "test_looks": looks,  # every look at test from this --out, kept across runs
     }
-    atomic_write_json(out / "search.json", record)  # written before any test number exists
+    atomic_write_json(owner.path("search.json"), record)  # written before any test number exists
     lines = [
         f"# Search of `{args.config}` on validation",
         "",
@@ -357,14 +359,14 @@ def _search(args, grid, train_args, seeding, config, base, out) -> dict:
         mark = " **(pick)**" if slug == record["pick"]["slug"] else ""
         lines.append(f"| {slug}{mark} | {score:.3f} | {record['pass@n'][slug]:.3f} |")
     if args.test:
-        folder = out / "runs" / record["pick"]["slug"] / "model"
+        folder = owner.path("runs", record["pick"]["slug"], "model")
         if seeding:  # the pick at the config's own seed: a run the search never scored
             flags = [a for name, value in chosen.items() for a in (f"--{name}", value)]
-            train = ["scripts/train.py", "--config", args.config, "--output_dir", str(out / "test_run" / "model")]
+            folder = owner.path("test_run", "model")
+            train = ["scripts/train.py", "--config", args.config, "--output_dir", str(folder)]
             print("training the pick at the config's seed (test run)", flush=True)
-            _train([*train, *train_args, *flags, "--disable_tqdm", "true"], out / "test_run", args.save_steps)
-            folder = out / "test_run" / "model"
-        test, looks = _test([base, str(folder)], args, out, looks)
+            _train([*train, *train_args, *flags, "--disable_tqdm", "true"], owner.path("test_run"), args.save_steps)
+        test, looks = _test([base, str(folder)], args, owner, looks)
         where = f"{args.test_limit} test problems, n = {args.test_n}"
         if seeding:
             where += f"; the pick trained again at the config's seed {config.get('seed', 42)}, not the search's"
@@ -374,8 +376,8 @@ def _search(args, grid, train_args, seeding, config, base, out) -> dict:
             lines += [f"- `{look.get('model', '?')}`: pick pass@1 {look.get('pick', '?')}" for look in looks[:-1]]
         record["test"] = {"base": _score(test, "pass@1", 0), "pick": _score(test, "pass@1", 1), "model": str(folder)}
         record["test_looks"] = looks
-        atomic_write_json(out / "search.json", record)
-    atomic_write_text(out / "search.md", "\n".join(lines) + "\n")
+        atomic_write_json(owner.path("search.json"), record)
+    atomic_write_text(owner.path("search.md"), "\n".join(lines) + "\n")
     print(f"pick: {record['pick']['slug']} ({args.metric} {scores[record['pick']['slug']]:.3f} on validation)")
     return record
 

@@ -40,8 +40,8 @@ def test_grid_product_slugs_and_pick_by_validation_then_grid_order():
         (["lr=1,2", "lr=3"], "field 'lr' given twice"),
         (["lr=1,1"], "repeated value"),
         ([], "at least one"),
-        (["output_dir=/a,/b"], "the search sets output_dir itself"),  # would train outside --out
-        (["resume_from_checkpoint=/a/checkpoint-1"], "the search sets resume_from_checkpoint itself"),
+        (["output_dir=/a,/b"], "'output_dir=/a' cannot be a folder name"),  # would train outside --out
+        (["run_name=a\\b"], "cannot be a folder name"),
     ],
 )
 def test_bad_grids_name_the_flag(specs, message):
@@ -49,10 +49,15 @@ def test_bad_grids_name_the_flag(specs, message):
         search.parse_grid(specs)
 
 
-def test_train_args_may_not_move_the_runs():
+def test_train_args_may_not_move_the_runs(root, monkeypatch):
+    """Checked on the parsed arguments (issue 52: the dashed spelling got past a check of the underscore one)."""
+    monkeypatch.chdir(root)
     assert search.check_train_args("--max_steps 2 --beta=0") == ["--max_steps", "2", "--beta=0"]
-    with pytest.raises(UserError, match="--train-args: --output_dir=/tmp/x: the search sets output_dir itself"):
-        search.check_train_args("--max_steps 2 --output_dir=/tmp/x")
+    for flags in ("--max_steps 2 --output_dir=/tmp/x", "--output-dir /tmp/x"):
+        with pytest.raises(UserError, match="--train-args: sets output_dir to another folder .*the search sets it"):
+            search.check_settings("configs/default.yaml", {"x": ["1"]}, search.check_train_args(flags), [])
+    with pytest.raises(UserError, match=r"--grid resume_from_checkpoint=a: sets resume_from_checkpoint to 'a'"):
+        search.check_settings("configs/default.yaml", {"resume_from_checkpoint": ["a"]}, [], [])
 
 
 def test_a_grid_field_train_py_does_not_take_is_refused_before_training(python, root, tmp_path):
@@ -226,8 +231,8 @@ def test_search_seed_trains_the_grid_at_it_and_tests_the_pick_trained_again_at_t
 
     for extra, message in [
         (["--search-seed", "0"], "--search-seed 0: it is the config's seed"),  # configs/default.yaml: seed 0
-        (["--search-seed", "100", "--train-args", "--seed 7"], "must not set seed as well"),
-        (["--search-seed", "100", "--grid", "seed=1,2"], "must not set seed as well"),
+        (["--search-seed", "100", "--train-args", "--seed 7"], "--train-args: sets seed to 7 .*--search-seed sets"),
+        (["--search-seed", "100", "--grid", "seed=1,2"], "--grid .*seed=1: sets seed to 1 .*--search-seed sets"),
     ]:
         with pytest.raises(UserError, match=message):
             search.main([*argv, *extra])
