@@ -23,7 +23,7 @@ import operator
 
 import torch
 
-__all__ = ["correct_indicator", "outcome_advantages", "process_advantages", "zero_std_mask"]
+__all__ = ["cap_to_right_samples", "correct_indicator", "outcome_advantages", "process_advantages", "zero_std_mask"]
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -262,3 +262,56 @@ def correct_indicator(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     _check_no_inf(rewards, "rewards")
     rewards = _as_float(rewards)
     return (rewards > 0).to(rewards.dtype)  # NaN > 0 is False
+
+
+# ------------------------------------------------------------------------------------------------------------
+# An ordering guarantee for per-token advantages (applied after process_advantages)
+# ------------------------------------------------------------------------------------------------------------
+
+
+def cap_to_right_samples(
+    advantages: torch.Tensor, right: torch.Tensor, lengths: torch.Tensor, group_size: int
+) -> torch.Tensor:
+    """In a group holding a right sample, no other sample gets more advantage than it on any token.
+
+    Args:
+        advantages: ``(N, T)`` per-token advantages (e.g. :func:`process_advantages`).
+        right: ``(N,)`` bool, a *finished right* sample: right answer and ended on its own (not cut off at the
+            length cap).
+        lengths: ``(N,)`` real tokens of each sample (``advantages[i, lengths[i]:]`` is padding).
+        group_size: samples per prompt; ``N`` must be a multiple of it.
+
+    Returns:
+        ``(N, T)``, same dtype and device. In a group with at least one right sample that has a token, let ``floor`` be
+        the lowest advantage of any real token of the group's right samples; every real token of every other sample
+        (wrong, or cut off) is capped at ``min(floor, 0)``: ``A'[i, t] = min(A[i, t], floor, 0)``. Right samples,
+        padding, and groups without a right sample are left as they are. The cap only lowers values.
+
+    Guarantees, per group holding a right sample: (1) ``max_t A'[i, t] <= min_t A[r, t]`` for every non-right ``i``
+    and right ``r`` (over real tokens); (2) no non-right sample has a positive advantage on any token, so the summed
+    advantage of a non-right sample (what the token-summed loss weighs it by) is ``<= 0``, and at most that of a right
+    sample whose tokens are all ``>= 0`` (the usual case: every step of a right sample right). The per-token cap of
+    (1) alone would not give (2): DeepSeekMath's sum of later steps' rewards leaves a long unfinished sample with small
+    positive advantages on many tokens, which add up past a short right sample's.
+
+    Why: DeepSeekMath 4.1.3 credits a token with the normalised rewards of every later step, so a sample with more
+    right-looking steps than a right sample outranks it on its early tokens, even when it never finishes (a right
+    line, then the length cap). Outside groups with a right answer, process supervision is untouched: there its
+    credit for the right early steps of wrong samples is the signal.
+
+    Hand example (group of 2, T = 4): right sample ``[0.9, 0.9, 0.4, 0.4]`` with 4 tokens, cut-off sample
+    ``[1.2, 0.5, -0.7, 0.0]`` with 3 tokens: floor 0.4, cap 0 -> ``[0.0, 0.0, -0.7, 0.0]``.
+    """
+    group_size = _check_grouped(advantages, group_size, "advantages", ndims=(2,))
+    n, t = advantages.shape
+    if n == 0 or t == 0:
+        return advantages.clone()
+    device = advantages.device
+    right = right.to(device=device, dtype=torch.bool).reshape(n)
+    real = torch.arange(t, device=device).unsqueeze(0) < lengths.to(device).reshape(n, 1)  # (N, T)
+    inf = torch.tensor(float("inf"), dtype=advantages.dtype, device=device)
+    floor = torch.where(real & right.unsqueeze(1), advantages, inf).view(n // group_size, -1).amin(dim=1)  # (G,)
+    # a group without a right token keeps an infinite cap: nothing there is touched
+    cap = torch.where(torch.isinf(floor), floor, floor.clamp(max=0.0)).repeat_interleave(group_size)  # (N,)
+    capped = torch.minimum(advantages, cap.unsqueeze(1))
+    return torch.where(real & ~right.unsqueeze(1), capped, advantages)

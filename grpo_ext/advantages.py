@@ -16,12 +16,19 @@ from typing import TypeVar
 
 import torch
 
-from grpo_ext.advantage_math import correct_indicator, outcome_advantages, process_advantages, zero_std_mask
+from grpo_ext.advantage_math import (
+    cap_to_right_samples,
+    correct_indicator,
+    outcome_advantages,
+    process_advantages,
+    zero_std_mask,
+)
 from grpo_ext.registration import qualified_name
 
 __all__ = [
     "GRADIENT_COEFFICIENTS",
     "GradientCoefficient",
+    "cap_to_right_samples",
     "get_gradient_coefficient",
     "online_rft_gradient_coefficient",
     "outcome_advantages",

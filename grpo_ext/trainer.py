@@ -3,9 +3,11 @@
 Plumbing only: the math is in `grpo_ext.advantages` and `grpo_ext.kl_control`. Three TRL hooks are wrapped,
 each calling `super()` first:
 
-- `_calculate_rewards` keeps the gathered outcome rewards and scores each local completion's steps;
-- `_generate_and_score_completions` replaces the advantages (process / online RFT), decides which groups have
-  no signal, refills or masks them;
+- `_calculate_rewards` tells every reward function which samples the length cap cut off (`completion_truncated`),
+  keeps the gathered outcome rewards and scores each local completion's steps;
+- `_generate_and_score_completions` replaces the advantages (process / online RFT; per-token advantages are capped
+  so that no wrong or cut-off sample outranks a finished right one of its group, `cap_to_right_samples`), decides
+  which groups have no signal, refills or masks them;
 - `_compute_loss` replaces TRL's micro-batch normaliser by the generation batch's kept rows (skipped groups) and
   feeds the KL to the β controller;
 - `_get_per_token_logps_and_entropies` / `_prepare_inputs` forward each group's prompt once and keep groups whole in
@@ -29,7 +31,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.models.utils import unwrap_model_for_generation
 from trl.trainer.utils import is_async_callable
 
-from grpo_ext.advantages import get_gradient_coefficient, zero_std_mask
+from grpo_ext.advantages import cap_to_right_samples, get_gradient_coefficient, zero_std_mask
 from grpo_ext.batching import KEPT_NORMALISER, replace_rows
 from grpo_ext.checkpoints import CHECKPOINT_STATE_FILE, StagedCheckpointsMixin
 from grpo_ext.config import GRPOExtConfig
@@ -41,6 +43,7 @@ from grpo_ext.rewards.checked import checked_reward_func
 from grpo_ext.rewards.process import build_step_rewards, score_steps
 from grpo_ext.rollouts import rollout_seed, sample_completions, sampler_settings_of
 from grpo_ext.shared_prompt import SharedPromptForwardMixin
+from grpo_ext.tasks.base import TRUNCATED, completion_text, truncated_at_cap
 from grpo_ext.trainer_state import TrainingStateMixin
 from grpo_ext.validation import check_combinations, check_training_ranges, context_overflow
 
@@ -153,8 +156,22 @@ class GRPOExtTrainer(SharedPromptForwardMixin, StagedCheckpointsMixin, TrainingS
 
     # ---- rewards ----------------------------------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        # Every reward function is told which samples the length cap cut off (`completion_truncated`): the task's
+        # rewards give them no answer and their cut line no step score (grpo_ext.tasks.base.TRUNCATED).
+        end_ids = {*self.eos_token_ids, self._tokenizer.pad_token_id}
+        truncated = [
+            truncated_at_cap(
+                ids,
+                completion_text(c),
+                max_length=self.max_completion_length,
+                end_ids=end_ids,
+                stop_strings=self.args.stop_strings or (),
+            )
+            for ids, c in zip(completion_ids_list, completions, strict=True)
+        ]
+        inputs = [{**x, TRUNCATED: t} for x, t in zip(inputs, truncated, strict=True)]
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self._batch_rewards = {"rewards_per_func": rewards_per_func}
+        self._batch_rewards = {"rewards_per_func": rewards_per_func, "truncated": truncated}
         if self.process_reward_funcs:
             reward_kwargs = {
                 k: [x[k] for x in inputs] for k in inputs[0] if k not in ("prompt", "completion", "completion_ids")
@@ -284,6 +301,8 @@ class GRPOExtTrainer(SharedPromptForwardMixin, StagedCheckpointsMixin, TrainingS
             advantages = self.gradient_coefficient(
                 rewards=rewards, step_rewards=step_rewards, group_size=group, scale=self.scale_rewards != "none"
             )
+            if step_rewards is not None and advantages.dim() == 2:
+                advantages = self._cap_to_right_samples(advantages, rewards, group)
             local_advantages = advantages[local]
             output["advantages"] = local_advantages[:, :width] if local_advantages.dim() == 2 else local_advantages
 
@@ -292,6 +311,19 @@ class GRPOExtTrainer(SharedPromptForwardMixin, StagedCheckpointsMixin, TrainingS
                 self._no_signal_groups(rewards, advantages, group).repeat_interleave(group)[local].cpu()
             )
         return output
+
+    def _cap_to_right_samples(self, advantages: torch.Tensor, rewards: torch.Tensor, group: int) -> torch.Tensor:
+        """Per-token advantages where no wrong or cut-off sample outranks a finished right one of its group
+        (`cap_to_right_samples`); right: outcome reward > 0 (online RFT's rule for 0/1 verifiers) and not cut off."""
+        device = advantages.device
+        local_cut = torch.tensor(self._batch_rewards["truncated"], dtype=torch.bool, device=self.accelerator.device)
+        local_lengths = torch.tensor(
+            [s.length for s in self._batch_rewards["steps"]], dtype=torch.long, device=self.accelerator.device
+        )
+        cut = self.accelerator.gather(local_cut).to(device)
+        lengths = self.accelerator.gather(local_lengths).to(device)
+        right = (rewards.to(device) > 0) & ~cut  # NaN > 0 is False: an unscored sample is not right
+        return cap_to_right_samples(advantages, right, lengths, group)
 
     def _no_signal_groups(self, rewards: torch.Tensor, advantages: torch.Tensor | None, group: int) -> torch.Tensor:
         """`(N // group,)` True where every gradient coefficient of the group is 0: nothing to learn from it.

@@ -7,7 +7,13 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
-from grpo_ext.advantages import get_gradient_coefficient, outcome_advantages, process_advantages, zero_std_mask
+from grpo_ext.advantages import (
+    cap_to_right_samples,
+    get_gradient_coefficient,
+    outcome_advantages,
+    process_advantages,
+    zero_std_mask,
+)
 
 NAN = float("nan")
 PROPERTY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -337,3 +343,114 @@ def test_process_validation():
         process_advantages(torch.tensor([[0.0, -float("inf")], [NAN, 1.0]]), 2)
     with pytest.raises(ValueError, match=r"shape \(N,\)"):
         outcome_advantages(torch.zeros(4, 3), 2)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# cap_to_right_samples: the ordering guarantee applied after process_advantages
+# ------------------------------------------------------------------------------------------------------------
+
+
+def test_cap_hand_example_of_the_docstring():
+    """Right sample [0.9, 0.9, 0.4, 0.4] (4 tokens), cut-off sample [1.2, 0.5, -0.7, pad] (3 tokens): floor 0.4, cap
+    min(0.4, 0) = 0, so [0, 0, -0.7] and its padding untouched; the right sample unchanged."""
+    a = torch.tensor([[0.9, 0.9, 0.4, 0.4], [1.2, 0.5, -0.7, 0.3]])
+    out = cap_to_right_samples(a, torch.tensor([True, False]), torch.tensor([4, 3]), group_size=2)
+    torch.testing.assert_close(out, torch.tensor([[0.9, 0.9, 0.4, 0.4], [0.0, 0.0, -0.7, 0.3]]))
+
+
+def test_cap_hand_example_process_advantages_of_a_short_right_sample_among_wrong_ones():
+    """DeepSeekMath 4.1.3 on a group of 4, then the cap, by hand.
+
+    Step rewards (token index: reward): the right sample "#### 42" + its outcome: {1: 1, 2: 1} (3 tokens); a sample
+    with two right steps that the cap cut off (outcome 0): {1: 1, 3: 1, 5: 0} (6 tokens); two wrong samples, a wrong
+    step and outcome 0: {1: 0, 2: 0} (3 tokens) each.
+    Steps {1 x 4, 0 x 5}: mean 4/9, Bessel var (4 * 25/81 + 5 * 16/81) / 8 = 5/18, std s = sqrt(5/18);
+    p = (5/9) / (s + eps) for a 1, q = -(4/9) / (s + eps) for a 0.
+    DeepSeekMath: right [2p, 2p, p]; cut-off [2p + q, 2p + q, p + q, p + q, q, q]; wrong [2q, 2q, q]. The cut-off
+    sample's first tokens (2p + q = 6/9 / s) outrank every token of the right one (lowest p = 5/9 / s). The cap
+    (floor p > 0, so cap 0): cut-off [0, 0, 0, 0, q, q] (p + q = 1/9 / s > 0 capped too); the wrong ones stay."""
+    x = torch.full((4, 6), NAN)
+    x[0, 1], x[0, 2] = 1.0, 1.0
+    x[1, 1], x[1, 3], x[1, 5] = 1.0, 1.0, 0.0
+    x[2, 1], x[2, 2] = 0.0, 0.0
+    x[3, 1], x[3, 2] = 0.0, 0.0
+    s = math.sqrt(5 / 18) + 1e-4
+    p, q = (5 / 9) / s, -(4 / 9) / s
+    plain = process_advantages(x, group_size=4)
+    expected_plain = torch.tensor(
+        [
+            [2 * p, 2 * p, p, 0.0, 0.0, 0.0],
+            [2 * p + q, 2 * p + q, p + q, p + q, q, q],
+            [2 * q, 2 * q, q, 0.0, 0.0, 0.0],
+            [2 * q, 2 * q, q, 0.0, 0.0, 0.0],
+        ]
+    )
+    torch.testing.assert_close(plain, expected_plain)
+    assert plain[1].max() > plain[0, :3].min()  # the disorder the cap is for
+    right = torch.tensor([True, False, False, False])
+    out = cap_to_right_samples(plain, right, torch.tensor([3, 6, 3, 3]), group_size=4)
+    expected = expected_plain.clone()
+    expected[1] = torch.tensor([0.0, 0.0, 0.0, 0.0, q, q])
+    torch.testing.assert_close(out, expected)
+
+
+def test_cap_a_long_unfinished_sample_cannot_sum_past_a_short_right_one():
+    """Why the cap is min(floor, 0) and not the floor alone: 10 tokens at 0.5 (below the right sample's lowest, 0.6)
+    would sum to 5.0 against the right sample's 1.8 over 3 tokens."""
+    a = torch.zeros(2, 10)
+    a[0, :3] = torch.tensor([0.6, 0.6, 0.6])
+    a[1] = 0.5
+    out = cap_to_right_samples(a, torch.tensor([True, False]), torch.tensor([3, 10]), group_size=2)
+    assert out[1].max() <= 0 and out[1].sum() <= out[0, :3].sum()
+
+
+def test_cap_leaves_groups_without_a_right_sample_and_right_samples_alone():
+    a = torch.tensor([[0.5, -0.2], [0.9, 0.1], [-0.3, 0.4], [0.7, 0.0]])
+    right = torch.tensor([False, False, True, True])  # group 0: none right; group 1: both right
+    out = cap_to_right_samples(a, right, torch.tensor([2, 2, 2, 2]), group_size=2)
+    assert torch.equal(out, a)
+    # a right sample without tokens sets no floor: nothing to compare with
+    out = cap_to_right_samples(a[:2], torch.tensor([True, False]), torch.tensor([0, 2]), group_size=2)
+    assert torch.equal(out, a[:2])
+
+
+def test_cap_a_right_sample_with_a_wrong_step_sets_a_negative_floor():
+    """A right sample can carry negative advantages (a false step early, in a mostly right group): the others are
+    capped at its lowest, below 0."""
+    a = torch.tensor([[-0.4, 0.2, 0.2], [0.1, -0.1, -0.5]])
+    out = cap_to_right_samples(a, torch.tensor([True, False]), torch.tensor([3, 3]), group_size=2)
+    torch.testing.assert_close(out, torch.tensor([[-0.4, 0.2, 0.2], [-0.4, -0.4, -0.5]]))
+
+
+def test_cap_shapes_dtypes_devices_and_validation():
+    a = torch.randn(4, 5, dtype=torch.float64)
+    out = cap_to_right_samples(a, torch.tensor([1, 0, 0, 1]), torch.tensor([5, 5, 2, 0]), group_size=2)
+    assert out.dtype == torch.float64 and out.device == a.device
+    assert cap_to_right_samples(torch.zeros(0, 3), torch.zeros(0, dtype=torch.bool), torch.zeros(0), 2).shape == (0, 3)
+    assert cap_to_right_samples(torch.zeros(2, 0), torch.ones(2, dtype=torch.bool), torch.zeros(2), 2).shape == (2, 0)
+    with pytest.raises(ValueError, match="not divisible by group_size=3"):
+        cap_to_right_samples(torch.zeros(4, 2), torch.zeros(4, dtype=torch.bool), torch.zeros(4), 3)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_cap_guarantee_on_random_process_groups(seed):
+    """Random step rewards through DeepSeekMath, random right samples and lengths: after the cap, in every group with
+    a right sample holding a token, every other sample's tokens are <= the right samples' lowest and <= 0; nothing
+    else moves; nothing rises."""
+    generator = torch.Generator().manual_seed(seed)
+    n, t, group = 12, 9, 4
+    plain = process_advantages(random_step_rewards(generator, n, t, 4), group)
+    right = torch.rand(n, generator=generator) < 0.3
+    lengths = torch.randint(0, t + 1, (n,), generator=generator)
+    out = cap_to_right_samples(plain, right, lengths, group)
+    assert (out <= plain).all()
+    real = torch.arange(t) < lengths.unsqueeze(1)
+    for g in range(n // group):
+        rows = range(g * group, (g + 1) * group)
+        right_tokens = torch.cat([plain[i, real[i]] for i in rows if right[i]] or [torch.zeros(0)])
+        for i in rows:
+            if right[i] or right_tokens.numel() == 0:
+                assert torch.equal(out[i], plain[i])
+            else:
+                assert (out[i, real[i]] <= min(right_tokens.min().item(), 0.0)).all()
+                assert torch.equal(out[i, ~real[i]], plain[i, ~real[i]])

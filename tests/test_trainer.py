@@ -6,11 +6,12 @@ import math
 import pytest
 import torch
 
-from grpo_ext.advantages import process_advantages
+from grpo_ext.advantages import cap_to_right_samples, process_advantages
 from grpo_ext.kl_control import AdaptiveKLController
 from grpo_ext.methods.cost import CountingReward, SampleBudget
 from grpo_ext.reasoning_steps import step_end_token_indices
 from grpo_ext.tasks.arithmetic import Problem
+from grpo_ext.tasks.base import TRUNCATED
 from tests.trainer_utils import TASK, GRPOConfig, GRPOExtTrainer, GRPOTrainer, tiny_args, tiny_trainer
 
 
@@ -153,7 +154,17 @@ def test_process_advantages_are_wired_to_the_step_verifier(tmp_path):
         assert len(ends) == len(scores)
         for end, score in zip(ends, scores, strict=False):
             step_rewards[row, end] = score
-    expected = process_advantages(step_rewards, group_size=4)
+    plain = process_advantages(step_rewards, group_size=4)
+    # then no wrong or cut-off sample above a finished right one of its group (right: the outcome, not cut off)
+    lengths = out["completion_mask"].sum(dim=1)
+    right = torch.tensor(
+        [
+            TASK.is_correct(tok.decode(ids, skip_special_tokens=True), r["answer"])
+            and not (int(n) == args.max_completion_length and ids[int(n) - 1] != tok.eos_token_id)
+            for ids, n, r in zip(out["completion_ids"], lengths, batch, strict=True)
+        ]
+    )
+    expected = cap_to_right_samples(plain, right, lengths, group_size=4)
     assert advantages.abs().sum() > 0  # the batch has step-level signal, so the comparison is not vacuous
     torch.testing.assert_close(advantages, expected)
     # Token 0 of each row carries the sum of that row's normalised step rewards (mean/std over the group).
@@ -164,6 +175,52 @@ def test_process_advantages_are_wired_to_the_step_verifier(tmp_path):
             own = values[0][~torch.isnan(values[0])]
             by_hand = ((own - present.mean()) / (present.std() + 1e-4)).sum()
             torch.testing.assert_close(advantages[4 * g, 0], by_hand, rtol=1e-5, atol=1e-5)
+
+
+def test_rewards_are_told_the_cut_off_samples_and_process_advantages_keep_right_samples_first(tmp_path):
+    """Issue 48's wiring: every reward function gets `completion_truncated` (max_completion_length tokens, no EOS), and
+    the process advantages are DeepSeekMath's capped by `cap_to_right_samples` (right: outcome > 0, not cut off).
+
+    Scripted rewards make the cap bite: sample 0 of each group is "right" (outcome 1) with steps scored 0, sample 3
+    scores 1 on every step with outcome 0, so DeepSeekMath ranks sample 3's first tokens above sample 0."""
+    told = []
+
+    def outcome(prompts, completions, **kwargs):
+        told.append(list(kwargs[TRUNCATED]))
+        return [1.0 if i % 4 == 0 else 0.0 for i in range(len(completions))]
+
+    def steps(prompts, completions, **kwargs):
+        assert kwargs[TRUNCATED] == told[-1]  # the process reward functions are told too
+        scores = [TASK.verify_steps(p, c) for p, c in zip(prompts, completions, strict=True)]
+        return [[1.0 if i % 4 == 3 else 0.0] * len(s) for i, s in enumerate(scores)]
+
+    args = tiny_args(
+        tmp_path=tmp_path, advantage_mode="process", process_include_outcome=True, max_completion_length=14
+    )
+    trainer = tiny_trainer(args=args, reward_funcs=[outcome], process_reward_funcs=[steps])
+    trainer.model.train()
+    torch.manual_seed(0)
+    batch = group_batch(trainer, [0, 1])
+    out = trainer._generate_and_score_completions(batch)
+    tok = trainer.processing_class
+    lengths = out["completion_mask"].sum(dim=1)
+    ids = [row[: int(n)].tolist() for row, n in zip(out["completion_ids"], lengths, strict=True)]
+    cut = [len(i) == 14 and i[-1] != tok.eos_token_id for i in ids]
+    assert told[-1] == cut and any(cut) and not all(cut)  # both kinds in the batch: the flags are not vacuous
+
+    step_rewards = torch.full(out["advantages"].shape, math.nan)
+    for row, row_ids in enumerate(ids):
+        ends = step_end_token_indices(tok, row_ids, ";")
+        for end in ends:
+            step_rewards[row, end] = 1.0 if row % 4 == 3 else 0.0
+        if row_ids:
+            last = step_rewards[row, len(row_ids) - 1]
+            step_rewards[row, len(row_ids) - 1] = (0.0 if math.isnan(last) else last) + float(row % 4 == 0)
+    plain = process_advantages(step_rewards, group_size=4)
+    right = torch.tensor([row % 4 == 0 and not c for row, c in enumerate(cut)])
+    expected = cap_to_right_samples(plain, right, lengths, group_size=4)
+    torch.testing.assert_close(out["advantages"], expected)
+    assert not torch.equal(expected, plain)  # the cap changed something: the comparison is not DeepSeekMath's alone
 
 
 def test_adaptive_beta_follows_the_ziegler_update_and_survives_a_checkpoint(tmp_path):

@@ -64,8 +64,9 @@ def excerpt_rows(task, problem: Mapping, completions: Sequence[str], hit_budget:
     rows = []
     for index, completion in enumerate(completions[:EXCERPT_SAMPLES]):
         hit = None if hit_budget is None else bool(hit_budget[index])
-        correct = bool(task.is_correct(completion, problem["answer"]))
-        extracted = task.extract_answer(completion)
+        # cut off at the length cap: no answer, as score_problem counts it
+        correct = not hit and bool(task.is_correct(completion, problem["answer"]))
+        extracted = None if hit else task.extract_answer(completion)
         kind = (
             failure_kind(
                 task, problem["prompt"], completion, problem["answer"], hit, correct=correct, extracted=extracted
@@ -80,7 +81,7 @@ def excerpt_rows(task, problem: Mapping, completions: Sequence[str], hit_budget:
                 "attributes": dict(problem.get("attributes") or {}),
                 "answer": problem["answer"],
                 "extracted": extracted,
-                "strict": task.extract_strict_answer(completion),
+                "strict": None if hit else task.extract_strict_answer(completion),
                 "correct": correct,
                 "kind": kind,
                 "hit_budget": hit,

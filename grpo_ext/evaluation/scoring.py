@@ -85,12 +85,16 @@ def score_problem(
 
     ``ks``: sorted, each in ``[1, n]``. ``memo``: a dict shared across the problems of a run, so that problems with
     the same answer signature compute maj@k once. ``hit_budget``: per completion, whether it used all
-    ``max_new_tokens`` (None: unknown), for the anatomy (:mod:`grpo_ext.evaluation.failures`).
+    ``max_new_tokens`` (None: unknown), for the anatomy (:mod:`grpo_ext.evaluation.failures`); such a sample has no
+    answer (not right, no vote, not in the strict form).
     """
-    correct = [task.is_correct(c, problem["answer"]) for c in completions]
-    answers = [task.extract_answer(c) for c in completions]
+    # A sample cut off at the length cap has no answer (grpo_ext.tasks.base.TRUNCATED): its last number is where
+    # the cap cut it. Known only where hit_budget is.
+    cut = hit_budget or [False] * len(completions)
+    correct = [not h and task.is_correct(c, problem["answer"]) for c, h in zip(completions, cut, strict=True)]
+    answers = [None if h else task.extract_answer(c) for c, h in zip(completions, cut, strict=True)]
     # the strict form apart from correctness: right-but-unformatted is n_correct - n_correct_strict
-    strict = [task.extract_strict_answer(c) is not None for c in completions]
+    strict = [not h and task.extract_strict_answer(c) is not None for c, h in zip(completions, cut, strict=True)]
     classes, n_none = answer_signature(answers, correct)
     signature = (classes, n_none, tuple(ks))
     memo = {} if memo is None else memo

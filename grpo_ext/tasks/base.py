@@ -16,13 +16,19 @@ The contract of :class:`Task`:
   form (:attr:`Task.strict_form`, e.g. GSM8K's ``#### n``), beside the lenient :meth:`Task.extract_answer`;
   :meth:`Task.strict_outcome_reward` is the outcome reward that requires it;
 - stop strings: :attr:`Task.stop_strings`, where a sample ends (the text is cut before the first of them, as
-  lm-eval's ``until`` cuts it), e.g. a new ``Question:`` for GSM8K-format prompts.
+  lm-eval's ``until`` cuts it), e.g. a new ``Question:`` for GSM8K-format prompts;
+- samples cut off at the length cap: the trainer passes :data:`TRUNCATED` (``completion_truncated=[bool, ...]``, one
+  per completion) to every reward function. A cut-off sample has no answer: :meth:`Task.outcome_reward` and
+  :meth:`Task.strict_outcome_reward` give it 0.0 whatever its last number (the cap cut its last line: a number read
+  there, a step label or half an answer, is not an answer it gave), and :meth:`Task.step_reward` gives its cut line no
+  score. A sample that ended at an end-of-sequence token or a stop string is finished.
 """
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -34,6 +40,45 @@ from grpo_ext.errors import UserError
 RewardFunc = Callable[..., list[float | None]]
 # Process reward: the same signature, one list of step scores per completion.
 ProcessRewardFunc = Callable[..., list[list[float]]]
+#: The reward-function keyword the trainer adds (one bool per completion): True where the sample was cut off at the
+#: length cap (``max_completion_length`` tokens, no end-of-sequence token, no stop string). Absent: none was.
+TRUNCATED = "completion_truncated"
+
+
+def truncated_at_cap(
+    completion_ids: Sequence[int],
+    text: str,
+    *,
+    max_length: int,
+    end_ids: Collection[int],
+    stop_strings: Sequence[str] = (),
+) -> bool:
+    """Whether a sample was cut off at the length cap (the :data:`TRUNCATED` flag the trainer passes).
+
+    Finished: it ended on its own, at an end-of-sequence token (or padding: TRL's rule for
+    ``mask_truncated_completions``) or at a stop string (the sampler backend keeps the ids up to and including the
+    token that completes one, with no EOS after it: TRL's rule alone would call that sample truncated). Cut off:
+    ``len(completion_ids) >= max_length``, its last id is none of ``end_ids`` (EOS and pad ids), and no stop string is
+    in ``text`` (the decoded completion, which keeps the stop string sampling stopped at: a stop string anywhere
+    counts, since sampling stops at the first one).
+    """
+    if len(completion_ids) < max_length:
+        return False  # it stopped before the cap: an EOS, a stop string, or a caller's own end
+    if completion_ids and completion_ids[-1] in end_ids:
+        return False
+    return not any(stop in text for stop in stop_strings)
+
+
+def truncated_flags(kwargs: Mapping, n: int) -> list[bool]:
+    """The :data:`TRUNCATED` flags a reward function was given (all False when it was given none: a caller that does
+    not know, as TRL's own trainer)."""
+    flags = kwargs.get(TRUNCATED)
+    if flags is None:
+        return [False] * n
+    flags = [bool(f) for f in flags]
+    if len(flags) != n:
+        raise ValueError(f"{TRUNCATED}: {len(flags)} flags for {n} completions")
+    return flags
 
 
 def completion_text(completion) -> str:
@@ -110,8 +155,13 @@ class Task(ABC):
         return answer.strip()
 
     def outcome_reward(self, prompts: list, completions: list, answer: list[str], **kwargs) -> list[float]:
-        """TRL reward function: 1.0 for a right final answer, 0.0 otherwise."""
-        return [float(self.is_correct(completion_text(c), a)) for c, a in zip(completions, answer, strict=True)]
+        """TRL reward function: 1.0 for a right final answer, 0.0 otherwise; 0.0 for a sample cut off at the length
+        cap (:data:`TRUNCATED`: it has no answer)."""
+        cut = truncated_flags(kwargs, len(completions))
+        return [
+            float(not t and self.is_correct(completion_text(c), a))
+            for c, a, t in zip(completions, answer, cut, strict=True)
+        ]
 
     # ---- the strict answer form ----------------------------------------------------------------------------------
     def extract_strict_answer(self, completion: str) -> str | None:
@@ -126,8 +176,12 @@ class Task(ABC):
 
     def strict_outcome_reward(self, prompts: list, completions: list, answer: list[str], **kwargs) -> list[float]:
         """TRL reward function (``reward_funcs: [outcome_strict]``): 1.0 for a right answer in the strict form, 0.0
-        otherwise (a right number without ``####`` earns nothing)."""
-        return [float(self.is_correct_strict(completion_text(c), a)) for c, a in zip(completions, answer, strict=True)]
+        otherwise (a right number without ``####`` earns nothing, nor does a sample cut off at the length cap)."""
+        cut = truncated_flags(kwargs, len(completions))
+        return [
+            float(not t and self.is_correct_strict(completion_text(c), a))
+            for c, a, t in zip(completions, answer, cut, strict=True)
+        ]
 
     # ---- slices --------------------------------------------------------------------------------------------------
     def problem_attributes(self, row: Mapping) -> dict[str, str]:
@@ -149,12 +203,19 @@ class Task(ABC):
         return type(self).verify_steps is not Task.verify_steps
 
     def step_reward(self, prompts: list, completions: list, **kwargs) -> list[list[float]]:
-        """Process reward function (TRL's signature): the step verifier's scores, one list per completion."""
+        """Process reward function (TRL's signature): the step verifier's scores, one list per completion. The last
+        step of a sample cut off at the length cap (:data:`TRUNCATED`) gets NaN (no score): the cap cut that line,
+        so what it says is unfinished, neither a right nor a wrong step."""
         if not self.has_step_verifier:
             raise ValueError(f"task {self.name!r} has no step verifier (verify_steps)")
-        return [
-            self.verify_steps(completion_text(p), completion_text(c)) for p, c in zip(prompts, completions, strict=True)
-        ]
+        cut = truncated_flags(kwargs, len(completions))
+        out = []
+        for p, c, t in zip(prompts, completions, cut, strict=True):
+            scores = list(self.verify_steps(completion_text(p), completion_text(c)))
+            if t and scores:
+                scores[-1] = math.nan
+            out.append(scores)
+        return out
 
 
 def require_prompt_column(dataset: Dataset, source: str) -> Dataset:

@@ -18,13 +18,30 @@ Rows come out as ``openai/gsm8k`` rows (:meth:`WordArithmeticTask.gsm8k_rows`) a
 default, ``newline`` steps, answers read after ``####`` or in ``\\boxed{}``). Only problems whose running count never
 goes below zero are kept (a story cannot give away more apples than there are).
 
-The step verifier (:meth:`WordArithmeticTask.verify_steps`) reads free text: a step (a line) is right when every
-equation in it (``a + b - c = d``, left to right) is true and every number it states is a number of the problem (an
-operand, a right running total) or the result of a true equation in the same line; a ``####`` line is right when its
-number is the answer. A line with no number has nothing to check and scores NaN: no reward at that step in process
-supervision (:func:`grpo_ext.rewards.process.build_step_rewards`), no label in a process RM's data, neither right
-nor wrong in the failure anatomy. (It scored 1.0 until the real-model study showed the reward hack: a policy under
-process supervision learned to write number-free lines, "Step 1: Identify the problem", each a free 1.0.)
+The step verifier (:meth:`WordArithmeticTask.verify_steps`) reads free text, one line a step, and pays only for
+progress it can check, each piece of progress once:
+
+- a line is **wrong** (0.0) when one of its equations (``a + b - c = d``, left to right) is false, or when it states a
+  number that is none of the problem's operands, right running totals, or results of true equations of this line or an
+  earlier one ("so 59" where nothing gives 59);
+- a line is **right** (1.0) when, besides, one of its true equations computes a right running total (left to right,
+  the answer included) that the problem does not state (not one of its operands) and no earlier line has already
+  computed;
+- any other line earns **nothing** (NaN: no reward in process supervision, :func:`grpo_ext.rewards.process.
+  build_step_rewards`; no label in a process RM's data; neither right nor wrong in the failure anatomy): a line
+  without a number ("Step 2: Determine the total."), a line restating the problem ("Max has 86 coins."), a bare
+  number without an equation, a true equation whose result is not a running total of this problem ("86 + 86 = 172":
+  true, checkable, no step of the solution; an alternative order's intermediate count too), a running total computed
+  again, and a repeated line (the same text, ``Step k:`` numbering and spacing aside);
+- an **answer line** (``#### n`` or ``\\boxed{n}``) is right when ``n`` is the answer, the first time (a repeated right
+  answer earns nothing), and wrong otherwise.
+
+So a sample's step credit is bounded by the problem (one point per running total and one for the answer), whatever
+its length. History: number-free lines scored 1.0 until the real-model study (a policy under process supervision
+wrote "Step k: Determine ..." lines to the length cap, each a free 1.0); then lines restating the problem's numbers and
+repeated lines still scored 1.0 each (issue 48). Whether a sample was cut off at the length cap is not the
+verifier's business: :meth:`grpo_ext.tasks.base.Task.step_reward` drops the cut line's score and the outcome reward
+gives a cut-off sample no answer.
 """
 
 from __future__ import annotations
@@ -42,7 +59,7 @@ from grpo_ext.reasoning_steps import step_texts
 from grpo_ext.tasks.arithmetic import ArithmeticTask, Problem
 from grpo_ext.tasks.base import HarnessDefaults, completion_text
 from grpo_ext.tasks.data import as_prompt
-from grpo_ext.tasks.gsm8k import GSM8KTask, gsm8k_reference_number
+from grpo_ext.tasks.gsm8k import GSM8KTask, extract_gsm8k_strict_answer, gsm8k_reference_number
 
 NAMES = ("Mia", "Leo", "Ava", "Sam", "Zoe", "Ben", "Ivy", "Max")
 ITEMS = ("apples", "stickers", "marbles", "coins", "books", "shells", "pencils", "cards")
@@ -125,22 +142,59 @@ def _number(text: str) -> float:
     return float(text.replace(",", ""))
 
 
-def step_score(step: str, known: set[float], answer: int) -> float:
-    """The verifier's rule for one step (see the module's docstring): 1.0 right, 0.0 wrong, NaN when the step
-    states no number (nothing to check); `known`: the problem's operands and right running totals."""
-    if "####" in step:
-        numbers = _NUMBER_RE.findall(step.rsplit("####", 1)[1])
-        return float(bool(numbers) and _number(numbers[0]) == answer)
-    step = _MARKER_RE.sub("", step)
-    numbers = _NUMBER_RE.findall(step)
-    if not numbers:
-        return math.nan
-    allowed = set(known)
-    for expression, result in _EQUATION_RE.findall(step):
-        if abs(_evaluate(expression) - float(result)) > 1e-9:
-            return 0.0
-        allowed.add(float(result))
-    return float(all(_number(n) in allowed for n in numbers))
+def _answer_value(stated: str | None) -> float | None:
+    """An answer line's number (None: no number there, ``\\boxed{many}``)."""
+    try:
+        return None if stated is None else float(stated)
+    except ValueError:
+        return None
+
+
+def _line_key(line: str) -> str:
+    """What makes two lines the same line: the text without ``Step k:`` numbering, spacing and case."""
+    return " ".join(_MARKER_RE.sub("", line).split()).lower()
+
+
+def line_scores(lines: list[str], problem: Problem) -> list[float]:
+    """The verifier's rule (the module's docstring) over the lines of one completion, in order: 1.0 right, 0.0 wrong,
+    NaN when the line earns nothing. Stateful on purpose: what an earlier line computed or said is no news later."""
+    operands = {float(x) for x in problem.operands}
+    totals = {float(x) for x in problem.partial_results()}  # right running totals, left to right; the last: answer
+    derived: set[float] = set()  # results of true equations of the lines so far (a later line may use them)
+    earned: set[float] = set()  # running totals already paid for
+    seen: set[str] = set()
+    answered = False
+    scores = []
+    for line in lines:
+        key = _line_key(line)
+        if key in seen:  # the same line again (the cheapest way to lengthen a sample)
+            scores.append(math.nan)
+            continue
+        seen.add(key)
+        if "####" in line or "\\boxed" in line:
+            right = _answer_value(extract_gsm8k_strict_answer(line)) == problem.answer
+            scores.append(math.nan if right and answered else float(right))
+            answered = answered or right
+            continue
+        text = _MARKER_RE.sub("", line)
+        numbers = _NUMBER_RE.findall(text)
+        if not numbers:
+            scores.append(math.nan)
+            continue
+        results = []
+        for expression, result in _EQUATION_RE.findall(text):
+            if abs(_evaluate(expression) - float(result)) > 1e-9:
+                results = None  # a false equation: the line is wrong whatever else it says
+                break
+            results.append(float(result))
+        if results is None or not all(_number(n) in operands | totals | derived | set(results) for n in numbers):
+            scores.append(0.0)
+            continue
+        derived.update(results)
+        new = {r for r in results if r in totals and r not in operands and r not in earned}
+        earned.update(new)
+        scores.append(1.0 if new else math.nan)
+    return scores
 
 
 class WordArithmeticTask(GSM8KTask):
@@ -249,8 +303,6 @@ class WordArithmeticTask(GSM8KTask):
         return problem_from_question(row.get("question") or completion_text(row["prompt"])).attributes()
 
     def verify_steps(self, prompt: str, completion: str) -> list[float]:
-        """One score per line of the completion (1.0 right, 0.0 wrong, NaN: no number to check), the lines as the
-        trainer splits them."""
-        problem = problem_from_question(prompt)
-        known = {float(x) for x in (*problem.operands, *problem.partial_results())}
-        return [step_score(step, known, problem.answer) for step in step_texts(completion, self.step_separator)]
+        """One score per line of the completion (1.0 right, 0.0 wrong, NaN: nothing new to check; the rule is the
+        module docstring's, :func:`line_scores`), the lines as the trainer splits them."""
+        return line_scores(step_texts(completion, self.step_separator), problem_from_question(prompt))

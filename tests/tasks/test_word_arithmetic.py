@@ -90,6 +90,18 @@ def test_few_shot_examples_come_from_train_and_leave_it():
         ("Step 1: Identify the problem\nStep 2: Set up the equation\n#### 41", [NAN, NAN, 0]),
         ("#### many", [0]),  # an answer line without a number is a wrong answer, not an unchecked step
         ("", []),
+        # issue 48: only a new right running total earns, once. Restating the problem earns nothing ...
+        ("Max has 43 cards.\nThen Max is given 17 more cards.\nThen Max gives away 18 cards.", [NAN, NAN, NAN]),
+        # ... nor does a repeated line (numbering and spacing aside), a total computed again, a repeated answer
+        ("43 + 17 = 60\n43 + 17 = 60\nStep 3:  43 + 17 = 60", [1, NAN, NAN]),
+        ("43 + 17 = 60\nSo 43+17 = 60 cards.\n60 - 18 = 42\n#### 42\n#### 42", [1, NAN, 1, 1, NAN]),
+        # true equations that are no step of this solution: checkable, nothing to earn (else "43 + 43 = 86", "86 +
+        # 43 = 129", ... would pay without end)
+        ("43 + 43 = 86\n86 + 43 = 129\n17 + 18 = 35", [NAN, NAN, NAN]),
+        ("43 - 18 = 25\n25 + 17 = 42\n#### 42", [NAN, 1, 1]),  # another order: its total counts, its detour does not
+        ("Max has 60 cards now.\n#### 42", [NAN, 1]),  # a bare running total: no equation, no credit, not wrong
+        ("#### 41\n#### 42", [0, 1]),
+        ("60 - 18 = 42\n#### 42", [1, 1]),  # 60 is a right running total, stated or not
     ],
 )
 def test_the_step_verifier_by_hand(completion, scores):
