@@ -127,16 +127,15 @@ def test_the_harness_never_follows_a_link_out_of_its_folder(tmp_path):
     outside.write_text('{"precious": 1}')
     out = tmp_path / "eval"
     harness(out)  # a folder the harness made: its own, resumable
-    assert json.loads((out / FOLDER_RECORD).read_text()) == {"writer": "evals/passk_majk.py"}
     (out / "samples.jsonl").unlink()
     (out / "samples.jsonl").symlink_to(outside)
     with pytest.raises(UserError, match=r"--out: .*samples\.jsonl leads to .*outside\.jsonl, outside .*eval"):
         harness(out)
     assert outside.read_text() == '{"precious": 1}'
-    report = (out / "report.md").read_text()
+    assert json.loads((out / FOLDER_RECORD).read_text()) == {"writer": "evals/passk_majk.py"}
     (out / "samples.jsonl").unlink()
     harness(out)  # the link gone, the same command runs again in the folder it made
-    assert (out / "report.md").read_text() == report
+    assert not (out / "samples.jsonl").is_symlink() and len((out / "samples.jsonl").read_text().splitlines()) == 1
 
 
 def test_an_earlier_harness_folder_without_the_record_is_taken_over(tmp_path):

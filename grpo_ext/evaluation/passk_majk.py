@@ -5,7 +5,9 @@ the library; ``evals/passk_majk.py`` is the command line around it, as ``evals/c
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import json
 import logging
 import shlex
 from pathlib import Path
@@ -20,7 +22,36 @@ from grpo_ext.evaluation.cli import (
     report_settings,
 )
 
-__all__ = ["build_parser", "main"]
+__all__ = ["HARNESS_WRITER", "build_parser", "is_harness_folder", "main"]
+
+#: How the harness's output folders name their writer (`grpo_ext.run_folder.FOLDER_RECORD`).
+HARNESS_WRITER = "evals/passk_majk.py"
+
+
+def _harness_files() -> tuple[str, ...]:
+    """Every name the harness writes in its --out (the reports and the sample cache)."""
+    from grpo_ext.evaluation.excerpt import EXCERPT_NAME
+    from grpo_ext.evaluation.report import REPORT_JSON, REPORT_MD, REPORT_PNG, SCATTER_PNG
+
+    return (REPORT_MD, REPORT_JSON, REPORT_PNG, SCATTER_PNG, EXCERPT_NAME, CACHE_NAME)
+
+
+def is_harness_folder(folder: Path) -> bool:
+    """Whether `folder`, from before the harness recorded its folders, is one it wrote: only names the harness writes,
+    and a report.json of a harness command or a sample cache whose first line is a sample record. A folder of a
+    user's own report.md or samples.jsonl is not (the harness would overwrite the one and append to the other)."""
+    from grpo_ext.evaluation.cache import RECORD_FIELDS
+
+    # hidden names are the lock's and unfinished atomic writes' (a user's hidden file is never one the harness writes)
+    if not {p.name for p in folder.iterdir() if not p.name.startswith(".")} <= set(_harness_files()):
+        return False
+    with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
+        if str(json.loads((folder / "report.json").read_text()).get("command", "")).startswith("python evals/"):
+            return True
+    with contextlib.suppress(OSError, ValueError, TypeError), (folder / CACHE_NAME).open("rb") as handle:
+        first = handle.readline()
+        return first.endswith(b"\n") and set(RECORD_FIELDS) <= json.loads(first).keys()
+    return False
 
 
 def build_parser() -> HarnessArgumentParser:
@@ -66,11 +97,10 @@ def main(argv: list[str]) -> dict:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     # Everything the user typed is checked before any model is loaded or any sample drawn.
-    from grpo_ext.evaluation.backends import load_backend, vllm_available
-    from grpo_ext.evaluation.harness import check_problems_fit, evaluate_model, load_problems
+    from grpo_ext.evaluation.backends import vllm_available
+    from grpo_ext.evaluation.harness import load_problems
     from grpo_ext.evaluation.models_given import check_models
-    from grpo_ext.evaluation.report import crossover_text, read_comparisons, write_reports
-    from grpo_ext.io import portable_path
+    from grpo_ext.run_folder import OutputFolder
 
     settings = harness_settings(args)
     report = report_settings(args)
@@ -82,8 +112,21 @@ def main(argv: list[str]) -> dict:
     # a missing folder, one model under two paths, an unfinished run: refused before the first model is loaded
     unfinished = check_models(models, allow_unfinished=args.allow_unfinished)
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    # --out: a new folder, or one the harness wrote (a folder of a user's report.md or samples.jsonl is refused), held
+    # for the run; every file it writes there is checked not to lead out of it (a linked samples.jsonl)
+    with OutputFolder(args.out, writer=HARNESS_WRITER, field_name="--out", adopt=is_harness_folder) as folder:
+        for name in _harness_files():
+            folder.path(name)
+        return _run(args, argv, settings, report, problems, models, unfinished, folder.folder)
+
+
+def _run(args, argv, settings, report, problems, models, unfinished, out: Path) -> dict:
+    """Sample (or read back from the cache) every model, then write the reports into `out`, held by `main`."""
+    from grpo_ext.evaluation.backends import load_backend
+    from grpo_ext.evaluation.harness import check_problems_fit, evaluate_model
+    from grpo_ext.evaluation.report import crossover_text, read_comparisons, write_reports
+    from grpo_ext.io import portable_path
+
     results = []
     for model in models:
         backend = load_backend(
