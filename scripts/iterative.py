@@ -26,10 +26,12 @@ def main(argv: list[str]) -> None:
     from transformers.utils import logging as hf_logging
 
     from grpo_ext.iterative import Experiment
+    from grpo_ext.iterative.report import report_folder
 
     hf_logging.disable_progress_bar()  # no bar for every model load (policy, RM) of every iteration
     it_args, training_args, model_args = parse_args(argv)
     experiment = Experiment(it_args, training_args, model_args)
+    report_folder(experiment.report_dir).check()  # a report_dir of the user's files: refused before any training
     experiment.run()
     print((experiment.report_dir / "report.md").read_text())
     print(f"[iterative] report in {experiment.report_dir}")

@@ -7,12 +7,12 @@ from pathlib import Path
 
 from grpo_ext.io import atomic_write_bytes, atomic_write_json, atomic_write_text, figure_png, portable_path
 from grpo_ext.iterative.arms import USES_RM
+from grpo_ext.iterative.report import REPORT_JSON, REPORT_MD, REPORT_PNG, report_folder
 from grpo_ext.iterative.summary import TARGET_GAIN, summarize, training_gap_curve
 from grpo_ext.report_format import MISSING, arrow, ci, fmt, md_header, md_row
 
 __all__ = ["plot_arms", "render_arms", "write_experiment_report"]
 
-REPORT_MD, REPORT_JSON, REPORT_PNG = "report.md", "report.json", "iterative.png"
 ARM_STYLE = {"iterative": ("tab:blue", "o-"), "frozen": ("tab:orange", "s-"), "verifier": ("tab:green", "^-")}
 
 
@@ -288,8 +288,9 @@ def _without_per_problem(summary_states: dict) -> dict:
 
 
 def write_experiment_report(states: dict, report_dir, it_args, arms: list[str], seeds: list[int]) -> Path:
-    """Writes the three report files to ``report_dir`` from ``{arm: {seed: state}}``; returns the folder."""
-    report_dir = Path(report_dir)
+    """Writes the three report files to ``report_dir`` from ``{arm: {seed: state}}``; returns the folder. A folder of
+    files the experiment did not write (a user's report.md) is refused (`report_folder`), never overwritten."""
+    report_folder(report_dir).check()  # before anything is computed
     k = it_args.eval_samples
     summary = summarize(states, arms, seeds, k)
     config = next((s["config"] for runs in states.values() for s in runs.values()), {})
@@ -299,7 +300,8 @@ def write_experiment_report(states: dict, report_dir, it_args, arms: list[str], 
         for arm, runs in states.items()
     }
     payload = {"config": config, "summary": summary, "rows": _without_per_problem(states), "gap_curves": curves}
-    atomic_write_json(report_dir / REPORT_JSON, payload)
-    atomic_write_text(report_dir / REPORT_MD, render_arms(summary, config, k))
-    atomic_write_bytes(report_dir / REPORT_PNG, plot_arms(summary, states, k))
-    return report_dir
+    with report_folder(report_dir) as folder:
+        atomic_write_json(folder.path(REPORT_JSON), payload)
+        atomic_write_text(folder.path(REPORT_MD), render_arms(summary, config, k))
+        atomic_write_bytes(folder.path(REPORT_PNG), plot_arms(summary, states, k))
+    return Path(report_dir)

@@ -7,6 +7,8 @@ ran it. The loop's own state keeps its absolute paths (a resume needs them)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 from pathlib import Path
 
 from grpo_ext.io import atomic_write_bytes, atomic_write_json, atomic_write_text, figure_png, portable_path
@@ -14,7 +16,26 @@ from grpo_ext.report_format import MISSING, arrow, cell, md_header, md_row
 
 REPORT_MD, REPORT_JSON, REPORT_PNG = "report.md", "report.json", "iterative.png"
 
-__all__ = ["plot_report", "portable_state", "render_report", "write_report"]
+__all__ = ["plot_report", "portable_state", "render_report", "report_folder", "write_report"]
+
+
+def _is_report_folder(folder: Path) -> bool:
+    """A report folder from before the record: only the report's names (hidden ones are the lock's and unfinished
+    atomic writes'), and a report.json of this loop (its config)."""
+    if not {p.name for p in folder.iterdir() if not p.name.startswith(".")} <= {REPORT_MD, REPORT_JSON, REPORT_PNG}:
+        return False
+    with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
+        return "config" in json.loads((folder / REPORT_JSON).read_text())
+    return False
+
+
+def report_folder(report_dir: str | Path):
+    """The `grpo_ext.run_folder.OutputFolder` of an iterative report (`report_dir`; a run's own `report/` too): a folder
+    holding a user's report.md is refused, never overwritten. `.check()` says so before the experiment trains."""
+    from grpo_ext.run_folder import OutputFolder
+
+    return OutputFolder(report_dir, writer="scripts/iterative.py", field_name="report_dir", adopt=_is_report_folder)
+
 
 #: The fields holding a model folder: in the config, and in each row of the history.
 _CONFIG_PATHS, _ROW_PATHS = ("base",), ("policy", "reference")
@@ -131,9 +152,9 @@ def plot_report(state: dict, k: int) -> bytes:
 def write_report(state: dict, report_dir: str | Path, k: int) -> Path:
     """``report.md`` (table), ``report.json`` (rows) and ``iterative.png`` (RM and policy accuracy per iteration),
     model folders portable (see :func:`portable_state`)."""
-    report_dir = Path(report_dir)
     state = portable_state(state)
-    atomic_write_text(report_dir / REPORT_MD, render_report(state, k))
-    atomic_write_json(report_dir / REPORT_JSON, {"config": state["config"], "rows": state["history"]})
-    atomic_write_bytes(report_dir / REPORT_PNG, plot_report(state, k))
-    return report_dir
+    with report_folder(report_dir) as folder:
+        atomic_write_text(folder.path(REPORT_MD), render_report(state, k))
+        atomic_write_json(folder.path(REPORT_JSON), {"config": state["config"], "rows": state["history"]})
+        atomic_write_bytes(folder.path(REPORT_PNG), plot_report(state, k))
+    return Path(report_dir)
