@@ -137,7 +137,8 @@ def outcome_gradient_coefficient(
     "process",
     needs_step_rewards=True,
     description="process supervision (DeepSeekMath 4.1.3): step rewards normalised over the group, a token's "
-    "advantage the sum of the normalised rewards of the steps ending at or after it",
+    "advantage the sum of the normalised rewards of the steps ending at or after it; in training, a wrong or cut-off "
+    "sample's advantage is capped at min(the lowest of a finished right sample of its group, 0)",
 )
 def process_gradient_coefficient(
     *,
@@ -147,7 +148,9 @@ def process_gradient_coefficient(
     scale: bool = True,
     eps: float = 1e-4,
 ) -> torch.Tensor:
-    """GRPO, process supervision: ``(N, T)`` :func:`process_advantages` of ``step_rewards``."""
+    """GRPO, process supervision: ``(N, T)`` :func:`process_advantages` of ``step_rewards`` (DeepSeekMath's, as
+    is). The trainer then applies :func:`cap_to_right_samples` to every per-token coefficient, since only it knows
+    which samples are right and which the length cap cut off."""
     step_rewards = _require(step_rewards, "step_rewards", "process")
     return process_advantages(step_rewards, group_size, eps=eps, scale=scale)
 

@@ -27,12 +27,12 @@ progress it can check, each piece of progress once:
 - a line is **right** (1.0) when, besides, one of its true equations computes a right running total (left to right,
   the answer included) that the problem does not state (not one of its operands) and no earlier line has already
   computed;
-- any other line earns **nothing** (NaN: no reward in process supervision, :func:`grpo_ext.rewards.process.
-  build_step_rewards`; no label in a process RM's data; neither right nor wrong in the failure anatomy): a line
-  without a number ("Step 2: Determine the total."), a line restating the problem ("Max has 86 coins."), a bare
-  number without an equation, a true equation whose result is not a running total of this problem ("86 + 86 = 172":
-  true, checkable, no step of the solution; an alternative order's intermediate count too), a running total computed
-  again, and a repeated line (the same text, ``Step k:`` numbering and spacing aside);
+- any other line earns **nothing** (NaN: no reward in process supervision,
+  :func:`grpo_ext.rewards.process.build_step_rewards`; no label in a process RM's data; neither right nor wrong in
+  the failure anatomy): a line without a number ("Step 2: Determine the total."), a line restating the problem ("Max
+  has 86 coins."), a bare number without an equation, a true equation whose result is not a running total of this
+  problem ("86 + 86 = 172": true, checkable, no step of the solution; an alternative order's intermediate count
+  too), a running total computed again, and a repeated line (the same text, ``Step k:`` numbering and spacing aside);
 - an **answer line** (``#### n`` or ``\\boxed{n}``) is right when ``n`` is the answer, the first time (a repeated right
   answer earns nothing), and wrong otherwise.
 
