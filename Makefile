@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 # On 2 CPU cores one thread per process is fastest for GRPO (thread contention otherwise).
 THREADS ?= 1
 
-.PHONY: train test setup base-model real-model real-result lint iterative iterative-quick compare compare-quick real-study real-study-quick search-main-job bench gpu-check docs
+.PHONY: train test setup base-model real-model real-result lint iterative iterative-quick compare compare-quick real-study real-study-raw-base real-study-quick search-main-job bench gpu-check docs
 
 setup: $(STAMP)
 
@@ -77,17 +77,24 @@ compare-quick: $(STAMP)
 	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(BIN)/python scripts/run_methods.py --study configs/compare.yaml --quick \
 		--out outputs/compare_quick --jobs 2
 
-# The unified paradigm on SmolLM2-135M-Instruct (configs/real/study.yaml, issue 38): every arm searched on validation,
-# picks x 3 seeds on the balanced test split, the base and an 8-shot prompt as references; ~11 core-hours (its
-# header), two runs at a time, resumable: stop it and run it again. `--estimate` prints the budget table.
+# The unified paradigm as DeepSeekMath ran it (configs/real/sft_study.yaml, issue 48): one SFT start made once, every
+# arm (more SFT, RFT, online RFT, DPO, GRPO outcome / process / refill) trained from it at one budget (100 steps x 32),
+# grpo_outcome's rate picked on validation with 2 seeds, the picks x 3 seeds on the balanced test split; <= 30
+# core-hours (`--estimate`), two runs at a time, resumable: stop it and run it again.
 real-study: $(STAMP) real-model
+	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(BIN)/python scripts/run_methods.py --study configs/real/sft_study.yaml \
+		--out results/sft_study --jobs 2
+
+# The earlier study (configs/real/study.yaml, results/real_study): every arm from the raw base, 12 steps; kept as the
+# record of that design (docs/real-model-study.md says why it was replaced).
+real-study-raw-base: $(STAMP) real-model
 	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(BIN)/python scripts/run_methods.py --study configs/real/study.yaml \
 		--out results/real_study --jobs 2
 
 # The same pipeline on a tiny random model with SmolLM2's tokenizer and chat template: the plumbing, not a result.
 real-study-quick: $(STAMP) real-model
-	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(BIN)/python scripts/run_methods.py --study configs/real/study.yaml --quick \
-		--out outputs/real_study_quick --jobs 2
+	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(BIN)/python scripts/run_methods.py --study configs/real/sft_study.yaml --quick \
+		--out outputs/sft_study_quick --jobs 2
 
 # Side-by-side performance measurements (tables + benchmarks/results/*.json), ~15 min.
 bench: $(STAMP)

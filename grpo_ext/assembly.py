@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from grpo_ext.batching import prompts_drawn, refill_reserve
 from grpo_ext.model_files import check_not_adapter, check_tokenizer
 from grpo_ext.rewards import resolve_process_reward_funcs, resolve_reward_funcs
+from grpo_ext.script_args import TaskFields
 from grpo_ext.tasks.base import Task, require_prompt_column
 
 RewardSource = str | Callable
@@ -36,6 +37,7 @@ def build_grpo_trainer(
     process_reward_funcs: Sequence[RewardSource] | None = None,
     train_dataset=None,
     train_size: int | None = None,
+    train_offset: int = 0,
     **trainer_kwargs,
 ):
     """A `GRPOExtTrainer` for `task`.
@@ -48,9 +50,10 @@ def build_grpo_trainer(
         model: a path or a model, used as is (then `model_args` is ignored).
         reward_funcs / process_reward_funcs: names or callables; `process_reward_funcs=None` reads
             `training_args.process_reward_funcs`.
-        train_dataset / train_size: the prompts; by default `task.load("train", train_size)`; a warning when a
-            run of `max_steps` draws more prompts than it holds (`batching.prompts_drawn`: some come twice). With
-            `zero_std_groups: refill` and the task's prompts, refill rounds draw the task's train prompts after them.
+        train_dataset / train_size / train_offset: the prompts; by default `train_size` of the task's train prompts
+            after its first `train_offset`; a warning when a run of `max_steps` draws more prompts than it holds
+            (`batching.prompts_drawn`: some come twice). With `zero_std_groups: refill` and the task's prompts,
+            refill rounds draw the task's train prompts after them.
         trainer_kwargs: passed to `GRPOExtTrainer` (callbacks, processing_class, ...).
     """
     from grpo_ext.trainer import GRPOExtTrainer
@@ -60,10 +63,10 @@ def build_grpo_trainer(
     if training_args.step_separator is None and task.step_separator is not None:
         training_args.step_separator = task.step_separator
     if train_dataset is None:
-        train_dataset = task.load("train", train_size)
+        train_dataset = TaskFields(train_size=train_size, train_offset=train_offset).train_prompts(task)
         if training_args.zero_std_groups == "refill" and "refill_dataset" not in trainer_kwargs:
             # refill rounds draw the task's train prompts after the run's own: no prompt is trained on twice
-            trainer_kwargs["refill_dataset"] = refill_reserve(task, len(train_dataset), training_args)
+            trainer_kwargs["refill_dataset"] = refill_reserve(task, train_offset + len(train_dataset), training_args)
     train_dataset = require_prompt_column(train_dataset, f"task {task.name!r}")
     drawn = prompts_drawn(training_args)
     if drawn is not None and hasattr(train_dataset, "__len__") and len(train_dataset) < drawn:

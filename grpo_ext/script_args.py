@@ -32,10 +32,30 @@ class TaskFields:
         metadata={"help": "Task knobs, e.g. {max_operands: 3} in YAML or a JSON string on the command line."},
     )
     train_size: int | None = field(default=None, metadata={"help": "Number of training prompts (task default)."})
+    train_offset: int = field(
+        default=0,
+        metadata={
+            "help": "Train prompts skipped before the run's (0 for the embedded task: its train split is disjoint "
+            "from the base's SFT set, split sft; a model fine-tuned on the first train prompts, e.g. a study's SFT "
+            "start, needs them skipped so that the run's prompts are fresh)."
+        },
+    )
 
     def __post_init__(self):
         self.task_kwargs = parse_task_kwargs(self.task_kwargs)
         check_number("train_size", self.train_size, low=1, integer=True, allowed=(None,))
+        check_number("train_offset", self.train_offset, low=0, integer=True)
+
+    def train_prompts(self, task):
+        """The run's train prompts: `train_size` of the task's train split after its first `train_offset` (the
+        split is prefix-stable, so the skipped prompts are the ones a model trained on the first ones saw)."""
+        size = self.train_size
+        train = task.load("train", None if size is None else self.train_offset + size)
+        if self.train_offset >= len(train):
+            raise UserError(
+                f"train_offset: {self.train_offset} skips every one of the task's {len(train)} train prompts"
+            )
+        return train.select(range(self.train_offset, len(train))) if self.train_offset else train
 
 
 @dataclass

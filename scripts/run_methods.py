@@ -94,6 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--estimate", action="store_true", help="print the study's cost at its budget's planning rates and exit"
     )
     parser.add_argument(
+        "--start-only",
+        action="store_true",
+        help="build (or check) the study's start, the SFT model every arm trains from, and exit",
+    )
+    parser.add_argument(
         "--report-only",
         action="store_true",
         help="write the report of the finished study in --out from its runs' records (no training, no sampling)",
@@ -109,11 +114,32 @@ def search_stage(study, out: Path, options: StudyOptions, jobs: int, reference_p
 
     search = [Job(arm, setting, seed, study.validation) for arm, setting, seed in study.search(reference_picks)]
     run_jobs([*also, *search], out, study, options, jobs)
-    scores = {}
+    by_seed = {}
     for job in search:
-        scores.setdefault(job.arm.name, {})[job.setting.slug] = read_score(job, out, study)
-    grids = {job.arm.name: study.grid(job.arm, reference_picks) for job in search}
-    return grids, scores, pick_settings(scores, grids)
+        by_seed.setdefault(job.arm.name, {}).setdefault(job.setting.slug, []).append(read_score(job, out, study))
+    # a setting's score is its mean over the search seeds (one seed's luck does not make a pick)
+    scores = {arm: {slug: sum(v) / len(v) for slug, v in slugs.items()} for arm, slugs in by_seed.items()}
+    grids = {arm.name: study.grid(arm, reference_picks) for arm in study.search_arms(reference_picks)}
+    return grids, scores, pick_settings(scores, grids), by_seed
+
+
+def with_start(study, out: Path, options: StudyOptions) -> tuple[StudyOptions, dict]:
+    """The study's start built (or reused) in `out` (:func:`grpo_ext.methods.study.start.build_start`), and the
+    options every run then takes: the start as their model, named by its hash, its train prompts skipped."""
+    from grpo_ext.methods.study.runs import quick_flags
+    from grpo_ext.methods.study.start import build_start, start_identity
+
+    model, record = build_start(
+        study.start, options.base, options.configs, out, quick_flags(study.start.method, options)
+    )
+    options = replace(
+        options,
+        base=str(model),
+        base_identity=start_identity(record),
+        raw_base=options.base,
+        train_offset=int(record["train_prompts"]["size"]),
+    )
+    return options, record
 
 
 def write_expectations(study, out: Path, picks: dict) -> dict:
@@ -280,13 +306,21 @@ def main(argv: list[str]) -> dict:
         quick_flags=QUICK_COMMON,
         quick_method_flags=quick_method_flags(args.quick and rehearsal),
     )
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    start_record = None
+    if study.start is not None:  # stage 0: the SFT model every arm trains from, made once (grpo_ext...study.start)
+        options, start_record = with_start(study, out, options)
+        if args.start_only:
+            print(f"start: {options.base} ({options.base_identity})", flush=True)
+            return {"start": start_record}
+    elif args.start_only:
+        raise UserError(f"--start-only: {args.study} has no `start` section")
     from grpo_ext.methods.study.runs import check_stop_support
 
     for note in check_stop_support(study, options):  # before any run: a stop the harness cannot honour fails here
         print(note, flush=True)
     check_arms(study, args.study, options)  # every arm's run parses, before any budget is spent
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     if study.signal is not None:  # stage 0: the learning signal at the base, before the search spends any budget
         from grpo_ext.methods.study.signal.stage_zero import run_signal_stage
@@ -299,9 +333,9 @@ def main(argv: list[str]) -> dict:
     baselines = {split: [Job(None, None, None, e, b) for b in study.baselines] for split, e in
                  (("validation", study.validation), ("test", study.test))}  # fmt: skip
     also = [base_validation, *baselines["validation"]]
-    grids, scores, picks = search_stage(study, out, options, args.jobs, None, also=also)
+    grids, scores, picks, by_seed = search_stage(study, out, options, args.jobs, None, also=also)
     shared = search_stage(study, out, options, args.jobs, picks)  # the rate_of arms, at their reference's pick
-    for found, more in zip((grids, scores, picks), shared, strict=True):
+    for found, more in zip((grids, scores, picks, by_seed), shared, strict=True):
         found.update(more)
     order = [arm.name for arm in study.arms]  # search.json and the report list the arms as the study does
     atomic_write_json(
@@ -309,12 +343,16 @@ def main(argv: list[str]) -> dict:
         {
             "validation": vars(study.validation),
             "search_seed": study.search_seed,
+            "search_seeds": list(study.search_seeds),
             "test_seeds": study.seeds,
+            # the model every arm started from (the study's `start`: its record, with its hash), when not the base
+            "start": start_record,
             "base": read_score(base_validation, out, study),
             # the base at other prompts (the study's baselines), trained on nothing
             "baselines": {job.baseline.name: read_score(job, out, study) for job in baselines["validation"]},
             "grid": {name: [s.as_dict() for s in grids[name]] for name in order},
-            "scores": {name: scores[name] for name in order},
+            "scores": {name: scores.get(name, {}) for name in order},  # none: one setting, nothing to pick
+            "scores_by_seed": {name: by_seed.get(name, {}) for name in order},
             "picks": {name: {"slug": picks[name].slug, **picks[name].as_dict()} for name in order},
             # each rate_of arm: the arm whose picked learning rate it trained at, and that rate
             "rate_of": {

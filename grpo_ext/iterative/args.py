@@ -38,13 +38,6 @@ class IterativeArguments(TaskFields):
     ``model_name_or_path``.
     """
 
-    train_offset: int = field(
-        default=0,
-        metadata={
-            "help": "Train prompts skipped before the pool (0 for the embedded task: its train split is disjoint "
-            "from the base's SFT set, split sft; a base fine-tuned on train prompts needs them skipped)."
-        },
-    )
     arms: str = field(
         default="iterative",
         metadata={
@@ -144,8 +137,6 @@ class IterativeArguments(TaskFields):
                 raise UserError(f"{name}: must be > 0, got {value}")
         if isinstance(self.rm_heldout_prompts, bool) or self.rm_heldout_prompts < 0:
             raise UserError(f"rm_heldout_prompts: must be an integer >= 0, got {self.rm_heldout_prompts!r}")
-        if self.train_offset < 0:
-            raise UserError(f"train_offset: must be >= 0, got {self.train_offset}")
         margin = self.collapse_guard_margin
         if margin is not None:
             if not (margin > 0 and math.isfinite(margin)):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from grpo_ext.errors import UserError
 from grpo_ext.iterative.labels import check_verifier, label_samples
 from grpo_ext.iterative.rm_training import evaluate_reward_model
 from grpo_ext.sampler.sampling import derive_seed
@@ -47,12 +46,7 @@ class Setting:
         self.args, self.seed = it_args, seed
         self.task = get_task(it_args.task, **it_args.task_kwargs)
         self.reward_model_type = it_args.reward_model_type
-        offset = it_args.train_offset
-        size = it_args.train_size
-        train = self.task.load("train", None if size is None else offset + size)
-        if offset >= len(train):
-            raise UserError(f"train_offset: {offset} skips every one of the task's {len(train)} train prompts")
-        self.pool = require_prompt_column(train.select(range(offset, len(train))), f"task {self.task.name!r}")
+        self.pool = require_prompt_column(it_args.train_prompts(self.task), f"task {self.task.name!r}")
         check_verifier(self.task, self.reward_model_type, self.pool)
         self.separator = training_args.step_separator or self.task.step_separator
         self.max_new_tokens = int(training_args.max_completion_length)

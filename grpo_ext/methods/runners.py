@@ -26,6 +26,7 @@ from grpo_ext.methods.cost import (
     SampleBudget,
     TrainTimer,
     cost_record,
+    offline_trained_examples,
     trained_tokens,
     write_json_file,
 )
@@ -64,7 +65,7 @@ def train_method(method_args, task_args, training_args, model_args) -> dict:
         )
     budget = check_budget(method.name, method_args, task_args, training_args)
     task = get_task(task_args.task, **task_args.task_kwargs)
-    train_dataset = require_prompt_column(task.load("train", task_args.train_size), f"task {task.name!r}")
+    train_dataset = require_prompt_column(task_args.train_prompts(task), f"task {task.name!r}")
     ctx = RunContext(method, method_args, task_args, training_args, model_args, task, train_dataset)
     logger.info("method %s: %s", method.name, method.title)
 
@@ -100,13 +101,15 @@ def train_method(method_args, task_args, training_args, model_args) -> dict:
             ctx.cost.update(samples_generated=counters[0].samples, generated_tokens=counters[0].tokens)
         curve_seconds = curve.seconds if curve is not None else 0.0
         train_seconds = timer.seconds - curve_seconds
+        trained, unique = _trained_counts(trainer, method, training_args, timer.steps)
         cost = cost_record(
             method.name,
             training_args.seed,
             budget,
             ctx.cost,
             optimizer_steps=timer.steps,
-            trained_sequences=timer.steps * trained_sequences_per_step(method.name, training_args),
+            trained_sequences=trained,
+            unique_sequences=unique,
             trained_tokens=trained_tokens(trainer),
             train_seconds=train_seconds,
             curve_seconds=curve_seconds,
@@ -146,6 +149,19 @@ def train_method(method_args, task_args, training_args, model_args) -> dict:
     return cost
 
 
+def _trained_counts(trainer, method, training_args, steps: int) -> tuple[int, int]:
+    """(trained, unique) sequences of a finished run (:mod:`grpo_ext.methods.cost`): an online step trains on the
+    fresh generation batch (each sample ``num_iterations`` times); an offline run walks its dataset in epochs."""
+    per_example = method.sequences_per_example
+    if method.online:
+        trained = steps * trained_sequences_per_step(method.name, training_args, trainer.accelerator.num_processes)
+        return trained, trained // max(int(getattr(training_args, "num_iterations", 1)), 1)
+    examples = len(trainer.train_dataset)
+    micro_batch = training_args.per_device_train_batch_size * trainer.accelerator.num_processes
+    trained = offline_trained_examples(examples, micro_batch, training_args.gradient_accumulation_steps, steps)
+    return trained * per_example, min(examples, trained) * per_example
+
+
 def _save_untrained(ctx: RunContext, why: str, budget: int) -> dict:
     """The run of a method whose data is empty (:class:`NoTrainingData`): its model is the base, unchanged (a fresh
     LoRA adapter, whose B is zero, when the config trains one), with the cost record of what was drawn."""
@@ -169,6 +185,7 @@ def _save_untrained(ctx: RunContext, why: str, budget: int) -> dict:
         ctx.cost,
         optimizer_steps=0,
         trained_sequences=0,
+        unique_sequences=0,
         trained_tokens=0,
         train_seconds=0.0,
         curve_seconds=0.0,

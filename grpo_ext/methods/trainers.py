@@ -190,4 +190,5 @@ def build_online(ctx: RunContext):
         model_args=ctx.model_args,
         reward_funcs=[c.fn for c in counters],
         train_size=ctx.task_args.train_size,  # ctx.train_dataset, and refill's reserve after it
+        train_offset=ctx.task_args.train_offset,
     )

@@ -103,7 +103,7 @@ def test_replay_ratio_outside_unit_interval_is_refused(ratio):
         ({"collapse_guard_margin": 0.0}, "collapse_guard_margin: must be > 0"),
         ({"collapse_guard_margin": 0.1, "log_verifier_reward": False}, "the guard watches the verifier reward"),
         ({"rm_heldout_prompts": -1}, "rm_heldout_prompts: must be an integer >= 0"),
-        ({"train_offset": -5}, "train_offset: must be >= 0"),
+        ({"train_offset": -5}, r"train_offset: must be in \[0, inf\)"),  # TaskFields' check
         ({"rm_initial_epochs": 0.0}, "rm_initial_epochs: must be > 0"),
         ({"train_size": 0}, r"train_size: must be in \[1, inf\)"),  # TaskFields' check, as in scripts/train.py
     ],

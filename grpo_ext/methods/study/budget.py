@@ -41,13 +41,14 @@ def _rates(study: Study) -> tuple[dict, dict]:
 
 
 def _training_seconds(config: dict, method: Method, per_sequence: dict, sampling: dict) -> dict:
-    """One training run: its steps, sequences, draw and learning-curve evaluations, priced."""
+    """One training run: its steps, sequences, draw and learning-curve evaluations, priced (``sampling["draw"]``: the
+    rate of the model RFT / DPO draw from, the study's start or its base)."""
     steps = int(config["max_steps"])
     sequences = int(config["per_device_train_batch_size"]) * int(config.get("gradient_accumulation_steps", 1))
     sequences *= method.sequences_per_example  # a DPO pair is two sequences
     seconds = steps * sequences * per_sequence[method.runner]
     drawn = int(config["train_size"]) * int(config.get("samples_per_prompt", 8)) if method.draws_from_base else 0
-    seconds += drawn / sampling["base"]
+    seconds += drawn / sampling["draw"]
     every = int(config.get("curve_every", 0))
     if every > 0:
         points = steps // every + 1  # the first point is at step 0 (eval_on_start)
@@ -59,15 +60,29 @@ def estimate(study: Study) -> dict:
     """The study's cost: one row per kind of work (``what``, ``runs``, ``core_seconds``) and the total in core-hours,
     with the limit (``budget.core_hours``) beside it."""
     per_sequence, sampling = _rates(study)
+    # with a start, the base (the start) answers briefly as a trained model does; the raw base rambles to the cap
+    reference_rate = sampling["trained"] if study.start is not None else sampling["base"]
+    sampling = {**sampling, "draw": reference_rate}
     rows = []
+    if study.start is not None:
+        path = method_config_path(study.start.method, study.configs_dir)
+        config = {**(read_yaml(path, "method config") or {}), **study.start.overrides}
+        train = _training_seconds(config, get_method(study.start.method), per_sequence, sampling)
+        rows.append(
+            {"what": f"start ({study.start.label})", "steps": train["steps"],
+             "sequences_per_step": train["sequences_per_step"], "runs": 1, "train_core_seconds": train["seconds"],
+             "eval_core_seconds": 0.0}
+        )  # fmt: skip
     configs = {}
     for arm in study.arms:
         path: Path = method_config_path(arm.method, study.configs_dir)
         configs[arm.name] = {**(read_yaml(path, "method config") or {}), **arm.overrides}
     for arm in study.arms:
         method = get_method(arm.method)
-        # search runs: every setting of its grid (a rate_of arm: one learning rate, its reference's pick)
-        runs_search = len(arm.settings(study.learning_rates[:1] if arm.rate_of else study.learning_rates))
+        # search runs: every setting of its grid x every search seed (a rate_of arm: one learning rate, its
+        # reference's pick); a grid of one setting is not searched (Study.search)
+        settings = len(arm.settings(study.learning_rates[:1] if arm.rate_of else study.learning_rates))
+        runs_search = settings * len(study.search_seeds) if settings > 1 else 0
         train = _training_seconds(configs[arm.name], method, per_sequence, sampling)
         val = study.validation.limit * study.validation.n_for(arm.name) / sampling["trained"]
         test = study.test.limit * study.test.n_for(arm.name) / sampling["trained"]
@@ -82,11 +97,14 @@ def estimate(study: Study) -> dict:
                 "eval_core_seconds": runs_search * val + runs_test * test,
             }
         )
+    raw = {b.name for b in study.baselines if b.raw_base or study.start is None}
     for name in ["base", *(b.name for b in study.baselines)]:
         evals = study.validation.limit * study.validation.n_for(name) + study.test.limit * study.test.n_for(name)
+        rate = sampling["base"] if name in raw else reference_rate
+        label = study.reference_label if name == "base" else name
         rows.append(
-            {"what": f"{name} (no training)", "steps": 0, "sequences_per_step": 0, "runs": 1,
-             "train_core_seconds": 0.0, "eval_core_seconds": evals / sampling["base"]}
+            {"what": f"{label} (no training)", "steps": 0, "sequences_per_step": 0, "runs": 1,
+             "train_core_seconds": 0.0, "eval_core_seconds": evals / rate}
         )  # fmt: skip
     total = sum(r["train_core_seconds"] + r["eval_core_seconds"] for r in rows)
     limit = (study.budget or {}).get("core_hours")

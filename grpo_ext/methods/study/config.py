@@ -37,6 +37,7 @@ from grpo_ext.methods.study.spec import (
     pick_best,
     pick_settings,
 )
+from grpo_ext.methods.study.start import START_FIELDS, Start
 from grpo_ext.validation import check_number
 
 __all__ = [
@@ -55,7 +56,7 @@ __all__ = [
 #: The fields of an arm in the study YAML.
 ARM_FIELDS = ("method", "overrides", "grid", "rate_of")
 #: The fields of a baseline in the study YAML.
-BASELINE_FIELDS = ("task_kwargs", "text")
+BASELINE_FIELDS = ("task_kwargs", "text", "raw_base")
 #: The fields of the study's `signal` section.
 SIGNAL_FIELDS = ("arm", "samples", "minibatches", "objectives")
 
@@ -214,8 +215,8 @@ def _signal(spec, arms: list[Arm], configs: Path, where: str) -> Signal | None:
     return Signal(samples, minibatches, arm, tuple(objectives))
 
 
-def _baselines(spec, arms: list[Arm], where: str) -> list[Baseline]:
-    """The `baselines` section: name -> {task_kwargs, text}; a name is none of base's or an arm's."""
+def _baselines(spec, arms: list[Arm], where: str, with_start: bool) -> list[Baseline]:
+    """The `baselines` section: name -> {task_kwargs, text, raw_base}; a name is none of base's or an arm's."""
     out = []
     for name, entry in _mapping(spec, where).items():
         at = f"{where}.{name}"
@@ -226,10 +227,43 @@ def _baselines(spec, arms: list[Arm], where: str) -> list[Baseline]:
         if name == BASE or name in {a.name for a in arms}:
             raise UserError(f"{at}: the name {name!r} is taken (the base or an arm); rename the baseline")
         task_kwargs = _mapping(entry.get("task_kwargs"), f"{at}.task_kwargs")
-        if not task_kwargs:  # the base at the study's own prompt is `base` already
+        raw_base = entry.get("raw_base", False)
+        if not isinstance(raw_base, bool):
+            raise UserError(f"{at}.raw_base: expected true or false, got {raw_base!r}")
+        if raw_base and not with_start:
+            raise UserError(f"{at}.raw_base: only in a study with a `start` (without one, the base is the raw base)")
+        if not task_kwargs and not raw_base:  # the base at the study's own prompt is `base` already
             raise UserError(f"{at}.task_kwargs: required; a baseline is the base at another prompt (e.g. num_fewshot)")
-        out.append(Baseline(str(name), dict(task_kwargs), str(entry.get("text", ""))))
+        out.append(Baseline(str(name), dict(task_kwargs), str(entry.get("text", "")), raw_base))
     return out
+
+
+def _start(spec, where: str) -> Start | None:
+    """The `start` section (:class:`~grpo_ext.methods.study.start.Start`): the SFT model every arm trains from."""
+    if spec is None:
+        return None
+    spec = _mapping(spec, where)
+    unknown = sorted(set(spec) - set(START_FIELDS))
+    if unknown:
+        raise UserError(f"{where}: unknown field(s) {unknown}; expected {', '.join(START_FIELDS)}")
+    method = _require(spec, "method", where)
+    try:
+        if get_method(method).online:
+            raise UserError(f"method {method!r} samples from the model it trains; the start is trained on fixed data")
+    except UserError as err:
+        raise UserError(f"{where}.method: {err}") from None
+    rate = _require(spec, "learning_rate", where)
+    _check_axis("lr", [rate], None, f"{where}.learning_rate")
+    seed = spec.get("seed", 0)
+    check_number(f"{where}.seed", seed, low=0, high=2**32 - 1, integer=True)
+    overrides = dict(_mapping(spec.get("overrides"), f"{where}.overrides"))
+    for key in ("learning_rate", "seed", "output_dir", "model_name_or_path", "train_offset"):
+        if key in overrides:
+            raise UserError(f"{where}.overrides.{key}: set by the study (the start's own field, or not settable)")
+    label = spec.get("label", "SFT start")
+    if not isinstance(label, str) or not label.strip():
+        raise UserError(f"{where}.label: expected a non-empty name, got {label!r}")
+    return Start(str(method), float(rate), int(seed), overrides, label)
 
 
 def _check_n_by(evaluations, names: list[str], where: str) -> None:
@@ -284,8 +318,13 @@ def load_study(path: str | Path) -> Study:
     learning_rates = _numbers(data, "learning_rates", str(path), float)
     _check_axis("lr", learning_rates, None, str(path))
     seeds = _numbers(data, "seeds", str(path), None)  # as written: int() would make 0.5 seed 0
-    search_seed = _require(data, "search_seed", str(path))
-    for name, seed in [*(("seeds", s) for s in seeds), ("search_seed", search_seed)]:
+    # one search seed, or several (each setting's validation score is then the mean over them)
+    search_seeds = _require(data, "search_seed", str(path))
+    search_seeds = list(search_seeds) if isinstance(search_seeds, list) else [search_seeds]
+    if not search_seeds or len(set(map(str, search_seeds))) != len(search_seeds):
+        raise UserError(f"{path}: search_seed: expected a seed or a list of distinct seeds, got {search_seeds!r}")
+    search_seed = search_seeds[0]
+    for name, seed in [*(("seeds", s) for s in seeds), *(("search_seed", s) for s in search_seeds)]:
         try:  # what TrainingArguments' seed takes: checked here, not after the whole search
             check_number(name, seed, low=0, high=2**32 - 1, integer=True)
         except UserError as err:
@@ -293,14 +332,14 @@ def load_study(path: str | Path) -> Study:
     repeated = sorted({s for s in seeds if seeds.count(s) > 1})
     if repeated:  # a seed counted twice would make "every seed agrees" count one run twice
         raise UserError(f"{path}: `seeds` repeats {repeated}; each seed once")
-    if search_seed in seeds:  # a search run counted as a test run would let the pick's luck into the test numbers
-        raise UserError(
-            f"{path}: search_seed {search_seed} is one of seeds {seeds}; the search seed must be none of them"
-        )
+    for seed in search_seeds:  # a search run counted as a test run would let the pick's luck into the test numbers
+        if seed in seeds:
+            raise UserError(f"{path}: search_seed {seed} is one of seeds {seeds}; a search seed must be none of them")
     evaluations = {split_name: _evaluation(data, split_name, str(path)) for split_name in ("validation", "test")}
     if evaluations["validation"].split == evaluations["test"].split:
         raise UserError(f"{path}: validation.split and test.split must differ (picks are never made on test)")
-    baselines = _baselines(data.get("baselines"), arms, f"{path}: baselines")
+    start = _start(data.get("start"), f"{path}: start")
+    baselines = _baselines(data.get("baselines"), arms, f"{path}: baselines", start is not None)
     _check_n_by(evaluations.values(), [BASE, *(b.name for b in baselines), *(a.name for a in arms)], str(path))
     test = evaluations["test"]
     study = Study(
@@ -323,6 +362,8 @@ def load_study(path: str | Path) -> Study:
         ),
         baselines=baselines,
         budget=dict(_mapping(data.get("budget"), f"{path}: budget")),
+        search_seeds=tuple(search_seeds),
+        start=start,
     )
     study.signal = _signal(data.get("signal"), arms, study.configs_dir, f"{path}: signal")
     for name, ext in study.extensions.items():

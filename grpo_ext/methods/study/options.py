@@ -16,3 +16,9 @@ class StudyOptions:
     progress: bool = True  # progress bars in the runs and evaluations
     quick_flags: str = ""  # --quick's flags for every run (a command-line string)
     quick_method_flags: dict[str, str] = field(default_factory=dict)  # --quick's further flags, by method runner
+    # With a study `start` (:mod:`.start`): `base` is the start's merged model; the records name it by its hash (its
+    # folder differs between clones), the raw base is kept for the `raw_base` baselines, and every run skips the
+    # train prompts the start was trained on.
+    base_identity: str | None = None
+    raw_base: str | None = None
+    train_offset: int = 0

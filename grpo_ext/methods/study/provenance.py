@@ -40,9 +40,10 @@ def _model_identity(name: str) -> str:
         return name
 
 
-def training_record(argv: list[str], config_path: str | Path) -> dict:
-    """The command of a study run as recorded: its flags less the neutral ones, the base model resolved, the method
-    config named by its file name (the clone it sits in is no part of the command), and the config's sha256."""
+def training_record(argv: list[str], config_path: str | Path, base_identity: str | None = None) -> dict:
+    """The command of a study run as recorded: its flags less the neutral ones, the base model resolved (or named by
+    `base_identity`: a study's start, by its hash), the method config named by its file name (the clone it sits in
+    is no part of the command), and the config's sha256."""
     flags, i = [], 0
     while i < len(argv):
         if argv[i] in _NEUTRAL:
@@ -50,7 +51,7 @@ def training_record(argv: list[str], config_path: str | Path) -> dict:
             continue
         value = argv[i]
         if i > 0 and argv[i - 1] == "--model_name_or_path":
-            value = _model_identity(value)
+            value = base_identity or _model_identity(value)
         flags.append(value)
         i += 1
     config = Path(config_path)
@@ -104,10 +105,13 @@ def record_training(folder: Path, record: dict) -> None:
     atomic_write_json(Path(folder) / RUN_RECORD, record)
 
 
-def evaluation_settings(model: str, params_key: str, task_id: str, limit: int | None, dtype) -> dict:
-    """What an evaluation of a study was drawn with: the model (resolved), the sampling parameters' key (n,
-    temperature, max_new_tokens, seed, stop), the task and split, the problem limit, the load dtype."""
-    return {"model": _model_identity(model), "params": params_key, "task": task_id, "limit": limit, "dtype": dtype}
+def evaluation_settings(
+    model: str, params_key: str, task_id: str, limit: int | None, dtype, model_identity: str | None = None
+) -> dict:
+    """What an evaluation of a study was drawn with: the model (resolved, or named by `model_identity`), the sampling
+    parameters' key (n, temperature, max_new_tokens, seed, stop), the task and split, the problem limit, the dtype."""
+    model = model_identity or _model_identity(model)
+    return {"model": model, "params": params_key, "task": task_id, "limit": limit, "dtype": dtype}
 
 
 def check_evaluation(target: Path, settings: dict) -> None:

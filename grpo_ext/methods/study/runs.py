@@ -140,7 +140,7 @@ def _train(job: Job, folder: Path, study: Study, options: StudyOptions) -> None:
     from grpo_ext.methods import run_method
 
     argv = train_argv(job.arm, job.setting, job.seed, folder, options)
-    record = training_record(argv, method_config_path(job.arm.method, options.configs))
+    record = training_record(argv, method_config_path(job.arm.method, options.configs), options.base_identity)
     if _trained(folder):
         check_training(folder, record)  # a finished run of another command (--quick, another base) is never reused
         return  # trained; a folder whose weights were not kept (only its JSON records are committed) trains again
@@ -161,7 +161,8 @@ def check_done(job: Job, out: Path, study: Study, options: StudyOptions) -> None
     folder = job_dir(job, out, study)
     if job.arm is not None and _trained(folder):
         argv = train_argv(job.arm, job.setting, job.seed, folder, options)
-        check_training(folder, training_record(argv, method_config_path(job.arm.method, options.configs)))
+        config = method_config_path(job.arm.method, options.configs)
+        check_training(folder, training_record(argv, config, options.base_identity))
     target = evaluation_file(folder, job.evaluation)
     if target.is_file():
         check_evaluation(target, _evaluation_plan(job, folder, study, options)["settings"])
@@ -172,6 +173,8 @@ def train_argv(arm: Arm, setting: Setting, seed: int, folder: Path, options: Stu
     config = method_config_path(arm.method, options.configs)
     argv = ["--config", str(config), "--seed", str(seed), "--output_dir", str(folder)]
     argv += ["--model_name_or_path", options.base, *arm.flags(), *setting.flags()]
+    if options.train_offset:  # the prompts the study's start trained on are no run's
+        argv += ["--train_offset", str(options.train_offset)]
     if not options.progress:
         argv += ["--disable_tqdm", "true"]
     return argv + quick_flags(arm.method, options)
@@ -219,10 +222,15 @@ def _evaluation_plan(job: Job, folder: Path, study: Study, options: StudyOptions
         batch_size=16,
         **stop_kwargs(stops),
     )
-    model = str(folder) if job.arm else options.base
+    raw = job.baseline is not None and job.baseline.raw_base
+    model = str(folder) if job.arm else (options.raw_base if raw else options.base)
     task_id = task_id_for(task_name, evaluation.split, task_kwargs)
-    # an arm's model is its run (checked by its training record); the base is named by the study's --model
-    settings = evaluation_settings("the run" if job.arm else model, params.key(), task_id, limit, evaluation.dtype)
+    # an arm's model is its run (checked by its training record); the base is named by the study's --model, the
+    # start by its hash
+    identity = None if job.arm or raw else options.base_identity
+    settings = evaluation_settings(
+        "the run" if job.arm else model, params.key(), task_id, limit, evaluation.dtype, identity
+    )
     return {"task": task, "stops": stops, "params": params, "model": model, "task_id": task_id, "settings": settings}
 
 

@@ -17,6 +17,7 @@ from grpo_ext.errors import UserError
 from grpo_ext.evaluation.registry import default_ks, headline_at, headline_forms
 from grpo_ext.io import REPO_ROOT
 from grpo_ext.methods.study.expectations import BASE, Expectation
+from grpo_ext.methods.study.start import Start
 from grpo_ext.validation import check_number
 
 __all__ = [
@@ -141,11 +142,13 @@ class Arm:
 class Baseline:
     """The base model evaluated at another prompt, training nothing (e.g. 8 worked examples: the "no training"
     reference a reader asks for): `task_kwargs` override the study task's knobs; scored on validation and test like
-    an arm, never trained."""
+    an arm, never trained. In a study with a `start`, the base is the start; ``raw_base`` scores the study's base
+    model before its SFT instead (the context a reader asks for: where the start came from)."""
 
     name: str
     task_kwargs: dict = field(default_factory=dict)
     text: str = ""
+    raw_base: bool = False  # with a study `start`: scored on the raw base (before the start's SFT), for context
 
 
 #: The objectives a study's `signal` section may measure (the :mod:`.signal` package measures each).
@@ -170,7 +173,7 @@ class Study:
     arms: list[Arm]
     learning_rates: list[float]
     seeds: list[int]
-    search_seed: int
+    search_seed: int  # the first of search_seeds
     validation: Evaluation
     test: Evaluation
     base: str = "embedded"
@@ -180,6 +183,17 @@ class Study:
     signal: Signal | None = None
     baselines: list[Baseline] = field(default_factory=list)
     budget: dict = field(default_factory=dict)  # the planning rates of the cost estimate (study.budget)
+    search_seeds: tuple[int, ...] = ()  # every seed a search run is trained with (a pick is the mean over them)
+    start: Start | None = None  # the SFT model every arm trains from (:mod:`.start`); None: the base itself
+
+    def __post_init__(self):
+        if not self.search_seeds:
+            self.search_seeds = (self.search_seed,)
+
+    @property
+    def reference_label(self) -> str:
+        """How reports name the run called ``base`` in the records: the model every arm starts from."""
+        return self.start.label if self.start is not None else "base"
 
     @property
     def configs_dir(self) -> Path:
@@ -206,11 +220,22 @@ class Study:
             return arm.settings(self.learning_rates)
         return arm.settings([picks[arm.rate_of].as_dict()["lr"]])
 
+    def search_arms(self, picks: dict[str, Setting] | None = None) -> list[Arm]:
+        """The arms of a search stage. Stage 1 (no `picks`): the arms that search their own rate. Stage 2 (`picks`
+        of stage 1): the `rate_of` arms, at their reference's picked rate."""
+        return [arm for arm in self.arms if (arm.rate_of is None) == (picks is None)]
+
     def search(self, picks: dict[str, Setting] | None = None) -> list[tuple[Arm, Setting, int]]:
-        """The (arm, setting, search seed) runs scored on validation. Stage 1 (no `picks`): the arms that search
-        their own rate. Stage 2 (`picks` of stage 1): the `rate_of` arms, at their reference's picked rate."""
-        arms = [arm for arm in self.arms if (arm.rate_of is None) == (picks is None)]
-        return [(arm, setting, self.search_seed) for arm in arms for setting in self.grid(arm, picks)]
+        """The (arm, setting, search seed) runs scored on validation, every search seed of every setting of the
+        stage's arms (:meth:`search_arms`). An arm whose grid is one setting has nothing to pick: it is not
+        searched (its setting is its pick), so no budget goes to a run that decides nothing."""
+        return [
+            (arm, setting, seed)
+            for arm in self.search_arms(picks)
+            if len(grid := self.grid(arm, picks)) > 1
+            for setting in grid
+            for seed in self.search_seeds
+        ]
 
     def test_runs(self, picks: dict[str, Setting]) -> list[tuple[Arm, Setting, int]]:
         """Every (arm, picked setting, seed) scored on test: every seed of `seeds` (none is the search seed)."""
@@ -246,11 +271,14 @@ def pick_best(slugs: list[str], scores: dict[str, float]) -> int:
 def pick_settings(scores: dict[str, dict[str, float]], settings: dict[str, list[Setting]]) -> dict[str, Setting]:
     """Each arm's setting with the highest validation score; ties go to the earlier setting of the grid.
 
-    ``scores[arm][slug]`` is the validation metric of that search run. Only validation scores enter: the function
-    is never given test numbers.
+    ``scores[arm][slug]`` is the validation metric of that setting (the mean over the search seeds). Only validation
+    scores enter: the function is never given test numbers. An arm whose grid is one setting picks it unscored.
     """
     picks = {}
     for arm, grid in settings.items():
+        if len(grid) == 1:  # nothing to pick (Study.search trains no run for it)
+            picks[arm] = grid[0]
+            continue
         missing = [s.slug for s in grid if s.slug not in scores.get(arm, {})]
         if missing:
             raise ValueError(f"arm {arm}: no validation score for {', '.join(missing)}")

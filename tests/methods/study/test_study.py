@@ -41,16 +41,19 @@ def test_shipped_study_gives_every_arm_the_same_search():
     # one rate for the GRPO family: every extension trains at vanilla GRPO's pick; other families search their own
     assert {a.name for a in study.arms if a.rate_of == "grpo_outcome"} == set(GRPO_EXTENSIONS)
     assert {a.name for a in study.arms if a.rate_of is None} == {"sft", "rft", "online_rft", "dpo", "grpo_outcome"}
-    # stage 1 searches only the arms with their own rate; stage 2 the extensions, each at grpo_outcome's pick only
+    # stage 1 searches only the arms with their own rate; the extensions train at grpo_outcome's pick, one setting
+    # each: nothing to pick, so stage 2 trains no search run for them
     stage1 = study.search()
     assert {arm.name for arm, _, _ in stage1} == {"sft", "rft", "online_rft", "dpo", "grpo_outcome"}
     picks = {a.name: a.settings(study.learning_rates)[-1] for a in study.arms if a.rate_of is None}
     picks["grpo_outcome"] = _setting(5e-5)
     stage2 = study.search(picks)
-    assert sorted(arm.name for arm, _, _ in stage2) == sorted(GRPO_EXTENSIONS)
-    assert {s.slug for _, s, _ in stage2} == {"lr5e-05"} and {seed for _, _, seed in stage1 + stage2} == {100}
+    assert stage2 == [] and {seed for _, _, seed in stage1} == {100}
+    assert {a.name: [s.slug for s in study.grid(a, picks)] for a in study.arms if a.rate_of} == dict.fromkeys(
+        GRPO_EXTENSIONS, ["lr5e-05"]
+    )
     # every search run, then every test seed of each pick: nothing trained twice, no test run on the search seed
-    picks.update({arm.name: setting for arm, setting, _ in stage2})
+    picks.update({name: _setting(5e-5) for name in GRPO_EXTENSIONS})
     runs = stage1 + stage2 + study.test_runs(picks)
     folders = [study.run_dir("out", arm, setting, seed) for arm, setting, seed in runs]
     assert len(folders) == len(set(folders)) == len(stage1) + len(stage2) + 3 * len(study.arms)
@@ -198,13 +201,18 @@ def test_quick_run_of_every_method_picks_on_validation_before_any_test_number(tm
     base_validation = json.loads((out / "base" / "validation.json").read_text())
     assert base_validation["split"] == "validation" and search["base"] == base_validation["pass@k"]["1"]
     assert search["search_seed"] == 100 and search["rate_of"] == {"grpo_process": search["rate_of"]["grpo_process"]}
-    assert search["scores"]["grpo_process"].keys() == {search["picks"]["grpo_outcome"]["slug"]}  # no search of its own
+    # no search of its own: one setting (grpo_outcome's pick), nothing to pick, no search run
+    assert search["scores"]["grpo_process"] == {} and not list((out / "runs" / "grpo_process").glob("*/seed100"))
+    assert search["picks"]["grpo_process"]["slug"] == search["picks"]["grpo_outcome"]["slug"]
     for arm, scores in search["scores"].items():
+        scores = scores or {search["picks"][arm]["slug"]: None}  # an unsearched arm: its one setting
         for slug, score in scores.items():
+            if score is None:
+                continue
             validation = json.loads((out / "runs" / arm / slug / "seed100" / "validation.json").read_text())
             assert validation["split"] == "validation" and validation["pass@k"]["1"] == score
             assert not (out / "runs" / arm / slug / "seed100" / "test.json").exists()  # a search run is never tested
-        best = max(scores, key=lambda s: (scores[s], -list(scores).index(s)))
+        best = max(scores, key=lambda s: (scores[s] or 0, -list(scores).index(s)))
         assert search["picks"][arm]["slug"] == best
         for slug in scores:
             tests = list((out / "runs" / arm / slug).glob("seed*/test.json"))
@@ -287,7 +295,10 @@ def test_quick_run_of_every_method_picks_on_validation_before_any_test_number(tm
     assert "no group anatomy" in again.stdout and not list(out.rglob("*.safetensors"))  # nothing trained again
     rendered = (out / "report.md").read_text().splitlines()
     assert rendered[: first.index("## Search (validation)")] == first[: first.index("## Search (validation)")]
-    assert "## Test results of the picks" in rendered and "## Where the learning signal is (diagnostic)" not in rendered
+    # the group anatomy reads the sample caches: without them it is carried over from the report.json of the same
+    # test results (a clone's), and says so
+    assert "## Test results of the picks" in rendered and "## Where the learning signal is (diagnostic)" in rendered
+    assert any(line.startswith("Carried over from the previous `report.json`") for line in rendered)
 
 
 def test_group_anatomy_by_hand():

@@ -61,8 +61,9 @@ def test_driver_searches_own_rates_first_then_trains_the_family_at_the_reference
     assert {j.evaluation.split for j in stage1 + stage2} == {"validation"} and stage1[0].arm is None  # base first
     own = {j.arm.name for j in stage1[1:]}
     assert own == {"sft", "rft", "online_rft", "dpo", "grpo_outcome"}
-    assert sorted(j.arm.name for j in stage2) == sorted(a.name for a in load_study(STUDY).arms if a.rate_of)
-    assert {j.setting.slug for j in stage2} == {"lr0.00015"} and {j.seed for j in stage1[1:] + stage2} == {100}
+    # every rate_of arm of this study has one setting (its reference's pick): nothing to pick, so no search run
+    assert all(len(a.grid) == 0 for a in load_study(STUDY).arms if a.rate_of) and stage2 == []
+    assert {j.seed for j in stage1[1:]} == {100}
     assert {j.evaluation.split for j in final} == {"test"} and {j.seed for j in final[1:]} == {0, 1, 2}
     search = json.loads((out / "search.json").read_text())
     assert search["picks"]["grpo_outcome"]["slug"] == search["picks"]["outcome_skip"]["slug"] == "lr0.00015"
