@@ -42,7 +42,7 @@ def test_overwrite_replaces_only_a_folder_an_export_wrote_and_nothing_else(run_f
     repository = tmp_path / "repo"
     repository.mkdir()
     (repository / "main.py").write_text("print('mine')\n")
-    with pytest.raises(UserError, match=r"repo was not written by publish\.py"):
+    with pytest.raises(UserError, match=r"repo was not written by scripts/publish\.py"):
         dry_run(run_folder, repository, "--overwrite")
     assert (repository / "main.py").read_text() == "print('mine')\n"
 
@@ -51,7 +51,7 @@ def test_overwrite_replaces_only_a_folder_an_export_wrote_and_nothing_else(run_f
     assert dry_run(run_folder, out, "--overwrite") == out  # an earlier export is replaced
     assert (out / "model.safetensors").is_file()
     (out / "notes.txt").write_text("my notes")  # the user added a file to it since
-    with pytest.raises(UserError, match=r"holds files the earlier export did not write \(notes\.txt\)"):
+    with pytest.raises(UserError, match=r"holds files scripts/publish\.py did not write \(notes\.txt\)"):
         dry_run(run_folder, out, "--overwrite")
     assert (out / "notes.txt").read_text() == "my notes"
 

@@ -257,6 +257,22 @@ def test_publish_never_uploads_a_file_linked_from_outside_the_checkpoint(name, t
                    p != secret and not p.is_symlink() and p.stat().st_size < 1 << 20)  # fmt: skip
 
 
+def test_publish_overwrite_still_replaces_an_export_of_an_earlier_version(tmp_path):
+    """Dry runs before the shared record listed their files in .grpo_ext_export.json: --overwrite honours it."""
+    from scripts import publish
+
+    checkpoint = tmp_path / "run"
+    shutil.copytree(EMBEDDED_MODEL_DIR, checkpoint)
+    out = tmp_path / "export"
+    dry_run = [str(checkpoint), "--repo-id", "me/x", "--dry-run", "--output-dir", str(out)]
+    publish.main(dry_run)
+    record = json.loads((out / FOLDER_RECORD).read_text())
+    assert record["writer"] == "scripts/publish.py" and "model.safetensors" in record["files"]
+    (out / FOLDER_RECORD).rename(out / ".grpo_ext_export.json")
+    (out / ".grpo_ext_export.json").write_text(json.dumps({"files": record["files"]}))
+    assert publish.main([*dry_run, "--overwrite"]) == out and (out / FOLDER_RECORD).is_file()
+
+
 # ---- 6. --report-only never rewrites a study with other settings ---------------------------------------------------
 
 

@@ -9,8 +9,12 @@ What is uploaded is checked first, on both sides: the checkpoint (a training run
 file, an adapter whose base is a folder of this machine) and the assembled folder (`check_upload_folder`: every
 weights file opens, every JSON parses, nothing but the model's files), whose file list `publish` returns.
 
-A dry run's folder carries `EXPORT_MARKER`, the list of files it wrote: `--overwrite` replaces only such a folder,
-holding nothing else, and never the checkpoint itself or a folder that contains it.
+Every file the upload is made of is read from inside the checkpoint (`check_sources`): a symbolic link out of it is
+refused, never followed, so no other file of the machine (a token, a key) reaches a public repository.
+
+A dry run's folder carries the record of `grpo_ext.run_folder` (`FOLDER_RECORD`: this writer and the files it wrote;
+`EXPORT_MARKER` in folders of earlier versions): `--overwrite` replaces only such a folder, holding nothing else, and
+never the checkpoint itself or a folder that contains it (`grpo_ext.run_folder.check_only_ours`).
 """
 
 from __future__ import annotations
@@ -33,8 +37,11 @@ from grpo_ext.run_record import CONFIG_FILE
 
 __all__ = [
     "EXPORT_MARKER",
+    "PUBLISH_WRITER",
+    "UPLOAD_FILES",
     "PublishError",
     "check_overwritable",
+    "check_sources",
     "check_upload_folder",
     "checkpoint_type_of",
     "publish",
@@ -50,10 +57,18 @@ MODEL_WEIGHTS = (
     "pytorch_model.bin.index.json",
 )
 MODEL_FILES = ("config.json", "generation_config.json")
-
-
-#: Written into a dry run's folder: the files that export wrote (what `--overwrite` may later replace).
+#: Every name an upload folder may hold (besides weight shards, `_is_shard`): a model's files and the model card.
+UPLOAD_FILES = frozenset(
+    {*ADAPTER_WEIGHTS, *MODEL_WEIGHTS, *MODEL_FILES, *TOKENIZER_FILES, ADAPTER_CONFIG, CONFIG_FILE, "README.md"}
+)
+#: How a dry run's folder names its writer in its record (`grpo_ext.run_folder.FOLDER_RECORD`).
+PUBLISH_WRITER = "scripts/publish.py"
+#: The record of dry runs before `grpo_ext.run_folder.FOLDER_RECORD` (the files export wrote): still honoured.
 EXPORT_MARKER = ".grpo_ext_export.json"
+
+
+def _is_shard(name: str) -> bool:
+    return name.startswith(("model-", "pytorch_model-")) and name.endswith((".safetensors", ".bin"))
 
 
 class PublishError(UserError):
@@ -216,6 +231,24 @@ def write_merged(checkpoint: Path, dest: Path, base: str, dtype: str | None) -> 
     _copy_tokenizer(checkpoint, base, dest)
 
 
+def check_sources(checkpoint: Path) -> None:
+    """Every file the upload is read from lies inside `checkpoint` (and the training record of its run folder, read
+    when the checkpoint has none, inside that folder): a symbolic link leading out is refused, never followed: it
+    would put any file of this machine into a public upload. Checked with `grpo_ext.run_folder.inside`."""
+    from grpo_ext.checkpoints import RUN_STATUS_FILE
+    from grpo_ext.run_folder import inside
+
+    read = UPLOAD_FILES | {"trainer_state.json", RUN_STATUS_FILE}
+    try:
+        for path in sorted(checkpoint.iterdir()):
+            if path.name in read or _is_shard(path.name):
+                inside(checkpoint, path.name, field_name="CHECKPOINT")
+        if not (checkpoint / CONFIG_FILE).exists():
+            inside(checkpoint.parent, CONFIG_FILE, field_name="CHECKPOINT")
+    except UserError as err:
+        raise PublishError(str(err)) from None
+
+
 def write_upload_folder(
     checkpoint: Path,
     dest: Path,
@@ -230,6 +263,7 @@ def write_upload_folder(
 ) -> str:
     """Write the upload of `checkpoint` into the empty folder `dest`; returns its checkpoint type as uploaded
     (`adapter`, `merged` or `model`). The arguments are scripts/publish.py's flags."""
+    check_sources(checkpoint)  # first: nothing is read through a link out of the checkpoint
     check_run_finished(checkpoint)
     checkpoint_type = checkpoint_type_of(checkpoint)
     check_weights_open(checkpoint)
@@ -268,12 +302,10 @@ def check_upload_folder(folder: Path) -> list[tuple[str, int]]:
     """`(name, bytes)` of every file `folder` would upload, after checking it: only a model's files (weights, configs,
     tokenizer, card, training record; no subfolders), every safetensors file opens, every JSON file parses, and the
     card is there. A `PublishError` names the first file that fails."""
-    allowed = set(ADAPTER_WEIGHTS) | set(MODEL_WEIGHTS) | set(MODEL_FILES) | set(TOKENIZER_FILES)
-    allowed |= {ADAPTER_CONFIG, CONFIG_FILE, "README.md"}
     manifest = []
     for path in sorted(folder.iterdir()):
         sharded = path.name.startswith("model-") and path.suffix == ".safetensors"
-        if not path.is_file() or not (path.name in allowed or sharded):
+        if not path.is_file() or not (path.name in UPLOAD_FILES or sharded):
             raise PublishError(f"upload folder: {path.name} is not a file a model repository needs; not uploaded")
         try:
             with user_file(path, "upload folder"):
@@ -295,37 +327,28 @@ def check_upload_folder(folder: Path) -> list[tuple[str, int]]:
 
 
 def check_overwritable(out: Path, checkpoint: Path) -> None:
-    """`out` may be deleted by `--overwrite`: a folder an earlier export wrote (its `EXPORT_MARKER`) holding only the
-    files that export listed, and neither the checkpoint being published nor a folder containing it. Anything else
-    is a `PublishError`: a user's folder named by mistake is never deleted."""
+    """`out` may be deleted by `--overwrite`: a folder an earlier export wrote (its record) holding only the files that
+    export listed (`grpo_ext.run_folder.check_only_ours`), and neither the checkpoint being published nor a folder
+    containing it. Anything else is a `PublishError`: a user's folder named by mistake is never deleted."""
+    from grpo_ext.run_folder import check_only_ours
+
     source = checkpoint.resolve()
     if out.resolve() == source or out.resolve() in source.parents:
         raise PublishError(
             f"--output-dir: {out} is the checkpoint being published or a folder containing it; --overwrite never "
             "deletes the source: choose another --output-dir"
         )
-    if out.is_symlink() or not out.is_dir():
-        raise PublishError(f"--output-dir: {out} is not a folder an earlier export wrote; not overwritten")
-    marker = out / EXPORT_MARKER
     try:
-        written = set(json.loads(marker.read_text())["files"])
-    except (OSError, ValueError, KeyError, TypeError):
-        raise PublishError(
-            f"--output-dir: {out} was not written by publish.py (no readable {EXPORT_MARKER}); --overwrite replaces "
-            "only an earlier export: remove the folder yourself or choose another --output-dir"
-        ) from None
-    others = sorted(p.name for p in out.iterdir() if p.name != EXPORT_MARKER and p.name not in written)
-    if others:
-        shown = ", ".join(others[:5]) + (", ..." if len(others) > 5 else "")
-        raise PublishError(
-            f"--output-dir: {out} holds files the earlier export did not write ({shown}); not overwritten: remove "
-            "them or choose another --output-dir"
-        )
+        check_only_ours(out, writer=PUBLISH_WRITER, field_name="--output-dir", legacy_record=EXPORT_MARKER)
+    except UserError as err:
+        raise PublishError(str(err)) from None
 
 
 def _replace_dir(staging: Path, out: Path, overwrite: bool, checkpoint: Path) -> None:
+    from grpo_ext.run_folder import FOLDER_RECORD
+
     files = sorted(p.name for p in staging.iterdir())
-    atomic_write_json(staging / EXPORT_MARKER, {"files": files})
+    atomic_write_json(staging / FOLDER_RECORD, {"writer": PUBLISH_WRITER, "files": files})
     if out.exists() or out.is_symlink():
         if not overwrite:
             raise PublishError(f"--output-dir: {out} exists; remove it or pass --overwrite")

@@ -167,7 +167,7 @@ def test_dry_run_card_parses_and_carries_the_eval_report(checkpoint, report_dir,
         ]
     )
     assert {p.name for p in out.iterdir()} == {
-        ".grpo_ext_export.json",  # what --overwrite may replace later; not uploaded
+        ".grpo_ext_folder.json",  # its writer and files: what --overwrite may replace later; not uploaded
         "README.md",
         "adapter_config.json",
         "adapter_model.safetensors",
