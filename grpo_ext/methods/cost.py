@@ -5,8 +5,12 @@
 - ``samples_generated`` / ``generated_tokens``: completions sampled to train (online: every completion the
   trainer scored, refills included; RFT/DPO: the completions drawn once from the base model; SFT: 0) and their
   tokens (the EOS that ends a completion counts as one token);
-- ``trained_sequences``: sequences the gradient was computed on (optimizer steps x sequences per step; a DPO pair
-  is two sequences) and ``trained_tokens``, the tokens the TRL trainer reports it processed (prompts included);
+- ``trained_sequences``: sequences the gradient was computed on, repeats counted (a DPO pair is two sequences): for
+  an online method optimizer steps x sequences per step; for an offline one (SFT, RFT, DPO) the epochs over its
+  data as the trainer walks them (:func:`offline_trained_examples`: an epoch's last step takes only what is left);
+  ``unique_sequences``, the distinct ones among them (an offline method's data; an online method's generated
+  samples that were trained on), and ``trained_tokens``, the tokens the TRL trainer reports it processed (prompts
+  included). Records written before ``unique_sequences`` counted every offline step as a full batch;
 - ``sampling_seconds``, ``train_seconds`` (learning-curve evaluations excluded), ``curve_seconds`` and
   ``wall_seconds`` = sampling + training: the cost of the method, not of measuring it.
 """
@@ -31,6 +35,7 @@ __all__ = [
     "SampleBudget",
     "TrainTimer",
     "cost_record",
+    "offline_trained_examples",
     "read_json_file",
     "write_json_file",
 ]
@@ -108,6 +113,24 @@ def trained_tokens(trainer) -> int | None:
     return int(seen) if seen else None
 
 
+def offline_trained_examples(examples: int, micro_batch: int, accumulation: int, steps: int) -> int:
+    """Examples an offline trainer (transformers' ``Trainer``, ``dataloader_drop_last`` False) computes the gradient on
+    in ``steps`` optimizer steps over a dataset of ``examples``, ``micro_batch`` examples a forward (per device x
+    processes) and ``accumulation`` forwards a step.
+
+    Steps times the full batch overcounts a small dataset: an epoch is ``ceil(examples / micro_batch)`` forwards, its
+    last step takes the forwards left (the trainer's ``remainder``) and the last forward the examples left, so every
+    epoch trains each example exactly once. 48 examples at 8 x 4: 2 steps an epoch, 12 steps = 6 epochs = 288, not
+    384; 8 examples: one step an epoch of 8."""
+    if examples <= 0 or steps <= 0:
+        return 0
+    forwards = -(-examples // micro_batch)
+    steps_per_epoch = -(-forwards // accumulation)
+    epochs, rest = divmod(steps, steps_per_epoch)
+    # the steps of an unfinished epoch are none of them its last: each takes `accumulation` full forwards
+    return epochs * examples + rest * accumulation * micro_batch
+
+
 def cost_record(
     method: str,
     seed: int,
@@ -116,6 +139,7 @@ def cost_record(
     *,
     optimizer_steps: int,
     trained_sequences: int,
+    unique_sequences: int,
     trained_tokens: int | None,
     train_seconds: float,
     curve_seconds: float,
@@ -132,6 +156,7 @@ def cost_record(
         "generated_tokens": int(drawn.get("generated_tokens", 0)),
         "optimizer_steps": optimizer_steps,
         "trained_sequences": trained_sequences,
+        "unique_sequences": unique_sequences,
         "trained_tokens": trained_tokens,
         "sampling_seconds": round(sampling, 2),
         "train_seconds": round(train_seconds, 2),

@@ -137,8 +137,9 @@ def study_anatomy(study, out: Path, picks: dict, configs: str) -> dict:
     return {"group_size": group_size, "seed": study.seeds[0], "split": split, "rows": rows}
 
 
-def render_anatomy(anatomy: dict) -> list[str]:
-    """The report's section: one row per model, the columns of :data:`ANATOMY_FIELDS`."""
+def render_anatomy(anatomy: dict, reference_label: str = "base") -> list[str]:
+    """The report's section: one row per model, the columns of :data:`ANATOMY_FIELDS`; the run the records call
+    ``base`` is shown as ``reference_label``."""
     keys = list(ANATOMY_FIELDS)
     lines = [
         "## Where the learning signal is (diagnostic)",
@@ -149,10 +150,19 @@ def render_anatomy(anatomy: dict) -> list[str]:
         + "; ".join(f"*{k}*: {v}" for k, v in ANATOMY_FIELDS.items())
         + "; *training zero-std*: the share of training groups without outcome signal, mean over the run's log.",
         "",
+        *(
+            [
+                "Carried over from the previous `report.json` of this study, computed from the same test results "
+                "(every pass@1 equal): the test sample caches it reads are not committed.",
+                "",
+            ]
+            if anatomy.get("carried_over")
+            else []
+        ),
         *md_header(["model", *keys, "training zero-std"], "l" + "r" * (len(keys) + 1)),
     ]
     for name, row in anatomy["rows"].items():
         zero_std = row.get("training_zero_std")
         cells = [fmt(row[k]) for k in keys] + ["-" if zero_std is None else fmt(zero_std)]
-        lines.append(md_row([name, *cells]))
+        lines.append(md_row([reference_label if name == "base" else name, *cells]))
     return [*lines, ""]

@@ -242,9 +242,10 @@ def judge_expectations(
     return rows
 
 
-def render_expectations(rows: list[dict]) -> list[str]:
+def render_expectations(rows: list[dict], reference_label: str = BASE) -> list[str]:
     """The report's first section: each expectation's words, its measured difference with interval, whether held;
-    a ``slices`` expectation shows every slice's difference under its own row."""
+    a ``slices`` expectation shows every slice's difference under its own row. ``reference_label``: the name the
+    report shows for the run the records call ``base`` (the data keeps ``base``)."""
     lines = [
         "## Expectations (written in the study config before the run)",
         "",
@@ -270,5 +271,10 @@ def render_expectations(rows: list[dict]) -> list[str]:
                     f" {'held' if s['held'] else 'not held'}"
                     for s in row["by_slice"]
                 )
-        lines.append(md_row([row["text"], row["measured"], f"{row['min_difference']:+.3f}", numbers, held]))
+        measured = row["measured"]
+        if row["against"] == BASE and reference_label != BASE:  # the display name; the words of `text` are the study's
+            measured = measured.replace(f"- {BASE}", f"- {reference_label}", 1).replace(
+                f"over {BASE}", f"over {reference_label}", 1
+            )
+        lines.append(md_row([row["text"], measured, f"{row['min_difference']:+.3f}", numbers, held]))
     return [*lines, ""]

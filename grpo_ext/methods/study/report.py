@@ -23,14 +23,18 @@ import numpy as np
 from grpo_ext.evaluation.slices import known_attributes
 from grpo_ext.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from grpo_ext.methods.compare.slices import arm_slices, arm_slices_markdown
-from grpo_ext.methods.cost import CURVE_FILE, read_json_file
+from grpo_ext.methods.cost import COST_FILE, CURVE_FILE, LOG_FILE, RUN_FILE, read_json_file
+from grpo_ext.methods.paradigm import get_method
 from grpo_ext.methods.study.anatomy import render_anatomy, study_anatomy
 from grpo_ext.methods.study.answers import answers_markdown, sample_rows, samples_markdown, study_answers
 from grpo_ext.methods.study.budget import estimate
 from grpo_ext.methods.study.config import Setting, Study
+from grpo_ext.methods.study.counts import render_counts, run_counts, same_for_every_arm, sizes_text, spread
 from grpo_ext.methods.study.crossover import arm_crossover, render_crossovers
-from grpo_ext.methods.study.dynamics import plot_dynamics, read_dynamics, render_dynamics
+from grpo_ext.methods.study.dynamics import plot_dynamics, read_dynamics, render_dynamics, training_steps
 from grpo_ext.methods.study.expectations import judge_expectations, render_expectations
+from grpo_ext.methods.study.hacking import flags, reading, render_hacking, signals
+from grpo_ext.methods.study.hacking import thresholds as hacking_thresholds
 from grpo_ext.methods.study.options import StudyOptions
 from grpo_ext.methods.study.plots import by_k, model_ks, plot_curves, plot_passk_majk, plot_passk_majk_by_slice
 from grpo_ext.methods.study.seeds import render_seed_spread, seed_spread
@@ -48,32 +52,121 @@ from grpo_ext.methods.study.stats import (
 )
 from grpo_ext.report_format import interval, md_header, md_row, signed_with_seeds
 
-__all__ = ["collect", "write_study_report"]
+__all__ = ["collect", "read_hacking", "write_study_report"]
+
+
+def carried_anatomy(previous: dict | None, stats: dict) -> dict | None:
+    """The group anatomy of the report before this one (its ``report.json``), where this one cannot compute it (the
+    test sample caches it reads are not committed) and the test results are the ones it was computed with: every
+    arm's pass@1 and the base's as the previous report has them. None otherwise: a stale diagnostic is not shown."""
+    if not previous or not previous.get("anatomy"):
+        return None
+    before = {name: arm["metrics"]["pass@1"]["mean"] for name, arm in (previous.get("arms") or {}).items()}
+    now = {name: arm["metrics"]["pass@1"]["mean"] for name, arm in stats["arms"].items()}
+    base_before = ((previous.get("base") or {}).get("pass@1") or {}).get("mean")
+    if before != now or base_before != stats["base"]["pass@1"]["mean"]:
+        return None
+    return {**previous["anatomy"], "carried_over": True}
+
+
+def reference_label(study: Study) -> str:
+    """The name the report shows for the run its records call ``base`` (e.g. "SFT start" for a study that trains
+    every arm from an SFT model); the data keys stay ``base``."""
+    return getattr(study, "reference_label", "base")
+
+
+def _shown(name: str, label: str) -> str:
+    return label if name == "base" else name
+
+
+def _run_counts(arm, folder: Path, result: dict) -> dict:
+    """:func:`~grpo_ext.methods.study.counts.run_counts` of one run folder (its cost record, else the copy in its test
+    result), with its training config's group size."""
+    method = get_method(arm.method)
+    cost = read_json_file(folder, COST_FILE) or result.get("training_cost") or {}
+    training = (read_json_file(folder, RUN_FILE) or {}).get("training") or {}
+    counts = run_counts(cost, training, method.online, method.sequences_per_example)
+    return {**counts, "num_generations": training.get("num_generations") if method.online else None}
+
+
+def _size(result: dict) -> tuple[int, int]:
+    return int(result.get("n_problems", len(result.get("per_problem") or []))), int(result["n"])
 
 
 def collect(study: Study, out: Path, picks: dict[str, Setting]) -> dict:
-    """Test results and learning curves of every picked run, and the test results of the base and the baselines
-    (those a run of some arms left unscored are left out)."""
+    """Test results, learning curves and training counts of every picked run, the test results of the base and the
+    baselines (those a run of some arms left unscored are left out), and the problems and n of every validation
+    score (the search runs', the base's and the baselines': their records, for the report's words)."""
     arms = {}
     for arm in study.arms:
         folders = [study.run_dir(out, arm, picks[arm.name], seed) for seed in study.seeds]
+        results = [json.loads((f / f"{study.test.split}.json").read_text()) for f in folders]
         arms[arm.name] = {
-            "results": [json.loads((f / f"{study.test.split}.json").read_text()) for f in folders],
+            "results": results,
             "curves": [read_json_file(f, CURVE_FILE) for f in folders],
+            "counts": [_run_counts(arm, f, r) for f, r in zip(folders, results, strict=True)],
+            "online": get_method(arm.method).online,
         }
     base = json.loads((Path(out) / "base" / f"{study.test.split}.json").read_text())
     files = {b.name: Path(out) / "baselines" / b.name / f"{study.test.split}.json" for b in study.baselines}
     baselines = {name: json.loads(f.read_text()) for name, f in files.items() if f.is_file()}
-    return {"arms": arms, "base": base, "baselines": baselines}
+    split = study.validation.split
+    validation = {"base": read_json_file(Path(out) / "base", f"{split}.json")}
+    validation |= {b.name: read_json_file(Path(out) / "baselines" / b.name, f"{split}.json") for b in study.baselines}
+    for arm, setting, seed in [*study.search(), *study.search(picks)]:
+        validation[f"{arm.name} {setting.slug}"] = read_json_file(
+            study.run_dir(out, arm, setting, seed), f"{split}.json"
+        )
+    validation_sizes = {name: _size(r) for name, r in validation.items() if r}
+    return {"arms": arms, "base": base, "baselines": baselines, "validation_sizes": validation_sizes}
+
+
+def read_hacking(study: Study, out: str | Path, picks: dict[str, Setting]) -> list[dict]:
+    """Every run of the study checked for reward hacking (:mod:`grpo_ext.methods.study.hacking`): the search runs on
+    validation and the picks' test seeds, arm by arm in the study's order, each ``{"arm", "setting", "seed", "role",
+    "split", "signals", "flags"}``. The strict form is compared with the base's on the run's split; a run without
+    its evaluation file is left out."""
+    runs = [(*run, "search") for run in [*study.search(), *study.search(picks)]]
+    runs += [(*run, "test") for run in study.test_runs(picks)]
+    order = {arm.name: i for i, arm in enumerate(study.arms)}
+    splits = {"search": study.validation.split, "test": study.test.split}
+    reference = {split: read_json_file(Path(out) / "base", f"{split}.json") or {} for split in splits.values()}
+    rows = []
+    for arm, setting, seed, role in sorted(runs, key=lambda r: (order[r[0].name], r[3] == "test")):
+        folder = study.run_dir(out, arm, setting, seed)
+        split = splits[role]
+        evaluation = read_json_file(folder, f"{split}.json")
+        if evaluation is None:
+            continue
+        history = read_json_file(folder, LOG_FILE)
+        curve = read_json_file(folder, CURVE_FILE) or {}
+        training = (read_json_file(folder, RUN_FILE) or {}).get("training") or {}
+        online = get_method(arm.method).online  # an offline config's max_completion_length is not its samples' cap
+        s = signals(
+            training_steps(history) if isinstance(history, list) else None,
+            curve.get("points"),
+            training.get("max_completion_length") if online else None,
+            evaluation.get("strict_share"),
+            reference[split].get("strict_share"),
+        )
+        rows.append(
+            {"arm": arm.name, "setting": setting.slug, "seed": seed, "role": role, "split": split, "signals": s}
+            | {"flags": (raised := flags(s)), "reading": reading(s, raised)}
+        )
+    return rows
 
 
 def _fmt(entry: dict) -> str:
     return interval(entry["mean"], entry["low"], entry["high"])
 
 
-def _budget(result: dict) -> tuple[int, int]:
-    cost = result.get("training_cost") or {}
-    return int(cost.get("samples_generated", 0)), int(cost.get("trained_sequences", 0))
+def _budget(entry: dict) -> list[tuple[int, int]]:
+    """(generated, gradient samples) per seed: from the runs' counts (:mod:`.counts`), else the cost record copied
+    into each test result (data built without run folders)."""
+    if entry.get("counts"):
+        return [(c["samples_generated"], c["trained_sequences"]) for c in entry["counts"]]
+    costs = [r.get("training_cost") or {} for r in entry["results"]]
+    return [(int(c.get("samples_generated", 0)), int(c.get("trained_sequences", 0))) for c in costs]
 
 
 def compute(study: Study, data: dict) -> dict:
@@ -84,11 +177,13 @@ def compute(study: Study, data: dict) -> dict:
     baselines = {name: arm_summary([result], metrics) for name, result in data.get("baselines", {}).items()}
     arms = {}
     for name, entry in data["arms"].items():
-        budgets = [_budget(r) for r in entry["results"]]
+        budgets = _budget(entry)
         arms[name] = {
             "metrics": arm_summary(entry["results"], metrics),
             "samples_generated": [b[0] for b in budgets],
             "trained_sequences": [b[1] for b in budgets],
+            "counts": entry.get("counts"),
+            "online": entry.get("online"),
             "below_base": None,
         }
         arms[name]["below_base"] = arms[name]["metrics"]["pass@1"]["high"] < base["pass@1"]["mean"]
@@ -132,6 +227,11 @@ def compute(study: Study, data: dict) -> dict:
         "strict_form": data["base"].get("strict_form"),
         "samples": sample_rows(models, attribute),
         "bootstrap": BOOTSTRAP,
+        # the problems and n every model was scored at, from its results: what the report's words say
+        "evaluation_sizes": {
+            "test": {name: _size(runs[0]) for name, runs in models.items()},
+            "validation": data.get("validation_sizes") or {},
+        },
     }
 
 
@@ -173,8 +273,42 @@ def rate_text(search: dict, arm: str, against: str) -> str:
     )
 
 
-def _design(study: Study) -> str:
-    """The paragraph that says how the arms were searched, picked and tested."""
+def _budget_text(stats: dict) -> str:
+    """The design's sentence on what the arms trained on, from the runs' counts: one budget when every run of every
+    arm shares it, else each arm's (a range over its seeds)."""
+    counts = {name: arm["counts"] for name, arm in stats["arms"].items() if arm.get("counts")}
+    if not counts:
+        return "Each arm's generated and gradient samples are in the test table."
+    shared = {k: same_for_every_arm(counts, k) for k in ("samples_generated", "trained_sequences", "optimizer_steps")}
+    if None not in shared.values():
+        return (
+            f"Every arm trained on the same budget, by its runs' records: {shared['samples_generated']} generated and "
+            f"{shared['trained_sequences']} gradient samples in {shared['optimizer_steps']} optimizer steps (below)."
+        )
+    arms = "; ".join(
+        f"{name} {spread([r['samples_generated'] for r in runs])} generated, "
+        f"{spread([r['trained_sequences'] for r in runs])} gradient samples, "
+        f"{spread([r['optimizer_steps'] for r in runs])} optimizer steps"
+        for name, runs in counts.items()
+    )
+    return f"The arms' budgets differ, by their runs' records (a range spans the seeds; table below): {arms}."
+
+
+def _design(study: Study, stats: dict | None = None) -> str:
+    """The paragraph that says how the arms were searched, picked and tested; its counts come from the records
+    (``stats``: :func:`compute`), the study config's only where a study reported before them lacks them."""
+    stats = stats or {"arms": {}}
+    sizes = stats.get("evaluation_sizes") or {}
+    validation = study.validation
+    if sizes.get("validation"):
+        scored_on = sizes_text(sizes["validation"], validation.split)
+    else:
+        scored_on = f"{validation.limit} `{validation.split}` problems (n = {validation.n})"
+    if sizes.get("test"):
+        label = reference_label(study)
+        tested_on = sizes_text({_shown(k, label): v for k, v in sizes["test"].items()}, study.test.split)
+    else:
+        tested_on = f"{study.test.limit} `{study.test.split}` problems (n = {study.test.n})"
     shared: dict[str, list[str]] = {}
     for arm in study.arms:
         if arm.rate_of is not None:
@@ -185,15 +319,37 @@ def _design(study: Study) -> str:
         for reference, names in shared.items()
     )
     return (
-        f"Base: `{study.base}`. Every arm starts from it with the same budget of generated and gradient samples "
-        f"(below). The arms without `rate_of` get the same learning-rate search "
-        f"({', '.join(f'{x:g}' for x in study.learning_rates)}; DPO also searches beta).{rates} Every search run "
-        f"is trained with seed {study.search_seed} and scored on {study.validation.limit} "
-        f"`{study.validation.split}` problems (n = {study.validation.n}, T = {study.validation.temperature}, "
-        f"{study.validation.metric}). Each arm's best setting on validation is trained with seeds "
-        f"{', '.join(map(str, study.seeds))} (the search seed is none of them) and evaluated on {study.test.limit} "
-        f"`{study.test.split}` problems (n = {study.test.n}, T = {study.test.temperature}); test numbers exist only "
-        "for picked settings. Learning curves are scored on validation prompts."
+        f"Base: `{study.base}`. Every arm starts from it. {_budget_text(stats)} The arms without `rate_of` get the "
+        f"same learning-rate search ({', '.join(f'{x:g}' for x in study.learning_rates)}; DPO also searches "
+        f"beta).{rates} Every search run is trained with seed {study.search_seed} and scored on {scored_on}, at "
+        f"T = {validation.temperature} ({validation.metric}). Each arm's best setting on validation is trained with "
+        f"seeds {', '.join(map(str, study.seeds))} (the search seed is none of them) and evaluated on {tested_on}, "
+        f"at T = {study.test.temperature}; test numbers exist only for picked settings. Learning curves are scored "
+        "on validation prompts."
+    )
+
+
+def _extension_budgets(stats: dict) -> str:
+    """Each extension's generated samples and optimizer steps beside its reference arm's, from the runs' counts (a
+    range spans the seeds): whether they trained on the same budget, by the records."""
+    texts = []
+    for ext in stats["extensions"].values():
+        if not all(ext[k] in stats["arms"] for k in ("arm", "against")):
+            continue  # stats without the arms' budgets say nothing of them
+        arms = {ext[k]: stats["arms"][ext[k]] for k in ("arm", "against")}
+        generated = {name: sorted(set(arm["samples_generated"])) for name, arm in arms.items()}
+        same = len({tuple(g) for g in generated.values()}) == 1 and len(generated[ext["arm"]]) == 1
+        each = ", ".join(
+            f"{name} {spread(arm['samples_generated'])} in "
+            f"{spread([c['optimizer_steps'] for c in arm.get('counts') or []])} optimizer steps"
+            for name, arm in arms.items()
+        )
+        texts.append(f"{ext['arm']} - {ext['against']}: {'the same' if same else '**not the same**'} ({each})")
+    if not texts:
+        return ""
+    return (
+        "Generated samples, by the runs' records (a range spans the seeds; a refill run made before the trainer's "
+        "`refill_allowance` could pass the budget within its last step): " + "; ".join(texts) + "."
     )
 
 
@@ -206,16 +362,18 @@ def render(
     signal: dict | None = None,
     cost: str | None = None,
     dynamics: list | None = None,
+    hacking: list | None = None,
 ) -> str:
     k = stats["k_max"]
+    start = reference_label(study)  # the name shown for the run called base
     headline = ["pass@1", f"maj@{k}", f"pass@{k}"]  # the columns of the test tables, in this order
     lines = [
         "# The fair stage: every arm tuned on validation, tested on held-out problems",
         "",
-        *render_expectations(stats["expectations"]),
+        *render_expectations(stats["expectations"], start),
         "## Design",
         "",
-        _design(study),
+        _design(study, stats),
         "",
         f"Intervals: 95% percentile bootstrap over the test problems ({BOOTSTRAP['n_resamples']:,} resamples, seed "
         f"{BOOTSTRAP['seed']}) of the per-problem value averaged over seeds; differences are paired by problem. "
@@ -233,7 +391,7 @@ def render(
         *md_header(["arm", "setting", study.validation.metric], "llr"),
     ]
     if "base" in search:  # studies searched before the base was scored on validation lack it
-        lines.append(f"| base | - | {search['base']:.3f} |")
+        lines.append(f"| {start} | - | {search['base']:.3f} |")
     for name, score in search.get("baselines", {}).items():
         lines.append(f"| {name} (baseline) | - | {score:.3f} |")
     for arm, scores in search["scores"].items():
@@ -249,25 +407,41 @@ def render(
         *md_header(
             ["arm", "pick", "pass@1", f"maj@{k}", f"pass@{k}", "generated samples", "gradient samples"], "llrrrrr"
         ),
-        md_row(["base", "-", *(_fmt(stats["base"][x]) for x in headline), "-", "-"]),
+        md_row([start, "-", *(_fmt(stats["base"][x]) for x in headline), "-", "-"]),
     ]
     for name, m in stats.get("baselines", {}).items():
         lines.append(md_row([f"{name} (baseline)", "-", *(_fmt(m[x]) for x in headline), "-", "-"]))
+    flagged = {}  # an arm's test seeds with a reward-hacking flag (the section below)
+    for run in hacking or []:
+        if run["role"] == "test":
+            flagged.setdefault(run["arm"], []).append(bool(run["flags"]))
     for name, arm in stats["arms"].items():
         m = arm["metrics"]
-        flag = " (below base)" if arm["below_base"] else ""
-        budgets = ["/".join(map(str, sorted(set(arm[b])))) for b in ("samples_generated", "trained_sequences")]
+        notes = [f"below {start}"] if arm["below_base"] else []
+        if any(flagged.get(name, [])):
+            notes.append(f"hacking flags: {sum(flagged[name])} of {len(flagged[name])} seeds")
+        note = f" ({'; '.join(notes)})" if notes else ""
+        budgets = [spread(arm[b]) for b in ("samples_generated", "trained_sequences")]
         lines.append(
-            md_row([f"{name}{flag}", search["picks"][name]["slug"], *(_fmt(m[x]) for x in headline), *budgets])
+            md_row([f"{name}{note}", search["picks"][name]["slug"], *(_fmt(m[x]) for x in headline), *budgets])
         )
-    lines += ["", *render_seed_spread(stats.get("seeds") or {})]  # studies reported before it lack it
+    lines.append("")
+    counts = {
+        name: {"runs": arm["counts"], "online": arm["online"], "num_generations": arm["counts"][0]["num_generations"]}
+        for name, arm in stats["arms"].items()
+        if arm.get("counts")
+    }
+    if counts:  # studies reported from results alone (no run folders) lack them
+        lines += render_counts(counts)
+    if hacking is not None:
+        lines += render_hacking(hacking, start)
+    lines += render_seed_spread(stats.get("seeds") or {})  # studies reported before it lack it
     lines += arm_slices_markdown(stats.get("slices") or {})  # studies reported before slices lack them
     lines += [
-        "## Each extension against its vanilla arm (the same sample budget)",
+        "## Each extension against its vanilla arm",
         "",
-        "Both arms stop at the same budget of generated samples (a refill run made before the trainer's "
-        "`refill_allowance` could pass it within its last step: each arm's generated samples are in the test table). "
-        "The last column compares the two at equal generated samples, on their validation learning curves.",
+        f"{_extension_budgets(stats)} The last column compares the two at equal generated samples, on their "
+        "validation learning curves.".strip(),
         "",
         *md_header(
             [
@@ -311,12 +485,14 @@ def render(
         lines.append(md_row([f["claim"], f"**{f['verdict']}**", finding_text(f)]))
     lines.append("")
     lines += render_crossovers(stats.get("crossovers") or {})  # studies reported before crossovers lack them
-    lines += answers_markdown(stats.get("answers") or {}, stats.get("slice_attribute"), stats.get("strict_form"))
+    answers = {_shown(name, start): a for name, a in (stats.get("answers") or {}).items()}
+    lines += answers_markdown(answers, stats.get("slice_attribute"), stats.get("strict_form"))
     if anatomy is not None:
-        lines += render_anatomy(anatomy)
+        lines += render_anatomy(anatomy, start)
     if dynamics is not None:
         lines += render_dynamics(dynamics)
-    lines += samples_markdown(stats.get("samples") or [], stats.get("slice_attribute"))
+    samples = [{**r, "model": _shown(r["model"], start)} for r in stats.get("samples") or []]
+    lines += samples_markdown(samples, stats.get("slice_attribute"))
     if cost:
         lines += ["## Cost (measured)", "", cost, ""]
     lines += [
@@ -348,29 +524,44 @@ def write_study_report(
     data = collect(study, out, picks)
     stats = compute(study, data)
     anatomy = study_anatomy(study, out, picks, options.configs) if options is not None else None
+    if anatomy is None:
+        anatomy = carried_anatomy(read_json_file(out, "report.json"), stats)
     # only a study that measures the signal shows it: a file a run of other arms left in `out` is not this run's
     signal = read_signal(out) if study.signal is not None else None
     cost = render_spent(spent(study, out), estimate(study) if study.budget else None)
     dynamics = read_dynamics(study, out, picks)  # the online runs' training logs: search runs and test seeds
+    hacking = read_hacking(study, out, picks)  # every run's records checked for reward hacking
     models = {
         "base": [data["base"]],
         **{name: [result] for name, result in data["baselines"].items()},
         **{name: entry["results"] for name, entry in data["arms"].items()},
     }
     stats_by_k = {name: by_k(results, model_ks(results)) for name, results in models.items()}
+    label = reference_label(study)  # the plots' name for the base; report.json keeps its key
     paths = {
         "md": atomic_write_text(
-            out / "report.md", render(study, search, stats, command, anatomy, signal, cost, dynamics)
+            out / "report.md", render(study, search, stats, command, anatomy, signal, cost, dynamics, hacking)
         ),
         "json": atomic_write_json(
             out / "report.json",
-            {"search": search, **stats, "by_k": stats_by_k, "anatomy": anatomy, "signal": signal, "dynamics": dynamics},
+            {
+                "search": search,
+                **stats,
+                "by_k": stats_by_k,
+                "anatomy": anatomy,
+                "signal": signal,
+                "dynamics": dynamics,
+                "hacking": {"thresholds": hacking_thresholds(), "runs": hacking},
+            },
         ),
         "curves": atomic_write_bytes(out / "curves.png", plot_curves(data)),
-        "passk_majk": atomic_write_bytes(out / "passk_majk.png", plot_passk_majk(stats_by_k)),
+        "passk_majk": atomic_write_bytes(
+            out / "passk_majk.png", plot_passk_majk({_shown(k, label): v for k, v in stats_by_k.items()})
+        ),
     }
     if stats["slice_attribute"]:
-        figure = plot_passk_majk_by_slice(models, stats["slice_attribute"])
+        shown = {_shown(k, label): v for k, v in models.items()}
+        figure = plot_passk_majk_by_slice(shown, stats["slice_attribute"])
         paths["passk_majk_by_slice"] = atomic_write_bytes(out / "passk_majk_by_slice.png", figure)
     figure = plot_dynamics(dynamics)
     if figure is not None:
