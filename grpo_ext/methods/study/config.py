@@ -38,6 +38,7 @@ from grpo_ext.methods.study.spec import (
     pick_settings,
 )
 from grpo_ext.methods.study.start import START_FIELDS, Start
+from grpo_ext.run_folder import path_part
 from grpo_ext.validation import check_number
 
 __all__ = [
@@ -285,6 +286,7 @@ def load_study(path: str | Path) -> Study:
     arms = []
     for name, spec in _mapping(_require(data, "arms", str(path)), f"{path}: arms").items():
         where = f"{path}: arms.{name}"
+        path_part(name, where)  # the arm's name is a folder under --out (runs/<arm>/...), never a path out of it
         if not isinstance(spec, dict):
             raise UserError(f"{where}: expected a mapping with `method`")
         unknown = sorted(set(spec) - set(ARM_FIELDS))
