@@ -173,6 +173,25 @@ def write_reports(study, out: Path, picks: dict, options: StudyOptions | None, c
     return paths
 
 
+def check_same_study(study, search: dict, found: Path) -> None:
+    """--report-only rewrites the report of the study `search` (its search.json) records, never as another one: a
+    search.json of other seeds or validation sizes (--quick on a full study) is refused, or the full study's report
+    would be replaced by one of some of its seeds, its results labelled with sizes they were not scored at."""
+    from grpo_ext.errors import UserError
+
+    fields = ("split", "limit", "n", "temperature", "metric")
+    recorded = {"test_seeds": search.get("test_seeds")}
+    recorded |= {f"validation.{k}": (search.get("validation") or {}).get(k) for k in fields}
+    given = {"test_seeds": list(study.seeds), **{f"validation.{k}": getattr(study.validation, k) for k in fields}}
+    differ = [name for name in given if recorded[name] != given[name]]
+    if differ:
+        raise UserError(
+            f"--report-only: {found} records {', '.join(f'{k} {recorded[k]}' for k in differ)} where the study as "
+            f"given has {', '.join(f'{k} {given[k]}' for k in differ)}: its report is rewritten only with the settings "
+            "it ran with (the same --study, and --quick only for a --quick study)"
+        )
+
+
 def report_only(study, out: Path, options: StudyOptions, command: str) -> dict:
     """--report-only: the report of the finished study in `out`, from the picks in search.json and every test result;
     the anatomy of the test groups only where the sample caches it reads are there (they are not committed)."""
@@ -184,6 +203,7 @@ def report_only(study, out: Path, options: StudyOptions, command: str) -> dict:
     if not found.is_file():
         raise UserError(f"--report-only: {found} is missing: the study in {out} has not finished its search")
     search = json.loads(found.read_text())
+    check_same_study(study, search, found)
     picks = {}
     for arm in study.arms:
         pick = search.get("picks", {}).get(arm.name)
