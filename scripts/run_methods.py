@@ -37,6 +37,7 @@ command (or one spread over several sittings) picks up where it stopped.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shlex
 import sys
@@ -265,10 +266,9 @@ def check_values_once(study, path) -> None:
 def main(argv: list[str]) -> dict:
     args = build_parser().parse_args(argv)
     from grpo_ext.errors import UserError
-    from grpo_ext.io import atomic_write_json, portable_path
+    from grpo_ext.io import portable_path
     from grpo_ext.methods.study.config import load_study
     from grpo_ext.methods.study.options import StudyOptions
-    from grpo_ext.methods.study.runs import Job, check_arms, read_score, run_jobs
     from grpo_ext.model_paths import resolve_model_path
 
     study = load_study(args.study)
@@ -326,8 +326,29 @@ def main(argv: list[str]) -> dict:
         quick_flags=QUICK_COMMON,
         quick_method_flags=quick_method_flags(args.quick and rehearsal),
     )
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    from grpo_ext.run_folder import OutputFolder
+
+    # --out: new, empty or a study's (a folder of other files is refused, never written into), one study at a time
+    with OutputFolder(args.out, writer="scripts/run_methods.py", field_name="--out", adopt=is_study_folder) as folder:
+        return run_study(study, args, options, folder.folder, command)
+
+
+def is_study_folder(out: Path) -> bool:
+    """Whether `out`, without the record of `grpo_ext.run_folder`, is a study's from before it: it holds what only a
+    study writes there (its search.json, a run_methods.json, runs/, signal.json, start/, a rehearsal model)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        if {"picks", "test_seeds"} <= json.loads((out / "search.json").read_text()).keys():
+            return True
+    written = ("run_methods.json", "signal.json", "runs", "start", "rehearsal_model")
+    return any((out / name).exists() for name in written)
+
+
+def run_study(study, args, options, out: Path, command: str) -> dict:
+    """The study's stages (the module's doc) in `out`, which `main` holds; returns the picks, scores, report paths."""
+    from grpo_ext.errors import UserError
+    from grpo_ext.io import atomic_write_json, portable_path
+    from grpo_ext.methods.study.runs import Job, check_arms, read_score, run_jobs
+
     start_record = None
     if study.start is not None:  # stage 0: the SFT model every arm trains from, made once (grpo_ext...study.start)
         options, start_record = with_start(study, out, options)
