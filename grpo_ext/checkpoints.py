@@ -125,10 +125,12 @@ def is_write_failure(err: BaseException) -> bool:
 # ---- what a resume reads ----------------------------------------------------------------------------------------
 
 
-def check_resumable(checkpoint: str | os.PathLike) -> None:
+def check_resumable(checkpoint: str | os.PathLike, max_steps: int | None = None) -> None:
     """`checkpoint` is a folder a run can resume from, checked before any model loads, else a `UserError` naming the
     folder or the file: not a folder, no `trainer_state.json` (an empty or foreign folder), a state that does not
-    parse, weights missing or torn, a torch file (`optimizer.pt`, `rng_state.pth`, ...) torn or not one at all."""
+    parse or is not a trainer's state, weights missing or torn, a torch file (`optimizer.pt`, `rng_state.pth`, ...)
+    torn or not one at all; and with `max_steps` (> 0) a checkpoint already past it: the resumed run would train
+    nothing and still be recorded `complete`, as if it had trained to `max_steps`."""
     what = "resume_from_checkpoint"
     folder = Path(checkpoint).expanduser()
     if not folder.is_dir():
@@ -139,7 +141,17 @@ def check_resumable(checkpoint: str | os.PathLike) -> None:
             f"{what}: {folder} is not a checkpoint (no trainer_state.json); expected OUTPUT_DIR/checkpoint-N"
         )
     with user_file(state, what):
-        json.loads(state.read_text())
+        recorded = json.loads(state.read_text())
+    step = recorded.get("global_step") if isinstance(recorded, dict) else None
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise UserError(
+            f"{what}: {state} is not a trainer's state (expected a JSON object with global_step, a step number >= 0)"
+        )
+    if max_steps is not None and max_steps > 0 and step > max_steps:
+        raise UserError(
+            f"{what}: {folder} is at step {step}, past max_steps {max_steps}: resuming would train nothing; pass "
+            f"--max_steps above {step} to train further from it"
+        )
     # Weights are checked where they are safetensors files; FSDP and DeepSpeed keep sharded states in subfolders.
     if any(folder.glob("*.safetensors")) or not any(p.is_dir() for p in folder.iterdir()):
         check_weights(folder, what)

@@ -21,7 +21,7 @@ def main(argv: list[str]) -> None:
     check_loads_outside(training_args.output_dir, _loaded_paths(model_args, training_args))
     resume = training_args.resume_from_checkpoint
     if resume:  # a checkpoint folder or nothing; checked whole before any model is loaded
-        check_resumable(resume)
+        check_resumable(resume, max_steps=training_args.max_steps)
     if training_args.process_index != 0:  # the main process holds the folder for all of them
         return _train(task_args, training_args, model_args)
     with OutputFolderLock(training_args.output_dir):

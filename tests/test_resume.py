@@ -208,3 +208,25 @@ def test_the_best_checkpoint_is_recorded_where_it_ends_up(tmp_path):
     for step in (1, 2):
         recorded = json.loads((tmp_path / f"checkpoint-{step}" / "trainer_state.json").read_text())
         assert ".partial" not in str(recorded["best_model_checkpoint"])
+
+
+def test_resuming_a_checkpoint_past_max_steps_is_refused_not_recorded_complete(tmp_path, root, monkeypatch):
+    """Issue 52: a checkpoint at step 12 resumed with --max_steps 3 trained nothing and recorded the run complete."""
+    import shutil
+
+    from grpo_ext.errors import UserError
+    from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
+    from scripts import train
+
+    monkeypatch.chdir(root)
+    run = tmp_path / "run"
+    checkpoint = run / "checkpoint-12"
+    shutil.copytree(EMBEDDED_MODEL_DIR, checkpoint)
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 12, "log_history": []}))
+    argv = ["--config", "configs/default.yaml", "--output_dir", str(run), "--resume_from_checkpoint", str(checkpoint)]
+    with pytest.raises(UserError, match=r"checkpoint-12 is at step 12, past max_steps 3: resuming would train nothing"):
+        train.main([*argv, "--max_steps", "3"])
+    assert not (run / "grpo_ext_run.json").exists()  # no run recorded, least of all a complete one
+    (checkpoint / "trainer_state.json").write_text("[]")  # a state that is not a trainer's: one line, no traceback
+    with pytest.raises(UserError, match=r"trainer_state\.json is not a trainer's state \(expected a JSON object"):
+        train.main([*argv, "--max_steps", "20"])
