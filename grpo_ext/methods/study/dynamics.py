@@ -121,13 +121,14 @@ def summarize(history: Sequence[dict]) -> dict | None:
 
 
 def read_dynamics(study, out: str | Path, picks: dict) -> list[dict]:
-    """Every online run of the study the report reads: the search runs (every setting, ``study.search_seed``; the
-    ``rate_of`` arms' at their reference's picked rate) and the picks' test seeds, arm by arm in the study's order.
+    """Every online run of the study the report reads: the search runs (``Study.searched``: every setting and search
+    seed trained, the ``rate_of`` arms' at their reference's picked rate) and the picks' test seeds, arm by arm in
+    the study's order.
     Each: ``arm``, ``setting``, ``seed``, ``role`` (``search`` or ``test``), ``picked``, ``summary``, ``series``. A run
     without a log, or with an offline one (no summary), is left out."""
     from grpo_ext.methods.cost import LOG_FILE, read_json_file
 
-    runs = [(*run, "search") for run in [*study.search(), *study.search(picks)]]
+    runs = [(*run, "search") for run in study.searched(out, picks)]
     runs += [(*run, "test") for run in study.test_runs(picks)]
     order = {arm.name: i for i, arm in enumerate(study.arms)}
     rows = []

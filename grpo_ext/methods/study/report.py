@@ -113,7 +113,7 @@ def collect(study: Study, out: Path, picks: dict[str, Setting]) -> dict:
     split = study.validation.split
     validation = {"base": read_json_file(Path(out) / "base", f"{split}.json")}
     validation |= {b.name: read_json_file(Path(out) / "baselines" / b.name, f"{split}.json") for b in study.baselines}
-    for arm, setting, seed in [*study.search(), *study.search(picks)]:
+    for arm, setting, seed in study.searched(out, picks):
         validation[f"{arm.name} {setting.slug}"] = read_json_file(
             study.run_dir(out, arm, setting, seed), f"{split}.json"
         )
@@ -126,7 +126,7 @@ def read_hacking(study: Study, out: str | Path, picks: dict[str, Setting]) -> li
     validation and the picks' test seeds, arm by arm in the study's order, each ``{"arm", "setting", "seed", "role",
     "split", "signals", "flags"}``. The strict form is compared with the base's on the run's split; a run without
     its evaluation file is left out."""
-    runs = [(*run, "search") for run in [*study.search(), *study.search(picks)]]
+    runs = [(*run, "search") for run in study.searched(out, picks)]
     runs += [(*run, "test") for run in study.test_runs(picks)]
     order = {arm.name: i for i, arm in enumerate(study.arms)}
     splits = {"search": study.validation.split, "test": study.test.split}
@@ -294,9 +294,40 @@ def _budget_text(stats: dict) -> str:
     return f"The arms' budgets differ, by their runs' records (a range spans the seeds; table below): {arms}."
 
 
-def _design(study: Study, stats: dict | None = None) -> str:
+def _start_text(study: Study, record: dict | None) -> str:
+    """Where every arm starts: the base, or the study's start as its record (``start.json``, in search.json) says."""
+    if study.start is None or record is None:
+        return f"Base: `{study.base}`. Every arm starts from it."
+    argv = record["command"]["argv"]
+    flags = {argv[i][2:]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}  # the last wins
+    size = record["train_prompts"]["size"]
+    trained = record.get("trained") or {}  # what its run's records say happened
+    steps = trained.get("optimizer_steps", "?")
+    return (
+        f"Base: `{study.base}`. Every arm starts from the study's {record.get('label', study.start.label)}: "
+        f"{study.start.method} of the base on the reference solutions of the first {size} train prompts "
+        f"({trained.get('trained_sequences', '?')} gradient samples in {steps} optimizer steps at learning rate "
+        f"{flags.get('learning_rate', '?')}), its adapter merged into a bf16 copy of the base (weights sha256 "
+        f"`{record['model_sha256'][:12]}`); the arms train a fresh LoRA adapter on it, on the train prompts after "
+        f"those {size}, and it is the reference model wherever one is used. The row `{study.reference_label}` is "
+        "that model; the raw base is scored beside it for context."
+    )
+
+
+def _seeds_text(study: Study) -> str:
+    seeds = list(study.search_seeds)
+    if len(seeds) == 1:
+        return f"Every search run is trained with seed {seeds[0]}"
+    return (
+        f"Every search run is trained with each of the seeds {', '.join(map(str, seeds))} (a setting's score is "
+        "the mean over them; an arm with one setting is not searched: nothing to pick)"
+    )
+
+
+def _design(study: Study, stats: dict | None = None, start: dict | None = None) -> str:
     """The paragraph that says how the arms were searched, picked and tested; its counts come from the records
-    (``stats``: :func:`compute`), the study config's only where a study reported before them lacks them."""
+    (``stats``: :func:`compute`; ``start``: the start's record), the study config's only where a study reported
+    before them lacks them."""
     stats = stats or {"arms": {}}
     sizes = stats.get("evaluation_sizes") or {}
     validation = study.validation
@@ -319,9 +350,9 @@ def _design(study: Study, stats: dict | None = None) -> str:
         for reference, names in shared.items()
     )
     return (
-        f"Base: `{study.base}`. Every arm starts from it. {_budget_text(stats)} The arms without `rate_of` get the "
+        f"{_start_text(study, start)} {_budget_text(stats)} The arms without `rate_of` get the "
         f"same learning-rate search ({', '.join(f'{x:g}' for x in study.learning_rates)}; DPO also searches "
-        f"beta).{rates} Every search run is trained with seed {study.search_seed} and scored on {scored_on}, at "
+        f"beta).{rates} {_seeds_text(study)} and scored on {scored_on}, at "
         f"T = {validation.temperature} ({validation.metric}). Each arm's best setting on validation is trained with "
         f"seeds {', '.join(map(str, study.seeds))} (the search seed is none of them) and evaluated on {tested_on}, "
         f"at T = {study.test.temperature}; test numbers exist only for picked settings. Learning curves are scored "
@@ -373,7 +404,7 @@ def render(
         *render_expectations(stats["expectations"], start),
         "## Design",
         "",
-        _design(study, stats),
+        _design(study, stats, search.get("start")),
         "",
         f"Intervals: 95% percentile bootstrap over the test problems ({BOOTSTRAP['n_resamples']:,} resamples, seed "
         f"{BOOTSTRAP['seed']}) of the per-problem value averaged over seeds; differences are paired by problem. "
@@ -400,6 +431,8 @@ def render(
         for slug, score in scores.items():
             mark = " **(pick)**" if search["picks"][arm]["slug"] == slug else ""
             lines.append(f"| {label} | {slug}{mark} | {score:.3f} |")
+        if not scores:  # one setting: its pick without a search run
+            lines.append(f"| {label} | {search['picks'][arm]['slug']} **(pick)** | not searched (one setting) |")
     lines += [
         "",
         "## Test results of the picks",

@@ -237,6 +237,18 @@ class Study:
             for seed in self.search_seeds
         ]
 
+    def searched(self, out: str | Path, picks: dict[str, Setting]) -> list[tuple[Arm, Setting, int]]:
+        """The search runs a report reads: every (arm, setting, search seed) of both stages whose folder exists in
+        `out`, the runs of :meth:`search` and any an earlier version of the study trained for an arm with one
+        setting (the raw-base study's `rate_of` arms have them), in the study's order."""
+        return [
+            (arm, setting, seed)
+            for arm in self.arms
+            for setting in self.grid(arm, None if arm.rate_of is None else picks)
+            for seed in self.search_seeds
+            if self.run_dir(out, arm, setting, seed).is_dir()
+        ]
+
     def test_runs(self, picks: dict[str, Setting]) -> list[tuple[Arm, Setting, int]]:
         """Every (arm, picked setting, seed) scored on test: every seed of `seeds` (none is the search seed)."""
         return [(arm, picks[arm.name], seed) for arm in self.arms for seed in self.seeds]

@@ -83,7 +83,7 @@ def build_start(start: Start, base: str, configs: str | Path, out: Path, quick_f
     from grpo_ext.io import atomic_write_json
     from grpo_ext.methods import run_method
     from grpo_ext.methods.config import parse_method_args
-    from grpo_ext.methods.cost import COST_FILE
+    from grpo_ext.methods.cost import COST_FILE, read_json_file
     from grpo_ext.methods.study.method_configs import method_config_path
     from grpo_ext.methods.study.provenance import check_training, record_training, training_record
     from grpo_ext.model_paths import resolve_model_path
@@ -118,14 +118,18 @@ def build_start(start: Start, base: str, configs: str | Path, out: Path, quick_f
             f"{model}: the start rebuilt from {adapter} has weights sha256 {model_sha}, the study recorded "
             f"{record['model_sha256']} ({record_path}): its runs started from another model; use another --out"
         )
-    if record is None:
-        record = {
+    cost = read_json_file(adapter, COST_FILE) or {}
+    # what the run's records say it trained on (the report renders these, never the config's numbers)
+    trained = {k: cost.get(k) for k in ("optimizer_steps", "trained_sequences", "unique_sequences")}
+    if record is None or record.get("trained") != trained:  # a new record, or one written before it kept counts
+        record = record or {
             "label": start.label,
             "command": command,
             "train_prompts": {"offset": 0, "size": task_args.train_size},
             "adapter_sha256": adapter_sha,
             "model_sha256": model_sha,
         }
+        record["trained"] = trained
         atomic_write_json(record_path, record)
     return model, record
 

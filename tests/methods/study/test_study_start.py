@@ -129,7 +129,7 @@ def test_start_is_trained_once_merged_hashed_and_rebuilt_from_its_adapter(tmp_pa
     start = Start("sft", 1e-2, 0, {"train_size": 8})
     model, record = build_start(start, "embedded", configs, tmp_path / "out", [])
     assert (model / "config.json").is_file() and not (model / "adapter_config.json").exists()
-    assert record["train_prompts"] == {"offset": 0, "size": 8}
+    assert record["train_prompts"] == {"offset": 0, "size": 8} and record["trained"]["optimizer_steps"] == 2
     assert start_identity(record) == f"study start sha256:{record['model_sha256']}"
     saved = json.loads((tmp_path / "out" / "start" / START_RECORD).read_text())
     assert saved == record
@@ -173,3 +173,24 @@ def test_arms_skip_the_start_prompts_and_records_name_the_start_by_hash(tmp_path
         **vars(options), "base": "/elsewhere/start/model"}))  # fmt: skip
     assert training_record(moved, study.configs_dir / "grpo_outcome.yaml", options.base_identity) == record
     assert "study start sha256:abc" in record["argv"]
+
+
+def test_report_design_names_the_start_with_the_counts_its_records_give():
+    from grpo_ext.methods.study.report import _design
+
+    study = load_study(SFT_STUDY)
+    record = {
+        "label": "SFT start",
+        "command": {"argv": ["--config", "sft.yaml", "--learning_rate", "0.001", "--max_steps", "48"]},
+        "train_prompts": {"offset": 0, "size": 1536},
+        "trained": {"optimizer_steps": 47, "trained_sequences": 1504, "unique_sequences": 1504},  # not the config's
+        "model_sha256": "ab" * 32,
+    }
+    text = _design(study, None, record)
+    assert (
+        "Every arm starts from the study's SFT start: sft of the base on the reference solutions of the first "
+        "1536 train prompts (1504 gradient samples in 47 optimizer steps at learning rate 0.001)" in text
+    )
+    assert "weights sha256 `abababababab`" in text and "on the train prompts after those 1536" in text
+    assert "trained with each of the seeds 100, 101 (a setting's score is the mean over them" in text
+    assert "Every arm starts from it." in _design(load_study(ROOT / "configs" / "compare.yaml"), None, None)
