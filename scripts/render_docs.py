@@ -508,15 +508,22 @@ def real_study_expectations(r: dict) -> str:
 
 @renderer("real_study_budget", "results/real_study/report.json")
 def real_study_budget(r: dict) -> str:
+    def each(a: dict, key: str, digits: int = 0) -> str:
+        return " / ".join(count(c[key]) if not digits else f"{c[key]:.{digits}g}" for c in a["counts"])
+
     rows = [
         [
             ARM_NAMES[arm],
-            " / ".join(count(x) for x in a["trained_sequences"]),
-            " / ".join(count(x) for x in a["samples_generated"]),
+            each(a, "optimizer_steps"),
+            each(a, "trained_sequences"),
+            each(a, "unique_sequences"),
+            each(a, "epochs", 2),
+            each(a, "samples_generated"),
         ]
         for arm, a in r["arms"].items()
     ]
-    return table(["arm", "trained sequences (seeds 0 / 1 / 2)", "samples generated during training"], rows)
+    header = ["arm", "optimizer steps", "gradient samples", "unique sequences", "epochs", "generated samples"]
+    return "Seeds 0 / 1 / 2 in each cell.\n\n" + table(header, rows)
 
 
 def _validation(path: str) -> dict:
