@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from grpo_ext.batching import prompts_drawn, refill_reserve
+from grpo_ext.batching import get_zero_std_strategy, prompts_drawn, refill_reserve
 from grpo_ext.model_files import check_not_adapter, check_tokenizer
 from grpo_ext.rewards import resolve_process_reward_funcs, resolve_reward_funcs
 from grpo_ext.script_args import TaskFields
@@ -52,8 +52,8 @@ def build_grpo_trainer(
             `training_args.process_reward_funcs`.
         train_dataset / train_size / train_offset: the prompts; by default `train_size` of the task's train prompts
             after its first `train_offset`; a warning when a run of `max_steps` draws more prompts than it holds
-            (`batching.prompts_drawn`: some come twice). With `zero_std_groups: refill` and the task's prompts,
-            refill rounds draw the task's train prompts after them.
+            (`batching.prompts_drawn`: some come twice). With a `zero_std_groups` strategy that draws prompts of its
+            own (`refill`) and the task's prompts, its rounds draw the task's train prompts after them.
         trainer_kwargs: passed to `GRPOExtTrainer` (callbacks, processing_class, ...).
     """
     from grpo_ext.trainer import GRPOExtTrainer
@@ -64,7 +64,10 @@ def build_grpo_trainer(
         training_args.step_separator = task.step_separator
     if train_dataset is None:
         train_dataset = TaskFields(train_size=train_size, train_offset=train_offset).train_prompts(task)
-        if training_args.zero_std_groups == "refill" and "refill_dataset" not in trainer_kwargs:
+        if (
+            get_zero_std_strategy(training_args.zero_std_groups).draws_prompts
+            and "refill_dataset" not in trainer_kwargs
+        ):
             # refill rounds draw the task's train prompts after the run's own: no prompt is trained on twice
             trainer_kwargs["refill_dataset"] = refill_reserve(task, train_offset + len(train_dataset), training_args)
     train_dataset = require_prompt_column(train_dataset, f"task {task.name!r}")

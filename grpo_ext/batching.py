@@ -1,19 +1,34 @@
 """Generation-batch plumbing: how many prompts a run draws and where refill rounds take theirs (none of the run's
-own, so no prompt is trained on twice), which loss types need the kept-row normaliser, and batch-dict surgery (put
-rows of one generation batch into another, padding widths to match)."""
+own, so no prompt is trained on twice), TRL's loss types and which of them need the kept-row normaliser, batch-dict
+surgery (put rows of one generation batch into another, padding widths to match), and the registry of what happens to
+groups without learning signal.
+
+:data:`ZERO_STD_STRATEGIES` maps the config's ``zero_std_groups`` value to a :class:`ZeroStdStrategy`, which carries
+everything the rest of the package asks of a strategy: whether groups without signal leave the loss, what replaces
+them first (``refill``'s fresh groups), whether it draws prompts of its own, its config check and its model-card
+line. No reader compares against a strategy's name; a new one is one :func:`register_zero_std_strategy` call.
+"""
 
 from __future__ import annotations
 
 import itertools
 import logging
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from grpo_ext.errors import UserError
+from grpo_ext.registration import qualified_name
 
 logger = logging.getLogger(__name__)
+
+#: TRL 1.16's GRPO loss types (`GRPOConfig.loss_type`), the values a GRPO config may name: TRL itself only finds an
+#: unknown one at the first loss.
+GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
 
 #: Loss types whose TRL reduction is normalised by the micro-batch itself, and by what: its rows (`grpo`/`sapo` mean
 #: per sequence then over rows, `luspo` sums per sequence then averages rows, `dr_grpo` divides by rows x
@@ -145,3 +160,140 @@ class RefillPrompts:
                 read += 1
             if empty:
                 raise UserError("zero_std_groups: `refill` found no examples in the training dataset")
+
+
+# ---- zero-std strategies: what happens to groups without learning signal ---------------------------------------------
+
+
+def _no_check(config) -> str | None:
+    return None
+
+
+def _no_card(training: dict) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class ZeroStdStrategy:
+    """A registry entry: what the config, the trainer, the factory and the model card need of one ``zero_std_groups``
+    value (DAPO's dynamic sampling and its relatives).
+
+    Attributes:
+        name: the ``zero_std_groups`` value that selects it.
+        description: one phrase for the config's help.
+        drops_groups: groups still without signal after ``fill`` leave the loss (their rows masked, every loss type's
+            normaliser taken over the generation batch's kept rows); False: TRL's batch, untouched (``keep``).
+        fill: ``(trainer, batch, no_signal) -> (batch, no_signal)``, called on each training generation batch before
+            the drop: ``no_signal`` is a ``(local groups,)`` bool tensor, True where a group has no signal; a strategy
+            may replace such groups' rows (``refill``) and clear their flags. None: nothing is replaced. It runs on
+            every process and must take the same decisions on all (gather before deciding).
+        draws_prompts: ``fill`` draws prompts beyond the run's own (``trainer._refill``): the factory gives it a
+            reserve of unused prompts, checkpoints keep its draw count, and the iterative loop (each iteration trains
+            on its own slice once) and vision-language models (no image rows to draw) refuse it.
+        check: config -> a message (naming the field) for a combination of fields it cannot run with, or None.
+        card: the resolved config's ``training`` section -> the model card's line on it, or None (nothing to say).
+    """
+
+    name: str
+    description: str
+    drops_groups: bool
+    fill: Callable[[Any, dict, torch.Tensor], tuple[dict, torch.Tensor]] | None = None
+    draws_prompts: bool = False
+    check: Callable[[Any], str | None] = _no_check
+    card: Callable[[dict], str | None] = _no_card
+
+
+#: ``zero_std_groups`` value -> its entry; the first is the default (TRL's behaviour: every group kept).
+ZERO_STD_STRATEGIES: dict[str, ZeroStdStrategy] = {}
+
+
+def register_zero_std_strategy(strategy: ZeroStdStrategy) -> ZeroStdStrategy:
+    """Add ``strategy`` to :data:`ZERO_STD_STRATEGIES`: ``zero_std_groups: <name>`` is then a valid config value (on
+    the command line too), and the config, the trainer, the factory, resuming and the model card read the entry. A
+    taken name is a ``ValueError`` unless the entry's behaviour is the same function (its module reloaded)."""
+    existing = ZERO_STD_STRATEGIES.get(strategy.name)
+    if existing is not None and _identity(existing) != _identity(strategy):
+        raise ValueError(f"zero-std strategy {strategy.name!r} is already registered")
+    ZERO_STD_STRATEGIES[strategy.name] = strategy
+    return strategy
+
+
+def _identity(strategy: ZeroStdStrategy) -> tuple:
+    # what a reload of the registering module reproduces: its functions' qualified names and its flags
+    return (
+        *(qualified_name(f) if f is not None else None for f in (strategy.fill, strategy.check, strategy.card)),
+        strategy.drops_groups,
+        strategy.draws_prompts,
+    )
+
+
+def get_zero_std_strategy(name: str) -> ZeroStdStrategy:
+    """The registry entry for ``name``; ``ValueError`` naming ``zero_std_groups`` and the registered names."""
+    try:
+        return ZERO_STD_STRATEGIES[name]
+    except KeyError:
+        raise ValueError(
+            f"zero_std_groups: unknown value {name!r}; expected one of {', '.join(ZERO_STD_STRATEGIES)}"
+        ) from None
+
+
+def refill_groups(trainer, batch: dict, no_signal: torch.Tensor) -> tuple[dict, torch.Tensor]:
+    """``refill``: up to ``max_refill_rounds`` fresh generation batches (``trainer._refill_round()``: its batch and its
+    groups without signal), each of whose groups with signal replaces one without, while some group of some process
+    lacks signal and the round fits the sample budget (``trainer._refill_wanted``, the same answer on every process).
+    Local batches hold whole groups (checked in the config)."""
+    group, rounds = trainer.num_generations, 0
+    while rounds < trainer.args.max_refill_rounds and trainer._refill_wanted(no_signal):
+        rounds += 1
+        fresh, fresh_no_signal = trainer._refill_round()
+        fresh_signal = (~fresh_no_signal).nonzero().flatten().tolist()
+        missing = no_signal.nonzero().flatten().tolist()
+        n = min(len(missing), len(fresh_signal))
+        if n:
+            dst = [g * group + j for g in missing[:n] for j in range(group)]
+            src = [g * group + j for g in fresh_signal[:n] for j in range(group)]
+            batch = replace_rows(batch, fresh, dst, src, pad_token_id=trainer._tokenizer.pad_token_id)
+            no_signal[missing[:n]] = False
+    trainer._metrics["train"]["zero_std/refill_rounds"].append(float(rounds))
+    return batch, no_signal
+
+
+def _refill_check(config) -> str | None:
+    local = config.per_device_train_batch_size * config.steps_per_generation
+    if local % config.num_generations == 0:
+        return None
+    return (
+        "zero_std_groups: `refill` replaces whole groups on each process, so per_device_train_batch_size x "
+        f"steps_per_generation ({local}) must be a multiple of num_generations ({config.num_generations})"
+    )
+
+
+def _skip_card(training: dict) -> str:
+    return "zero-std groups: skip"
+
+
+def _refill_card(training: dict) -> str:
+    return f"zero-std groups: refill, up to {training.get('max_refill_rounds')} refill rounds"
+
+
+register_zero_std_strategy(ZeroStdStrategy("keep", "every group stays in the loss (TRL)", drops_groups=False))
+register_zero_std_strategy(
+    ZeroStdStrategy(
+        "skip",
+        "groups without signal leave the loss; the kept rows are normalised over the whole generation batch",
+        drops_groups=True,
+        card=_skip_card,
+    )
+)
+register_zero_std_strategy(
+    ZeroStdStrategy(
+        "refill",
+        "further groups are generated until the batch has signal (DAPO's dynamic sampling), at most "
+        "max_refill_rounds rounds; what is still missing is skipped",
+        drops_groups=True,
+        fill=refill_groups,
+        draws_prompts=True,
+        check=_refill_check,
+        card=_refill_card,
+    )
+)

@@ -8,12 +8,12 @@ from dataclasses import MISSING, dataclass, field, fields
 from trl import GRPOConfig
 
 from grpo_ext.advantages import get_gradient_coefficient
+from grpo_ext.batching import GRPO_LOSS_TYPES, ZERO_STD_STRATEGIES, get_zero_std_strategy
 from grpo_ext.config_checks import check_process_reward_model, check_stop_strings, choice
 from grpo_ext.errors import UserError
 from grpo_ext.kl_control import get_kl_controller
 from grpo_ext.validation import check_training_ranges
 
-ZERO_STD_GROUPS = ("keep", "skip", "refill")
 GENERATION_BACKENDS = ("trl", "sampler")
 CPU_BF16 = ("off", "auto", "on")
 # The sampler's decode steps: grpo_ext.sampler.static_step.DECODE_MODES, a floor above this one (a test keeps the
@@ -75,8 +75,10 @@ class GRPOExtConfig(GRPOConfig):
         > Parameters that control groups whose rewards are all equal (DAPO's dynamic sampling)
 
         zero_std_groups (`str`, *optional*, defaults to `"keep"`):
-            What to do with groups that have no learning signal: `"keep"` (TRL), `"skip"` (drop them from the loss)
-            or `"refill"` (generate further groups until the batch has signal). "No signal" means all rewards of the
+            What to do with groups that have no learning signal: a name in the registry
+            `grpo_ext.batching.ZERO_STD_STRATEGIES`. `"keep"` (TRL), `"skip"` (drop them from the loss) or `"refill"`
+            (generate further groups until the batch has signal); any name added with `register_zero_std_strategy` is
+            accepted. "No signal" means all rewards of the
             group equal for `advantage_mode` `"outcome"` (TRL's advantages), and all gradient coefficients of the
             group 0 for the other modes (`"online_rft"`: all samples wrong). The kept rows are normalised over the
             whole generation batch for every `loss_type` (its kept rows or kept tokens, as the loss type reduces).
@@ -219,10 +221,13 @@ class GRPOExtConfig(GRPOConfig):
         default="keep",
         metadata={
             "help": "Groups without learning signal (outcome: all rewards equal; other advantage modes: all gradient "
-            "coefficients 0, e.g. online_rft: all wrong): `keep` (TRL), `skip` (drop them from the loss; the kept "
-            "rows are normalised over the whole generation batch) or `refill` (generate further groups until the "
-            "batch has signal; an IterableDataset is read on).",
-            "choices": list(ZERO_STD_GROUPS),
+            "coefficients 0, e.g. online_rft: all wrong), a name in grpo_ext.batching.ZERO_STD_STRATEGIES: `keep` "
+            "(TRL), `skip` (drop them from the loss; the kept rows are normalised over the whole generation batch), "
+            "`refill` (generate further groups until the batch has signal; an IterableDataset is read on), or any "
+            "name added with register_zero_std_strategy.",
+            # the registry itself, not a copy: argparse only asks `in` of it, so a strategy registered after this
+            # class was defined is a valid command-line value too
+            "choices": ZERO_STD_STRATEGIES,
         },
     )
     max_refill_rounds: int = field(
@@ -315,8 +320,8 @@ class GRPOExtConfig(GRPOConfig):
             get_gradient_coefficient(self.advantage_mode)
         except ValueError as err:
             raise UserError(str(err)) from None
-        choice("zero_std_groups", self.zero_std_groups, ZERO_STD_GROUPS)
-        try:  # the registry is the list of controllers; its error names the field
+        try:  # the registries are the lists of strategies and controllers; their errors name the field
+            get_zero_std_strategy(self.zero_std_groups)
             controller = get_kl_controller(self.kl_controller)
         except ValueError as err:
             raise UserError(str(err)) from None
@@ -336,18 +341,13 @@ class GRPOExtConfig(GRPOConfig):
                 "share_prompt_forward: needs activation_checkpointing off (the prompt's KV cache is shared across "
                 "rows and a checkpointed layer's recompute does not rebuild it)"
             )
-        # The numeric ranges (target_kl, kl_horizon, beta_min, beta_max, max_refill_rounds, ...) are validation.py's:
-        # check_training_ranges below. What stays here is why beta == 0 cannot start a controller that moves beta.
+        # The numeric ranges (target_kl, kl_horizon, beta_min, beta_max, max_refill_rounds, ...) and the checks of the
+        # KL controller's and the zero-std strategy's entries are validation.py's: check_training_ranges below. What
+        # stays here is why beta == 0 cannot start a controller that moves beta.
         if controller.moves_beta and self.beta == 0.0:
             raise UserError(
                 f"kl_controller: `{self.kl_controller}` needs beta > 0 as its initial value (with beta == 0 TRL builds "
                 "no reference model, so there is no KL to control)"
             )
-        if self.zero_std_groups == "refill":
-            local = self.per_device_train_batch_size * self.steps_per_generation
-            if local % self.num_generations != 0:
-                raise UserError(
-                    "zero_std_groups: `refill` replaces whole groups on each process, so per_device_train_batch_size "
-                    f"x steps_per_generation ({local}) must be a multiple of num_generations ({self.num_generations})"
-                )
-        check_training_ranges(self)  # TRL's numbers too; GRPOExtTrainer checks again (a config can change after this)
+        # TRL's numbers too; GRPOExtTrainer checks again (a config can change after this)
+        check_training_ranges(self, loss_types=GRPO_LOSS_TYPES)

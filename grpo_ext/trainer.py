@@ -32,7 +32,7 @@ from trl.models.utils import unwrap_model_for_generation
 from trl.trainer.utils import is_async_callable
 
 from grpo_ext.advantages import cap_to_right_samples, get_gradient_coefficient, zero_std_mask
-from grpo_ext.batching import KEPT_NORMALISER, replace_rows
+from grpo_ext.batching import GRPO_LOSS_TYPES, KEPT_NORMALISER
 from grpo_ext.checkpoints import CHECKPOINT_STATE_FILE, StagedCheckpointsMixin
 from grpo_ext.config import GRPOExtConfig
 from grpo_ext.errors import user_input
@@ -103,7 +103,7 @@ class GRPOExtTrainer(SharedPromptForwardMixin, StagedCheckpointsMixin, TrainingS
             args = (*args[:2], config, *args[3:])
         else:
             kwargs["args"] = config
-        check_training_ranges(config)  # bad numbers fail here, before any model is loaded
+        check_training_ranges(config, loss_types=GRPO_LOSS_TYPES)  # bad numbers fail here, before any model loads
         _own_process_state(config)
         if isinstance(model, str) and os.path.isdir(model):
             check_weights(model, "model_name_or_path")  # a torn or missing weights file, named
@@ -232,26 +232,14 @@ class GRPOExtTrainer(SharedPromptForwardMixin, StagedCheckpointsMixin, TrainingS
     # ---- advantages and zero-std groups -------------------------------------------------------------------
     def _generate_and_score_completions(self, inputs):
         output = self._score_batch(super()._generate_and_score_completions(inputs))
-        if not self.model.training or self.args.zero_std_groups == "keep":
+        if not self.model.training or not self.zero_std.drops_groups:
             return output
         metrics, group = self._metrics["train"], self.num_generations
         no_signal_rows = output.pop("_no_signal_rows")  # this process's rows of the groups without signal
         metrics["zero_std/frac_groups"].append(self._global_mean(no_signal_rows))
-        if self.args.zero_std_groups == "refill":  # local batches hold whole groups (checked in the config)
-            rounds, no_signal = 0, no_signal_rows.view(-1, group)[:, 0].clone()
-            while rounds < self.args.max_refill_rounds and self._global_any(no_signal) and self._refill_fits():
-                rounds += 1
-                fresh = self._score_batch(super()._generate_and_score_completions(self._draw_refill_inputs()))
-                fresh_signal = (~fresh.pop("_no_signal_rows").view(-1, group)[:, 0]).nonzero().flatten().tolist()
-                missing = no_signal.nonzero().flatten().tolist()
-                n = min(len(missing), len(fresh_signal))
-                if n:
-                    dst = [g * group + j for g in missing[:n] for j in range(group)]
-                    src = [g * group + j for g in fresh_signal[:n] for j in range(group)]
-                    output = replace_rows(output, fresh, dst, src, pad_token_id=self._tokenizer.pad_token_id)
-                    no_signal[missing[:n]] = False
+        if self.zero_std.fill is not None:  # the strategy's own (refill: fresh groups replace groups without signal)
+            output, no_signal = self.zero_std.fill(self, output, no_signal_rows.view(-1, group)[:, 0].clone())
             no_signal_rows = no_signal.repeat_interleave(group)
-            metrics["zero_std/refill_rounds"].append(float(rounds))
         # What still has no signal leaves the loss: its rows are masked and the token count recomputed.
         keep_rows = ~no_signal_rows.to(output["completion_mask"].device)
         output["completion_mask"] = output["completion_mask"] * keep_rows.unsqueeze(1).to(
@@ -269,7 +257,7 @@ class GRPOExtTrainer(SharedPromptForwardMixin, StagedCheckpointsMixin, TrainingS
     def _score_batch(self, output: dict) -> dict:
         """Replace TRL's advantages by the configured gradient coefficient; flag the rows of no-signal groups."""
         mode = "train" if self.model.training else "eval"
-        filtering = mode == "train" and self.args.zero_std_groups != "keep"
+        filtering = mode == "train" and self.zero_std.drops_groups
         keeps_trl = self.gradient_coefficient.keeps_trl_advantages
         rewards_per_func = self._batch_rewards["rewards_per_func"]  # gathered, (N, reward functions)
         n_local = output["completion_ids"].shape[0]
@@ -353,6 +341,17 @@ class GRPOExtTrainer(SharedPromptForwardMixin, StagedCheckpointsMixin, TrainingS
         total = self.accelerator.reduce(stats.to(self.accelerator.device), reduction="sum")
         self._metrics[mode]["process/steps_per_completion"].append((total[0] / total[2].clamp(min=1)).item())
         self._metrics[mode]["process/step_reward_mean"].append((total[1] / total[0].clamp(min=1)).item())
+
+    def _refill_round(self) -> tuple[dict, torch.Tensor]:
+        """One refill round (`batching.refill_groups`): a fresh generation batch, scored, and its groups without
+        signal (`(local groups,)` bool)."""
+        fresh = self._score_batch(super()._generate_and_score_completions(self._draw_refill_inputs()))
+        return fresh, fresh.pop("_no_signal_rows").view(-1, self.num_generations)[:, 0]
+
+    def _refill_wanted(self, no_signal: torch.Tensor) -> bool:
+        """Whether another refill round is drawn: some group of some process lacks signal and the round fits the
+        budget (the same answer on every process)."""
+        return self._global_any(no_signal) and self._refill_fits()
 
     def _draw_refill_inputs(self) -> list[dict]:
         """A fresh generation batch laid out like TRL's RepeatSampler: same draw on every process, own slice."""

@@ -10,7 +10,7 @@ import logging
 
 import torch
 
-from grpo_ext.batching import RefillPrompts
+from grpo_ext.batching import RefillPrompts, get_zero_std_strategy
 from grpo_ext.checkpoints import CHECKPOINT_STATE_FILE, new_kl_controller, restore_kl_controller
 from grpo_ext.errors import UserError
 from grpo_ext.kl_control import get_kl_controller
@@ -28,6 +28,7 @@ class TrainingStateMixin:
         self.kl_spec = get_kl_controller(config.kl_controller)  # its registry entry: whether it moves beta
         self.kl_control = new_kl_controller(config)
         self._kl_window: list[tuple[float, float]] = []  # (KL x tokens, tokens) per micro-batch
+        self.zero_std = get_zero_std_strategy(config.zero_std_groups)  # its registry entry: what leaves the loss
         self._refill = RefillPrompts(refill_pool, config.seed)  # its draw count is checkpointed
         # Completions of this process with a reward (or a step score, in process mode) the gradient can use: a run
         # that scores none learns nothing from rewards and must not end like one that did. None: unknown (resumed
@@ -121,8 +122,8 @@ class TrainingStateMixin:
         lost = []
         if self.kl_spec.moves_beta:
             lost.append(f"the {self.kl_spec.name} beta starts again at the config's beta={self.kl_control.beta}")
-        if self.args.zero_std_groups == "refill":
-            lost.append("refill draws start again from the first")
+        if self.zero_std.draws_prompts:
+            lost.append(f"{self.zero_std.name} draws start again from the first")
         if lost:
             logger.warning(
                 "resuming from %s, which has no %s (a TRL checkpoint?): %s",

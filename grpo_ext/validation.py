@@ -4,40 +4,25 @@ negative DPO beta prefers the rejected answers) and grpo-ext's own. Each failure
 the expected range and the value. GRPO, DPO and SFT configs are checked, each for the fields it has.
 
 `check_training_ranges(config)` runs in `GRPOExtConfig.__post_init__` and again when `GRPOExtTrainer` starts (a
-config object can be changed after it was built); a plain `GRPOConfig` passes through the second check too.
+config object can be changed after it was built); a plain `GRPOConfig` passes through the second check too. What
+depends on the trainer a config is for (its `loss_type` values, whether `beta` must be > 0) is told by the caller
+that knows it: `GRPOExtConfig` and `GRPOExtTrainer` (GRPO's loss types, `grpo_ext.batching.GRPO_LOSS_TYPES`), a
+method of the paradigm (its `grpo_ext.methods.paradigm.Method` entry); this module tells no TRL config class from
+another.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
-from grpo_ext.batching import KEPT_NORMALISER
+from grpo_ext.batching import KEPT_NORMALISER, ZERO_STD_STRATEGIES, ZeroStdStrategy, get_zero_std_strategy
 from grpo_ext.errors import UserError
 from grpo_ext.kl_control import KLControllerSpec, get_kl_controller
 
 __all__ = ["check_number", "check_training_ranges", "context_overflow"]
 
 SCALE_REWARDS = ("group", "batch", "none")
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
-# TRL 1.16's DPOConfig.loss_type values (its help text); DPOTrainer only finds an unknown one at the first loss.
-DPO_LOSS_TYPES = (
-    "sigmoid",
-    "hinge",
-    "ipo",
-    "exo_pair",
-    "nca_pair",
-    "robust",
-    "bco_pair",
-    "sppo_hard",
-    "aot",
-    "aot_unpaired",
-    "apo_zero",
-    "apo_down",
-    "discopop",
-    "sft",
-    "sigmoid_norm",
-)
-SFT_LOSS_TYPES = ("nll", "dft", "chunked_nll")
 
 
 def check_number(
@@ -68,8 +53,9 @@ def check_number(
         raise UserError(f"{name}: must be in {interval}{also}, got {value}")
 
 
-def _rules(config) -> dict[str, dict]:
-    """Field name -> `check_number` keywords, for the fields `config` has."""
+def _rules(config, beta_positive: bool = False) -> dict[str, dict]:
+    """Field name -> `check_number` keywords, for the fields `config` has (`beta_positive`: its trainer reads a beta
+    that must be > 0)."""
     rules = {
         # transformers.TrainingArguments
         "learning_rate": dict(low=0),
@@ -102,7 +88,7 @@ def _rules(config) -> dict[str, dict]:
         "max_refill_rounds": dict(low=0, integer=True),
         "process_reward_model_batch_size": dict(low=1, integer=True),
     }
-    if _is_dpo(config):  # DPO's beta scales the preference margin: 0 learns nothing, below 0 learns the reverse
+    if beta_positive:  # e.g. DPO's beta scales the preference margin: 0 learns nothing, below 0 learns the reverse
         rules["beta"] = dict(low=0, low_open=True)
     if config.logging_strategy == "steps":
         rules["logging_steps"] = dict(low=0, low_open=True)
@@ -120,30 +106,33 @@ def _kl_controller(config) -> KLControllerSpec:
         raise UserError(str(err)) from None
 
 
-def _is_dpo(config) -> bool:
-    from trl import DPOConfig
+def _zero_std(config) -> ZeroStdStrategy:
+    """The registry entry of the config's `zero_std_groups` (a config without one, DPO's or SFT's: the default, the
+    first registered: every group kept)."""
+    try:
+        return get_zero_std_strategy(getattr(config, "zero_std_groups", next(iter(ZERO_STD_STRATEGIES))))
+    except ValueError as err:  # a name changed after the config checked it
+        raise UserError(str(err)) from None
 
-    return isinstance(config, DPOConfig)
 
-
-def _check_loss_type(config) -> None:
-    from trl import GRPOConfig, SFTConfig
-
-    if _is_dpo(config):
-        unknown = [t for t in config.loss_type if t not in DPO_LOSS_TYPES]
-        if unknown:
-            raise UserError(f"loss_type: unknown value {unknown[0]!r}; expected one of {', '.join(DPO_LOSS_TYPES)}")
+def _check_loss_type(config, loss_types: Sequence[str]) -> None:
+    """Each of the config's `loss_type` values (DPO's is a list) is one of `loss_types`; none given: unchecked."""
+    if not loss_types or not hasattr(config, "loss_type"):
         return
-    known = LOSS_TYPES if isinstance(config, GRPOConfig) else SFT_LOSS_TYPES if isinstance(config, SFTConfig) else ()
-    if known and config.loss_type not in known:
-        raise UserError(f"loss_type: unknown value {config.loss_type!r}; expected one of {', '.join(known)}")
+    values = config.loss_type if isinstance(config.loss_type, list) else [config.loss_type]
+    unknown = [t for t in values if t not in loss_types]
+    if unknown:
+        raise UserError(f"loss_type: unknown value {unknown[0]!r}; expected one of {', '.join(loss_types)}")
 
 
-def check_training_ranges(config) -> None:
+def check_training_ranges(config, *, loss_types: Sequence[str] = (), beta_positive: bool = False) -> None:
     """Every numeric field of a training config (`GRPOConfig` / `GRPOExtConfig`, `DPOConfig`, `SFTConfig`, or plain
     `TrainingArguments`) in its range; the reward weights finite; the string choices TRL only checks when it first
-    uses them (`scale_rewards`, `loss_type`)."""
-    for name, kwargs in _rules(config).items():
+    uses them (`scale_rewards`; `loss_type` among `loss_types`, the values its trainer takes, when given).
+
+    `beta_positive`: the config's trainer needs beta > 0 (DPO); otherwise beta >= 0 (GRPO's KL coefficient may be 0).
+    """
+    for name, kwargs in _rules(config, beta_positive).items():
         check_number(name, getattr(config, name), **kwargs)
     for i, weight in enumerate(getattr(config, "reward_weights", None) or []):
         check_number(f"reward_weights[{i}]", weight)
@@ -151,10 +140,10 @@ def check_training_ranges(config) -> None:
     scale = getattr(config, "scale_rewards", "group")
     if scale not in SCALE_REWARDS:
         raise UserError(f"scale_rewards: unknown value {scale!r}; expected one of {', '.join(SCALE_REWARDS)}")
-    message = _kl_controller(config).check(config)
-    if message:
-        raise UserError(message)
-    _check_loss_type(config)
+    for message in (_kl_controller(config).check(config), _zero_std(config).check(config)):
+        if message:
+            raise UserError(message)
+    _check_loss_type(config, loss_types)
 
 
 # The sampling knobs `generation_kwargs` may override (TRL merges it over the config's fields): the fields' ranges.
@@ -206,8 +195,9 @@ def check_combinations(trainer) -> None:
                 f"advantage_mode `{config.advantage_mode}` (it reads the weighted sum of the rewards); use "
                 "`sum_then_normalize`"
             )
+    zero_std = _zero_std(config)
     if (
-        config.zero_std_groups != "keep"
+        zero_std.drops_groups
         and trainer.loss_type in KEPT_NORMALISER
         and (trainer._entropy_bonus_enabled or trainer.aux_loss_enabled)
     ):
@@ -215,8 +205,8 @@ def check_combinations(trainer) -> None:
             f"zero_std_groups: `{config.zero_std_groups}` with loss_type `{trainer.loss_type}` cannot be combined "
             "with an entropy bonus or router aux loss (their token-mean terms would be rescaled)"
         )
-    if config.zero_std_groups == "refill" and trainer._is_vlm:
-        raise UserError("zero_std_groups: `refill` does not support vision-language models")
+    if zero_std.draws_prompts and trainer._is_vlm:
+        raise UserError(f"zero_std_groups: `{config.zero_std_groups}` does not support vision-language models")
 
 
 def context_overflow(trainer) -> str | None:

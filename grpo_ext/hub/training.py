@@ -2,8 +2,9 @@
 the resolved config next to the checkpoint, `trained_with`) or from a live trainer (`trainer_summary`).
 
 How the gradient coefficient was computed is the registry record's own text (`GradientCoefficient.description`),
-and the KL controller's line and tag are its registry entry's (`KLControllerSpec.card`, `.tag`), so a mode or a
-controller added to its registry is described on the card without editing this file.
+the KL controller's line and tag are its registry entry's (`KLControllerSpec.card`, `.tag`) and the zero-std
+strategy's line its entry's (`ZeroStdStrategy.card`), so a mode, a controller or a strategy added to its registry is
+described on the card without editing this file.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_ext.advantages import GradientCoefficient, get_gradient_coefficient
+from grpo_ext.batching import ZERO_STD_STRATEGIES, get_zero_std_strategy
 from grpo_ext.kl_control import KLControllerSpec, get_kl_controller
 from grpo_ext.run_record import resolved_config
 
@@ -103,6 +105,15 @@ def _kl_record(name: str) -> KLControllerSpec | None:
         return None
 
 
+def _zero_std_card(training: dict) -> str | None:
+    """The zero-std strategy's card line (its registry entry's; none for the default, TRL's)."""
+    name = training.get("zero_std_groups") or next(iter(ZERO_STD_STRATEGIES))
+    try:
+        return get_zero_std_strategy(name).card(training)
+    except ValueError:  # registered by code this process has not imported: the card names it only
+        return f"zero-std groups: {name}"
+
+
 def _gradient_coefficient(mode: str, record: GradientCoefficient | None, training: dict) -> str:
     """The card's sentence on how each token's gradient coefficient was computed."""
     if record is None:
@@ -153,10 +164,9 @@ def summarize_training(resolved: dict, steps: int | None = None, hardware: str |
     mode = training.get("advantage_mode") or "outcome"
     record = _registry_record(mode)
     extensions = []
-    zero_std = training.get("zero_std_groups") or "keep"
-    if zero_std != "keep":
-        extra = f", up to {training.get('max_refill_rounds')} refill rounds" if zero_std == "refill" else ""
-        extensions.append(f"zero-std groups: {zero_std}{extra}")
+    zero_std_text = _zero_std_card(training)
+    if zero_std_text:
+        extensions.append(zero_std_text)
     kl_controller = _kl_record(training.get("kl_controller") or "fixed")
     kl_text = kl_controller.card(training) if kl_controller else None
     if kl_text:

@@ -17,7 +17,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict
 from pathlib import Path
 
-from grpo_ext.batching import prompts_drawn
+from grpo_ext.batching import get_zero_std_strategy, prompts_drawn
 from grpo_ext.errors import UserError
 from grpo_ext.iterative.args import IterativeArguments
 from grpo_ext.iterative.arms import USES_RM
@@ -44,12 +44,66 @@ _GRPO_FIELDS = (
     "num_iterations",
     "generation_batch_size",
 )
+#: The policy's ModelConfig fields that shape a run (a LoRA policy: a fresh adapter each iteration, merged after it).
+_MODEL_FIELDS = ("use_peft", "lora_r", "lora_alpha", "lora_dropout", "dtype")
+#: GRPO settings that shape a run, added after the first runs were saved.
+_LATER_GRPO_FIELDS = ("stop_strings", "top_k")
+#: Fields added after the first runs were saved, and the value those runs had: left out of a snapshot at it.
+_LATER_DEFAULTS = {
+    "rm_lora_r": 0,
+    "rm_lora_alpha": 32,
+    "rm_dtype": "float32",
+    "start_sha256": None,
+    "use_peft": False,
+    "lora_r": 16,
+    "lora_alpha": 32,
+    "lora_dropout": 0.05,
+    "dtype": "float32",
+    "stop_strings": None,
+    "top_k": 0,
+}
 #: IterativeArguments fields that may change between a run and its resume.
-_FREE_FIELDS = ("resume", "report_dir", "iterations", "arms", "seeds", "workers")
+# (expectations and the budget's planning rates judge and price runs; they never change one)
+_FREE_FIELDS = ("resume", "report_dir", "iterations", "arms", "seeds", "workers", "expectations", "budget")
 
 
 def seed_dir(run_dir: Path, seed: int) -> Path:
     return run_dir / f"seed_{seed}"
+
+
+def check_start(folder: Path, sha256: str | None) -> None:
+    """The policy start is the model ``sha256`` names (a study start's ``model_sha256``, hashed as the study hashes
+    it: one sha256 over the folder's safetensors files), else a `UserError` before any job: the arms would start
+    from another model than the one the experiment is about. A study start (a ``start.json`` beside its folder) must
+    be named: its record's hash is printed to copy into the config, never trusted in its place (a start rebuilt
+    later writes a new record)."""
+    from grpo_ext.methods.study.start import START_RECORD, _weights_hash  # the study's hash, not a second one
+
+    record = folder.parent / START_RECORD
+    if sha256 is None:
+        if record.is_file():
+            recorded = _read_json(record).get("model_sha256")
+            raise UserError(
+                f"start_sha256: {folder} is a study start ({record}); name it in the config: "
+                f"`start_sha256: {recorded}` (its model_sha256), so that another start is refused"
+            )
+        return
+    found = _weights_hash(folder)
+    if found != sha256:
+        raise UserError(
+            f"start_sha256: {folder} holds weights with sha256 {found}, the config names {sha256} (the start's "
+            "start.json model_sha256): another start; rebuild the one named (make real-study) or fix the config"
+        )
+
+
+def _read_json(path: Path) -> dict:
+    import json
+
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise UserError(f"{path}: cannot read it ({err})") from None
+    return value if isinstance(value, dict) else {}
 
 
 class Experiment:
@@ -60,10 +114,10 @@ class Experiment:
         from grpo_ext.iterative.measure import Setting
         from grpo_ext.policy_loading import policy_init
 
-        if any(getattr(model_args, f, False) for f in ("use_peft", "load_in_4bit", "load_in_8bit")):
+        if any(getattr(model_args, f, False) for f in ("load_in_4bit", "load_in_8bit")):
             raise UserError(
-                "use_peft/load_in_4bit/load_in_8bit: the iterative loop resets the reference to the full policy "
-                "saved after each iteration; run it in full precision"
+                "load_in_4bit/load_in_8bit: the iterative loop resets the reference to the full policy saved after "
+                "each iteration; run it in full precision (use_peft: a fresh LoRA each iteration, merged after it)"
             )
         mode = training_args.advantage_mode
         reads_steps = get_gradient_coefficient(mode).needs_step_rewards
@@ -77,10 +131,11 @@ class Experiment:
                 f"advantage_mode: reward_model_type process feeds step scores to the advantages, but `{mode}` reads "
                 "none; set a mode that reads step rewards (e.g. process)"
             )
-        if training_args.zero_std_groups == "refill":
+        if get_zero_std_strategy(training_args.zero_std_groups).draws_prompts:
             raise UserError(
-                "zero_std_groups: `refill` is not supported by the iterative loop: each iteration trains on its own "
-                "slice of the pool once, and refill rounds would draw that slice's prompts again; use `skip` or none"
+                f"zero_std_groups: `{training_args.zero_std_groups}` is not supported by the iterative loop: each "
+                "iteration trains on its own slice of the pool once, and its rounds would draw that slice's prompts "
+                "again; use a strategy that draws none (e.g. `skip`)"
             )
         seeds = it_args.seed_list if it_args.seed_list is not None else [int(training_args.seed)]
         # the task, its splits and verifier, checked before any job; the pool as loaded, not the size asked
@@ -95,7 +150,8 @@ class Experiment:
         base_id, _, _ = policy_init(model_args, training_args)  # also sets the trainer's model_init_kwargs
         if not Path(base_id).is_dir():
             raise UserError(f"model_name_or_path: the iterative loop needs a local model folder, got {base_id}")
-        self.it_args, self.training_args = it_args, training_args
+        check_start(Path(base_id), it_args.start_sha256)
+        self.it_args, self.training_args, self.model_args = it_args, training_args, model_args
         self.base = str(Path(base_id).resolve())
         self.seeds = seeds
         self.arms = it_args.arm_list
@@ -106,6 +162,10 @@ class Experiment:
         """The settings a resumed run of ``seed`` must share with the saved one."""
         snapshot = {k: v for k, v in asdict(self.it_args).items() if k not in _FREE_FIELDS}
         snapshot.update({f: getattr(self.training_args, f) for f in _GRPO_FIELDS})
+        snapshot.update({f: getattr(self.model_args, f, None) for f in _MODEL_FIELDS})
+        snapshot.update({f: getattr(self.training_args, f, None) for f in _LATER_GRPO_FIELDS})
+        # a field added after runs were saved is left out at its default, so those runs still resume
+        snapshot = {k: v for k, v in snapshot.items() if k not in _LATER_DEFAULTS or v != _LATER_DEFAULTS[k]}
         return {**snapshot, "base": self.base, "seed": seed}
 
     def states(self) -> dict:
@@ -189,12 +249,13 @@ def run_job(experiment: Experiment, kind: str, seed: int) -> None:
     from grpo_ext.iterative.measure import Setting
 
     e = experiment
-    setting = Setting(e.it_args, e.training_args, seed)
+    lora = getattr(e.model_args, "use_peft", False)
+    setting = Setting(e.it_args, e.training_args, seed, e.model_args.dtype if lora else None)
     folder = seed_dir(e.run_dir, seed)
     # --resume false starts a seed's iteration 0 afresh once, in its own job; its arms then build on that one
     start = run_start(setting, e.base, folder, e.config(seed), e.it_args.resume or kind != "start")
     if kind != "start":
-        ArmRun(setting, e.training_args, kind, e.base, folder, start, e.config(seed)).run()
+        ArmRun(setting, e.training_args, kind, e.base, folder, start, e.config(seed), e.model_args).run()
 
 
 def run_experiment(it_args: IterativeArguments, training_args, model_args) -> dict:
