@@ -11,6 +11,7 @@ import contextlib
 import json
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from grpo_ext.errors import UserError, one_line, read_yaml, user_file, user_input
 
@@ -41,13 +42,16 @@ def run_cli(main: Callable[[list[str]], object], argv: list[str] | None = None) 
 _SCALAR_TAKEN = ("lora_target_modules", "loss_type", "debug")
 
 
-def parse_trl_config(dataclass_types: Sequence[type], argv: list[str]) -> tuple:
+def parse_trl_config(
+    dataclass_types: Sequence[type], argv: list[str], check_ranges: Callable[[Any], None] | None = None
+) -> tuple:
     """`trl.TrlParser(dataclass_types).parse_args_and_config(argv)`, where everything the user can get wrong is a
     `UserError`: a flag argparse rejects (one line, not the usage text), an abbreviated flag (argparse would take
     `--learning_rat` for `--learning_rate`), a `--config` file that cannot be read or parsed or that repeats a key, a
     single value where the field takes a list (it would be split into characters), a value a dataclass's
     `__post_init__` rejects (TRL's checks and ours), and a training config's numbers out of range
-    (`grpo_ext.validation.check_training_ranges`, for each parsed `TrainingArguments`)."""
+    (`check_ranges`, for each parsed `TrainingArguments`: by default `grpo_ext.validation.check_training_ranges`; a
+    method of the paradigm passes its entry's `check_config`, which knows its trainer's loss types and beta rule)."""
     from transformers import TrainingArguments
     from trl import TrlParser
 
@@ -83,7 +87,7 @@ def parse_trl_config(dataclass_types: Sequence[type], argv: list[str]) -> tuple:
         parsed = parser.parse_args_and_config(argv)
     for args in parsed:
         if isinstance(args, TrainingArguments):
-            check_training_ranges(args)
+            (check_ranges or check_training_ranges)(args)
     return tuple(parsed)
 
 

@@ -108,8 +108,10 @@ def parse_method_args(argv: list[str]):
     from grpo_ext.script_args import TaskArguments
 
     name = _method_name(list(argv))
-    get_method(name)
-    return parse_trl_config((MethodArguments, TaskArguments, config_class(name), ModelConfig), list(argv))
+    method = get_method(name)
+    # the training config's checks are the entry's: they know its trainer's loss types and whether beta must be > 0
+    types = (MethodArguments, TaskArguments, config_class(name), ModelConfig)
+    return parse_trl_config(types, list(argv), check_ranges=method.check_config)
 
 
 def trained_sequences_per_step(method_name: str, training_args, world_size: int = 1) -> int:
@@ -127,7 +129,7 @@ def sampling_budget(
         per_step = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps * world_size
         # TRL generates per_step x num_iterations samples every num_iterations steps.
         return training_args.max_steps * per_step // training_args.num_iterations
-    if method.reward_function == "-":
+    if not method.draws_samples:
         return 0
     if task_args.train_size is None:
         raise UserError(f"method {method_name!r}: set train_size, the prompts sampled from (no default here)")

@@ -24,9 +24,11 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from grpo_ext.advantages import get_gradient_coefficient
+from grpo_ext.batching import GRPO_LOSS_TYPES
 from grpo_ext.errors import UserError
 from grpo_ext.methods import trainers
 from grpo_ext.report_format import md_header, md_row
+from grpo_ext.validation import check_training_ranges
 
 __all__ = [
     "BASE_RUN",
@@ -50,9 +52,13 @@ class Method:
         name: the registry key (``configs/methods/<name>.yaml``, ``--run <name>=...`` in ``evals/compare.py``).
         title: the name the paper uses.
         data_source: where the training pairs ``(q, o)`` come from.
-        reward_function: ``pi_rf``, what scores an output (``-`` when there is none).
+        reward_function: ``pi_rf``, what scores an output (``-`` when there is none), the table's text.
         gradient_coefficient: ``GC(q, o, t, pi_rf)``, the weight of ``grad log pi_theta(o_t | q, o_<t)``.
         online: whether the outputs are sampled from the *current* policy during training.
+        draws_samples: whether it trains on outputs sampled from a model (the base once, or the policy online)
+            rather than on reference solutions: its run has a sampling budget, which must match across a comparison.
+            None (the default): as ``online`` (an online method draws samples, an offline one by default trains on
+            reference solutions).
         advantage_mode: the name of the gradient-coefficient registry entry that ``GRPOExtTrainer`` applies
             (online methods); None for the offline methods, whose coefficient is what the TRL trainer's loss
             implies (SFT: 1; DPO: the sigmoid of the implicit reward margin).
@@ -63,6 +69,8 @@ class Method:
             :func:`grpo_ext.methods.runners.train_method`.
         config_class: ``() -> type``, the TRL config dataclass its config file is parsed into.
         sequences_per_example: sequences one training example is (a DPO pair: 2).
+        loss_types: the ``loss_type`` values its config class takes (TRL's trainers only find an unknown one at the
+            first loss); checked with the config's numbers by :meth:`check_config`.
         beta_positive: whether its config's ``beta`` must be > 0 (DPO: at 0 it learns nothing, below 0 it prefers
             the rejected answers); otherwise ``beta`` >= 0 (GRPO's KL coefficient may be 0). The study's search
             axes are checked against it.
@@ -83,13 +91,19 @@ class Method:
     runner: str
     build: Callable[[Any], Any] = field(metadata={"how": True})
     config_class: Callable[[], type] = field(metadata={"how": True})
+    draws_samples: bool | None = None
     sequences_per_example: int = field(default=1, metadata={"how": True})
+    loss_types: tuple[str, ...] = field(default=(), metadata={"how": True})
     beta_positive: bool = field(default=False, metadata={"how": True})
     quick_flags: str = field(default="", metadata={"how": True})
     rehearsal_flags: str = field(default="", metadata={"how": True})
 
     def __post_init__(self):
+        if self.draws_samples is None:
+            object.__setattr__(self, "draws_samples", self.online)  # frozen: set once, here
         if self.online:
+            if not self.draws_samples:
+                raise ValueError(f"method {self.name!r}: an online method draws samples")
             if self.advantage_mode is None:
                 raise ValueError(f"method {self.name!r}: an online method needs an advantage_mode (registry key)")
             try:
@@ -99,6 +113,11 @@ class Method:
         elif self.advantage_mode is not None:
             raise ValueError(f"method {self.name!r}: an offline method has no advantage_mode")
 
+    def check_config(self, training_args) -> None:
+        """The numbers of its parsed training config in range, its ``loss_type`` among :attr:`loss_types` and its
+        ``beta`` > 0 where :attr:`beta_positive`: a `UserError` naming the field."""
+        check_training_ranges(training_args, loss_types=self.loss_types, beta_positive=self.beta_positive)
+
     def description(self) -> dict[str, Any]:
         """What the method is (the paradigm's fields), as a run's record keeps it (`method_run.json`)."""
         return {f.name: getattr(self, f.name) for f in fields(self) if not f.metadata.get("how")}
@@ -106,7 +125,7 @@ class Method:
     @property
     def draws_from_base(self) -> bool:
         """Whether its training outputs are drawn from the base model once, before training (RFT, DPO)."""
-        return not self.online and self.reward_function != "-"
+        return not self.online and self.draws_samples
 
     @property
     def samples_from(self) -> str:
@@ -140,11 +159,32 @@ def get_method(name: str) -> Method:
 # model: every sample of a random model runs to its longest, so it samples 16 tokens everywhere (draws, GRPO's
 # completions, learning curves and evaluations: a study's costs are its sampling steps) and its batches are smaller
 # than the embedded model's (same equal budgets: 16 samples, 2 steps).
+# TRL 1.16's SFTConfig.loss_type and DPOConfig.loss_type values (their help texts); GRPO's are grpo_ext.batching's.
+SFT_LOSS_TYPES = ("nll", "dft", "chunked_nll")
+DPO_LOSS_TYPES = (
+    "sigmoid",
+    "hinge",
+    "ipo",
+    "exo_pair",
+    "nca_pair",
+    "robust",
+    "bco_pair",
+    "sppo_hard",
+    "aot",
+    "aot_unpaired",
+    "apo_zero",
+    "apo_down",
+    "discopop",
+    "sft",
+    "sigmoid_norm",
+)
+
 _SFT = dict(
     trainer="trl.SFTTrainer",
     runner="sft",
     build=trainers.build_sft,
     config_class=trainers.sft_config,
+    loss_types=SFT_LOSS_TYPES,
     quick_flags="--per_device_train_batch_size 16 --sample_budget 0",
     rehearsal_flags="--per_device_train_batch_size 4 --sample_budget 0 --sample_max_new_tokens 16 --curve_n 2",
 )
@@ -153,6 +193,8 @@ _RFT = dict(
     runner="rft",
     build=trainers.build_rft,
     config_class=trainers.sft_config,
+    draws_samples=True,  # from the base model, once
+    loss_types=SFT_LOSS_TYPES,
     quick_flags="--per_device_train_batch_size 16 --samples_per_prompt 4 --sample_max_new_tokens 32 --sample_budget 32",
     rehearsal_flags="--per_device_train_batch_size 4 --samples_per_prompt 2 --sample_max_new_tokens 16 "
     "--sample_budget 16 --curve_n 2",
@@ -162,6 +204,8 @@ _DPO = dict(
     runner="dpo",
     build=trainers.build_dpo,
     config_class=trainers.dpo_config,
+    draws_samples=True,  # from the base model, once
+    loss_types=DPO_LOSS_TYPES,
     sequences_per_example=2,  # a (chosen, rejected) pair
     beta_positive=True,
     quick_flags="--per_device_train_batch_size 8 --samples_per_prompt 4 --sample_max_new_tokens 32 --sample_budget 32",
@@ -173,6 +217,7 @@ _ONLINE = dict(
     runner="online",
     build=trainers.build_online,
     config_class=trainers.grpo_config,
+    loss_types=GRPO_LOSS_TYPES,
     quick_flags="--per_device_train_batch_size 16 --num_generations 4 --max_completion_length 32 "
     "--sample_max_new_tokens 32 --sample_budget 32 --curve_n 2",
     rehearsal_flags="--per_device_train_batch_size 8 --num_generations 4 --max_completion_length 16 "

@@ -202,7 +202,7 @@ def budget_warnings(runs: Sequence[Run]) -> list[str]:
     budgets = {
         r.name: r.cost.get("samples_generated")
         for r in runs
-        if r.cost and r.method != BASE_RUN and get_method(r.method).reward_function != "-"
+        if r.cost and r.method != BASE_RUN and get_method(r.method).draws_samples
     }
     if len(set(budgets.values())) > 1:
         listing = ", ".join(f"{name}: {b}" for name, b in sorted(budgets.items()))
