@@ -1,14 +1,17 @@
 """Verifiable tasks by name. `get_task("arithmetic", max_operands=3)` builds one.
 
-A new task is one file (a :class:`Task` subclass with its `name`, and its `harness_defaults` unless the generic ones
-suit it) plus its line in :data:`TASKS`; the training scripts, the harness and the lm-eval glue find it here."""
+A new task is a :class:`Task` subclass (its `name`, and its `harness_defaults` unless the generic ones suit it) plus
+one :func:`register_task` call, from any module (also usable as a class decorator); the training scripts, the harness,
+the method runs and the lm-eval glue find it in :data:`TASKS`, and its knobs are checked against its constructor."""
 
 from __future__ import annotations
 
 import types
 import typing
+from typing import TypeVar
 
 from grpo_ext.errors import UserError, user_input
+from grpo_ext.registration import qualified_name
 from grpo_ext.tasks.arithmetic import ArithmeticTask
 from grpo_ext.tasks.base import HarnessDefaults, Task
 from grpo_ext.tasks.gsm8k import GSM8KTask
@@ -16,13 +19,30 @@ from grpo_ext.tasks.jsonl import JSONLTask
 from grpo_ext.tasks.math import MathTask
 from grpo_ext.tasks.word_arithmetic import WordArithmeticTask
 
-TASKS: dict[str, type[Task]] = {
-    "arithmetic": ArithmeticTask,
-    "gsm8k": GSM8KTask,
-    "math": MathTask,
-    "jsonl": JSONLTask,
-    "word_arithmetic": WordArithmeticTask,
-}
+#: task name -> its class, as :func:`register_task` added it.
+TASKS: dict[str, type[Task]] = {}
+
+_T = TypeVar("_T", bound=type[Task])
+
+
+def register_task(cls: _T) -> _T:
+    """Add the :class:`Task` subclass ``cls`` to :data:`TASKS` under ``cls.name``: ``task: <name>`` is then a valid
+    config value for training, the harness, the methods and the lm-eval tasks. Returns ``cls`` (a class decorator). A
+    class without a name, or not a Task, is a ``TypeError``; a taken name is a ``ValueError`` unless it is the same
+    class (its module reloaded)."""
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        raise TypeError(f"register_task: expected a Task subclass, got {cls!r}")
+    if not isinstance(cls.name, str) or not cls.name:
+        raise TypeError(f"register_task: {cls.__qualname__} has no `name`")
+    existing = TASKS.get(cls.name)
+    if existing is not None and qualified_name(existing) != qualified_name(cls):
+        raise ValueError(f"task {cls.name!r} is already registered to {qualified_name(existing)}")
+    TASKS[cls.name] = cls
+    return cls
+
+
+for _task in (ArithmeticTask, GSM8KTask, MathTask, JSONLTask, WordArithmeticTask):
+    register_task(_task)
 
 
 #: The plain types a knob's annotation may name: the values each accepts, and how an error names it.
@@ -68,4 +88,4 @@ def get_task(name: str, **kwargs) -> Task:
         raise UserError(f"task {name!r}: bad task_kwargs {kwargs}: {err}") from err
 
 
-__all__ = ["TASKS", "HarnessDefaults", "Task", "get_task"]
+__all__ = ["TASKS", "HarnessDefaults", "Task", "get_task", "register_task"]
