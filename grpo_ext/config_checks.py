@@ -1,7 +1,10 @@
 """The checks of GRPOExtConfig's grouped fields (stop strings, the process reward model) and the choice check every
-enumerated field uses: each error names the field and what was expected."""
+enumerated field uses: each error names the field and what was expected. The PRM formats and the options each reads
+are the registry's (`grpo_ext.rewards.prm.PRM_FORMATS`), not a list of this file."""
 
 from __future__ import annotations
+
+from dataclasses import fields
 
 from grpo_ext.errors import UserError
 
@@ -47,26 +50,31 @@ def check_stop_strings(config) -> None:
 
 
 def check_process_reward_model(config) -> None:
-    """The `process_reward_model_*` fields: none without a PRM, a registered format, and each option read by it."""
-    step_tag_fields = [f"process_reward_model_{n}" for n in ("step_tag", "good_token", "bad_token")]
+    """The `process_reward_model_*` fields: none without a PRM, a registered format, and each format option's field
+    (`process_reward_model_<option>`, for the options of the registry's formats) read by the format named."""
+    prefix = "process_reward_model_"
+    changed = [f.name for f in fields(config) if f.name.startswith(prefix) and getattr(config, f.name) != f.default]
+    if config.process_reward_model is None and not changed:
+        return  # nothing to check: the PRM loader's module (a second to import) is not imported for nothing
+    from grpo_ext.rewards.prm import PRM_FORMATS  # the registry: its formats and which options each reads
+
+    options = {o for entry in PRM_FORMATS.values() for o in entry.options if hasattr(config, prefix + o)}
+    option_fields = [prefix + o for o in sorted(options)]
     if config.process_reward_model is None:
-        unused = [n for n in ("process_reward_model_format", *step_tag_fields) if getattr(config, n) is not None]
-        unused += ["process_reward_model_load_in_4bit"] if config.process_reward_model_load_in_4bit else []
+        unused = [n for n in (f"{prefix}format", *option_fields) if getattr(config, n) is not None]
+        unused += [f"{prefix}load_in_4bit"] if config.process_reward_model_load_in_4bit else []
         if unused:
             raise UserError(f"{unused[0]}: set without process_reward_model")
     named = config.process_reward_model_format
     if named is not None:
-        # imported here: the PRM loader's module (and its imports) only when a PRM format is named
-        from grpo_ext.rewards.prm import PRM_FORMATS
-
         choice("process_reward_model_format", named, tuple(PRM_FORMATS))
-    for name in step_tag_fields:
+    for name in option_fields:
         value = getattr(config, name)
         if value is None:
             continue
         if not isinstance(value, str) or not value.strip():
             raise UserError(f"{name}: must be a non-empty string, got {value!r}")
-        option = name.removeprefix("process_reward_model_")
+        option = name.removeprefix(prefix)
         if named is not None and option not in PRM_FORMATS[named].options:  # the registry says who reads it
             readers = " or ".join(f"`{f.name}`" for f in PRM_FORMATS.values() if option in f.options)
             raise UserError(f"{name}: only the {readers} format reads it (process_reward_model_format is `{named}`)")
