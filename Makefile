@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 # On 2 CPU cores one thread per process is fastest for GRPO (thread contention otherwise).
 THREADS ?= 1
 
-.PHONY: train test setup base-model real-model real-result lint iterative iterative-quick compare compare-quick real-study real-study-raw-base real-study-quick search-main-job bench gpu-check docs
+.PHONY: train test setup base-model real-model real-result lint iterative iterative-quick compare compare-quick real-study real-study-raw-base real-study-quick search-main-job bench gpu-check docs iterative-real iterative-real-quick
 
 setup: $(STAMP)
 
@@ -109,3 +109,16 @@ gpu-check: $(STAMP)
 # `python scripts/render_docs.py --check` lists stale blocks and writes nothing).
 docs: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/render_docs.py
+
+# Iterative RL on the real model (configs/real/iterative.yaml, issue 50): SmolLM2-135M-Instruct from the SFT study's
+# start (make real-study makes it; the config names its sha256), three arms (PRM retrained each iteration, frozen
+# PRM_0, the step verifier) x 4 iterations x 20 GRPO steps x 2 seeds; <= 12 core-hours (`--estimate`), two runs at a
+# time, resumable: stop it and run it again.
+iterative-real: $(STAMP) real-model
+	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(BIN)/python scripts/iterative.py --config configs/real/iterative.yaml \
+		--output_dir outputs/iterative_real --report_dir results/iterative_real
+
+# The same pipeline on a tiny random model with SmolLM2's tokenizer (~2 min): the plumbing, not a result.
+iterative-real-quick: $(STAMP) real-model
+	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(BIN)/python scripts/iterative.py --config configs/real/iterative.yaml --quick \
+		--output_dir outputs/iterative_real_quick

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from grpo_ext.io import atomic_write_bytes, atomic_write_json, atomic_write_text, figure_png, portable_path
 from grpo_ext.iterative.arms import USES_RM
+from grpo_ext.iterative.findings import findings, render_findings
 from grpo_ext.iterative.report import REPORT_JSON, REPORT_MD, REPORT_PNG, report_folder
 from grpo_ext.iterative.summary import TARGET_GAIN, summarize, training_gap_curve
 from grpo_ext.report_format import MISSING, arrow, ci, fmt, md_header, md_row
@@ -135,8 +136,9 @@ def _against_base_table(summary: dict, seeds: list[str]) -> list[str]:
     return lines
 
 
-def render_arms(summary: dict, config: dict, k: int) -> str:
-    """The markdown report of :func:`~grpo_ext.iterative.summary.summarize`'s ``summary``."""
+def render_arms(summary: dict, config: dict, k: int, found: dict | None = None, task=None) -> str:
+    """The markdown report of :func:`~grpo_ext.iterative.summary.summarize`'s ``summary`` (with ``found``, the
+    study's scoring of it, :func:`~grpo_ext.iterative.findings.findings`, first)."""
     b = summary["bootstrap"]
     lines = [
         f"# Iterative RL: {config.get('reward_model_type')} reward model, arms "
@@ -150,6 +152,7 @@ def render_arms(summary: dict, config: dict, k: int) -> str:
         f"{config.get('eval_prompts')} test problems ({b['n_resamples']} resamples, seed {b['seed']}); differences "
         "paired by problem. Iteration 0 is the base policy, shared by the arms of a seed.",
         "",
+        *(render_findings(found, task) if found else []),
         "## Targets (reported, not asserted)",
         "",
         *_targets_table(summary),
@@ -269,8 +272,19 @@ def plot_arms(summary: dict, states: dict, k: int) -> bytes:
     return figure_png(fig, dpi=100)
 
 
+def _scored(states: dict) -> bool:
+    """Whether the rows keep their test results (runs saved before they did are reported without the findings)."""
+    return any("test_result" in row for runs in states.values() for s in runs.values() for row in s["history"])
+
+
+def _task(it_args):
+    from grpo_ext.tasks import get_task
+
+    return get_task(it_args.task, **it_args.task_kwargs)
+
+
 def _without_per_problem(summary_states: dict) -> dict:
-    drop = ("test_n_correct",)
+    drop = ("test_n_correct", "test_result")
     return {
         arm: {
             str(seed): [
@@ -299,9 +313,13 @@ def write_experiment_report(states: dict, report_dir, it_args, arms: list[str], 
         arm: {str(seed): training_gap_curve(state["history"]) for seed, state in runs.items()}
         for arm, runs in states.items()
     }
+    found = findings(states, arms, it_args) if it_args.expectations or _scored(states) else None
+    task = _task(it_args)
     payload = {"config": config, "summary": summary, "rows": _without_per_problem(states), "gap_curves": curves}
+    if found is not None:
+        payload["findings"] = found
     with report_folder(report_dir) as folder:
         atomic_write_json(folder.path(REPORT_JSON), payload)
-        atomic_write_text(folder.path(REPORT_MD), render_arms(summary, config, k))
+        atomic_write_text(folder.path(REPORT_MD), render_arms(summary, config, k, found, task))
         atomic_write_bytes(folder.path(REPORT_PNG), plot_arms(summary, states, k))
     return Path(report_dir)

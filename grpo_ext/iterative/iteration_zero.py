@@ -37,10 +37,13 @@ class Clock:
         self._last = now
 
 
-def load_policy(path: str):
+def load_policy(path: str, dtype: str | None = None):
+    import torch
+
     from grpo_ext.evaluation.backends import load_model_and_tokenizer
 
-    return load_model_and_tokenizer(path, device="cpu")
+    known = dtype in ("bfloat16", "float16", "float32")  # `auto` / None: the loader's own choice (float32 on a CPU)
+    return load_model_and_tokenizer(path, device="cpu", dtype=getattr(torch, dtype) if known else None)
 
 
 def train_rm(setting: Setting, rm, tokenizer, records: list[dict], out: Path, epochs: float, seed: int) -> dict:
@@ -56,6 +59,9 @@ def train_rm(setting: Setting, rm, tokenizer, records: list[dict], out: Path, ep
         learning_rate=a.rm_learning_rate,
         batch_size=a.rm_batch_size,
         seed=seed,
+        lora_r=a.rm_lora_r,
+        lora_alpha=a.rm_lora_alpha,
+        dtype=a.rm_dtype,
     )
     print(
         f"[iterative] seed {setting.seed}: reward model trained on {fit['records']} records, {fit['steps']} steps, "
@@ -76,7 +82,7 @@ def run_start(setting: Setting, base: str, seed_dir: Path, config: dict, resume:
     start, clock = time.perf_counter(), Clock()
     folder.mkdir(parents=True, exist_ok=True)
     a = setting.args
-    model, tokenizer = load_policy(base)
+    model, tokenizer = load_policy(base, setting.policy_dtype)
     records = setting.rm_data(model, tokenizer, 0, "it0/train")
     eval_sets = setting.eval_sets(model, tokenizer, 0, "it0")
     clock.lap("sampling")
@@ -84,7 +90,9 @@ def run_start(setting: Setting, base: str, seed_dir: Path, config: dict, resume:
     row.update(setting.evaluate_policy(model, tokenizer, base, folder / "eval_samples.jsonl"))
     clock.lap("evaluation")
     del model
-    rm, rm_tokenizer = init_reward_model(setting.reward_model_type, base, a.rm_init, seed=setting.seed)
+    rm, rm_tokenizer = init_reward_model(
+        setting.reward_model_type, base, a.rm_init, seed=setting.seed, dtype=a.rm_dtype, lora_r=a.rm_lora_r
+    )
     row.update(rm_metrics(setting.reward_model_type, rm, rm_tokenizer, eval_sets, setting.separator, "before"))
     epochs = a.rm_initial_epochs or a.rm_epochs
     fit = train_rm(setting, rm, rm_tokenizer, records, folder / "reward_model", epochs, setting.seed)

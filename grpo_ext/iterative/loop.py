@@ -27,6 +27,9 @@ from grpo_ext.iterative.measure import Setting, rm_metrics
 from grpo_ext.iterative.policy import (
     RewardLog,
     build_policy_trainer,
+    is_lora_policy,
+    merge_adapter,
+    policy_model_args,
     reference_matches_policy,
     training_curve,
     training_reward_summary,
@@ -51,8 +54,11 @@ __all__ = ["ArmRun"]
 class ArmRun:
     """``arm`` of ``setting.seed`` in ``seed_dir/<arm>``, resumed after its last finished iteration."""
 
-    def __init__(self, setting: Setting, training_args, arm: str, base: str, seed_dir: Path, start: dict, config):
+    def __init__(
+        self, setting: Setting, training_args, arm: str, base: str, seed_dir: Path, start: dict, config, model_args=None
+    ):
         self.setting, self.args, self.arm = setting, setting.args, arm
+        self.model_args = model_args
         self.training_args, self.base, self.seed_dir, self.start = training_args, base, seed_dir, start
         self.run_dir = seed_dir / arm
         self.config = {**config, "arm": arm}
@@ -85,6 +91,8 @@ class ArmRun:
             log_verifier_reward=self.args.log_verifier_reward,
             seed=derive_seed(self.setting.seed, "grpo", k) % 2**31,
             callbacks=[guard] if guard else None,
+            model_args=self.model_args,
+            rm_dtype=self.args.rm_dtype,
         )
         RewardLog(f"[iterative] seed {self.setting.seed}, {self.arm}, iteration {k}").install(trainer)
         reference_reset = reference_matches_policy(trainer)
@@ -92,20 +100,33 @@ class ArmRun:
             raise RuntimeError("the reference model does not start from the current policy")
         # the run's record (status, resolved config) in the policy's folder, as every runner writes it; the model
         # this iteration started from is the previous policy, not the experiment's base
-        with training_run(trainer, self.args, ModelConfig(model_name_or_path=str(state["policy"]))):
+        lora = is_lora_policy(self.model_args)
+        model_config = policy_model_args(self.model_args, state["policy"]) if lora else None
+        with training_run(trainer, self.args, model_config or ModelConfig(model_name_or_path=str(state["policy"]))):
             trainer.train()
             # an iteration whose reward source scored nothing learned nothing: it fails (recorded), as train.py's run
             trainer.check_rewards_were_scored()
             trainer.save_model(str(work))
             trainer.processing_class.save_pretrained(str(work))
         curve = training_curve(trainer.state.log_history)
+        curve_steps = trainer.state.global_step
+        merge = None
+        if lora:
+            # the next iteration's policy (and reference) is a plain folder: this adapter merged into its base; the
+            # adapter stays beside it with the run's record (a few MB)
+            del trainer
+            gc.collect()
+            trainer = None
+            replace_folder(work, folder / "adapter")
+            merge = merge_adapter(folder / "adapter", work, state["policy"], self.model_args.dtype)
         info = {
             "reference": state["policy"],
             "reference_reset": reference_reset,
-            "grpo_steps": int(trainer.state.global_step),
+            "grpo_steps": int(curve_steps),
             "guard_stopped_at": guard.stopped_at if guard else None,
             "training_curve": curve,
             **training_reward_summary(curve),
+            **({"merge": merge} if merge else {}),
         }
         del trainer
         gc.collect()
@@ -129,7 +150,7 @@ class ArmRun:
         policy, info = self._train_policy(state, folder, k)  # (a)
         row.update(policy=policy, **info)
         clock.lap("grpo")
-        model, tokenizer = load_policy(policy)
+        model, tokenizer = load_policy(policy, s.policy_dtype)
         eval_sets = s.eval_sets(model, tokenizer, k, f"{self.arm}/it{k}")  # (b)
         row["policy_sample_accuracy"] = sum(r["label"] for r in eval_sets["pool"]) / len(eval_sets["pool"])
         new, reward_model = None, state["reward_model"]
@@ -140,7 +161,7 @@ class ArmRun:
         clock.lap("evaluation")
         del model
         if self.arm in USES_RM:
-            rm, rm_tokenizer = load_reward_model(rm_type, state["reward_model"])
+            rm, rm_tokenizer = load_reward_model(rm_type, state["reward_model"], self.args.rm_dtype)
             row.update(rm_metrics(rm_type, rm, rm_tokenizer, eval_sets, sep, "before"))
             if new is not None:  # (c)
                 records, replay = mix_with_replay(new, self._history(state), self.args.replay_ratio, seed=s.seed + k)

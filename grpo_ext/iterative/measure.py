@@ -14,7 +14,7 @@ from grpo_ext.iterative.labels import check_verifier, label_samples
 from grpo_ext.iterative.rm_training import evaluate_reward_model
 from grpo_ext.sampler.sampling import derive_seed
 
-__all__ = ["RM_EVAL_SETS", "Setting", "rm_metrics"]
+__all__ = ["RM_EVAL_SETS", "Setting", "compact_result", "rm_metrics"]
 
 #: The RM's measurement sets: fresh samples on pool prompts (what GRPO is rewarded on), on held-out prompts.
 RM_EVAL_SETS = ("pool", "heldout")
@@ -36,14 +36,28 @@ def rm_metrics(reward_model_type: str, model, tokenizer, eval_sets: dict, separa
     return out
 
 
+#: What a row keeps of each test problem's harness record: enough for the study's paired intervals, its per-slice
+#: expectations and the harness's anatomy (grpo_ext.methods.study.stats / expectations, evaluation.failures).
+_PROBLEM_FIELDS = ("problem_id", "attributes", "n_correct", "n_extracted", "n_strict", "maj@k", "anatomy")
+
+
+def compact_result(result: dict) -> dict:
+    """A harness result as the study's statistics read it (``n`` and each problem's record), without the prompts,
+    answers and answer lists: a row of the loop's state stays small."""
+    per_problem = [{key: p[key] for key in _PROBLEM_FIELDS if key in p} for p in result["per_problem"]]
+    return {"n": int(result["n"]), "per_problem": per_problem}
+
+
 class Setting:
     """One seed's task, prompts and sampling settings (see the module docstring)."""
 
-    def __init__(self, it_args, training_args, seed: int):
+    def __init__(self, it_args, training_args, seed: int, policy_dtype: str | None = None):
         from grpo_ext.tasks import get_task
         from grpo_ext.tasks.base import require_prompt_column
 
         self.args, self.seed = it_args, seed
+        # the dtype the policy is sampled in (None: float32); a LoRA policy on a bf16 base is sampled as it trains
+        self.policy_dtype = policy_dtype
         self.task = get_task(it_args.task, **it_args.task_kwargs)
         self.reward_model_type = it_args.reward_model_type
         self.pool = require_prompt_column(it_args.train_prompts(self.task), f"task {self.task.name!r}")
@@ -51,6 +65,8 @@ class Setting:
         self.separator = training_args.step_separator or self.task.step_separator
         self.max_new_tokens = int(training_args.max_completion_length)
         self.temperature = float(training_args.temperature)
+        # the samples the RM is trained and measured on, and the test's, end where GRPO's samples end
+        self.stop = tuple(getattr(training_args, "stop_strings", None) or ())
         n_eval = it_args.rm_eval_prompts
         rng = random.Random(f"{seed}/rm-eval-prompts")
         self.pool_eval = self.pool.select(sorted(rng.sample(range(len(self.pool)), min(n_eval, len(self.pool)))))
@@ -79,6 +95,7 @@ class Setting:
             max_new_tokens=self.max_new_tokens,
             batch_size=self.args.sampling_batch_size,
             seed=seed,
+            stop=self.stop,
         )
         return sample(model, tokenizer, list(prompts), params, progress=False)
 
@@ -122,6 +139,7 @@ class Setting:
             max_new_tokens=self.max_new_tokens,
             seed=self.seed,
             batch_size=self.args.sampling_batch_size,
+            stop=self.stop,
         )
         backend = TransformersBackend(model, tokenizer, name=path, fingerprint=model_fingerprint(path))
         result = evaluate_model(
@@ -140,4 +158,5 @@ class Setting:
             **{name: read.value(name) for name in (pass_at.at(1), pass_at.at(k), maj_at.at(k))},  # the report's names
             "test_n_correct": [int(p["n_correct"]) for p in result["per_problem"]],
             f"test_{maj_at.at(k)}": [float(p[maj_at.name][str(k)]) for p in result["per_problem"]],
+            "test_result": compact_result(result),
         }

@@ -11,6 +11,7 @@ import contextlib
 import json
 from pathlib import Path
 
+from grpo_ext.evaluation.registry import MAJ_AT_K, PASS_AT_1, headline_trio
 from grpo_ext.io import atomic_write_bytes, atomic_write_json, atomic_write_text, figure_png, portable_path
 from grpo_ext.report_format import MISSING, arrow, cell, md_header, md_row
 
@@ -65,13 +66,14 @@ def _before_after(row: dict, key: str) -> str:
 
 
 def _columns(k: int) -> list[str]:
+    pass_at_1, maj_at_k, pass_at_k = headline_trio(k)
     return [
         "iteration",
         "RM accuracy",
         "RM AUC",
-        "policy pass@1",
-        f"maj@{k}",
-        f"pass@{k}",
+        f"policy {pass_at_1}",
+        maj_at_k,
+        pass_at_k,
         "policy right rate, pool",
         "RM data: new + replay (ratio used)",
         "RM reward in training (first → last)",
@@ -108,7 +110,7 @@ def render_report(state: dict, k: int) -> str:
                     r["iteration"],
                     _before_after(r, "rm_accuracy"),
                     _before_after(r, "rm_auc"),
-                    *(cell(r[m]) for m in ("pass@1", f"maj@{k}", f"pass@{k}")),
+                    *(cell(r[m]) for m in headline_trio(k)),
                     cell(r.get("policy_sample_accuracy")),
                     data,
                     _first_to_last(r, "rm_outcome"),
@@ -138,8 +140,8 @@ def plot_report(state: dict, k: int) -> bytes:
     left.set(title="RM AUC vs verifier (fresh samples)", xlabel="iteration", ylabel="AUC")
     if left.get_legend_handles_labels()[0]:
         left.legend()
-    right.plot(x, [r["pass@1"] for r in rows], "o-", label="pass@1")
-    right.plot(x, [r[f"maj@{k}"] for r in rows], "s--", label=f"maj@{k}")
+    right.plot(x, [r[PASS_AT_1] for r in rows], "o-", label=PASS_AT_1)
+    right.plot(x, [r[MAJ_AT_K.at(k)] for r in rows], "s--", label=MAJ_AT_K.at(k))
     right.set(title="policy accuracy (test prompts)", xlabel="iteration", ylabel="accuracy")
     right.legend()
     for ax in (left, right):

@@ -36,6 +36,7 @@ from grpo_ext.errors import UserError
 from grpo_ext.rewards.classifier import load_classifier, right_pad, token_ids, with_pad_token
 from grpo_ext.rewards.orm import RMRewardFunction
 from grpo_ext.rewards.prm import ProcessRewardModel, step_end_positions
+from grpo_ext.tasks.base import completion_text
 
 REWARD_MODEL_TYPES = ("outcome", "process")
 #: Where the RM's weights start: the policy's body with a new head, or the policy's architecture at random.
@@ -54,6 +55,7 @@ __all__ = [
     "init_reward_model",
     "load_reward_model",
     "train_reward_model",
+    "with_lora",
 ]
 
 
@@ -73,13 +75,27 @@ def _auto_class(reward_model_type: str):
     return AutoModelForTokenClassification
 
 
-def init_reward_model(reward_model_type: str, policy_dir: str | os.PathLike, init: str = "policy", seed: int = 0):
+def _dtype(name: str | None) -> torch.dtype:
+    return getattr(torch, name) if name else torch.float32
+
+
+def init_reward_model(
+    reward_model_type: str,
+    policy_dir: str | os.PathLike,
+    init: str = "policy",
+    seed: int = 0,
+    dtype: str | None = None,
+    lora_r: int = 0,
+):
     """``(model, tokenizer)``: a fresh RM on the policy's architecture and tokenizer.
 
     ``init="policy"``: ``from_pretrained`` of the causal-LM folder into a classification class keeps every
     ``model.*`` weight and initialises only ``score`` (the paper initialises its RMs from the base model the same
-    way). ``init="scratch"``: the same architecture with random weights. Both draw from ``seed`` only.
+    way). ``init="scratch"``: the same architecture with random weights. Both draw from ``seed`` only. ``dtype``
+    (default float32) is the weights'; bfloat16 only for an RM trained through a LoRA adapter (``lora_r > 0``).
     """
+    if _dtype(dtype) != torch.float32 and lora_r == 0:
+        raise UserError("rm_dtype: a reward model trained without LoRA (rm_lora_r: 0) is trained in float32")
     from transformers import AutoConfig, AutoTokenizer
 
     auto_class = _auto_class(reward_model_type)
@@ -106,23 +122,55 @@ def init_reward_model(reward_model_type: str, policy_dir: str | os.PathLike, ini
             verbosity = hf_logging.get_verbosity()
             hf_logging.set_verbosity_error()  # the head is new by design: no "newly initialized weights" report
             try:
-                model = auto_class.from_pretrained(folder, config=config, use_safetensors=True, dtype=torch.float32)
+                model = auto_class.from_pretrained(folder, config=config, use_safetensors=True, dtype=_dtype(dtype))
             finally:
                 hf_logging.set_verbosity(verbosity)
         else:
-            model = auto_class.from_config(config, dtype=torch.float32)
+            model = auto_class.from_config(config, dtype=_dtype(dtype))
     return model, tokenizer
 
 
-def load_reward_model(reward_model_type: str, path: str | os.PathLike):
-    """``(model, tokenizer)`` of a saved RM folder (eval mode), to score it or to continue training it."""
-    return load_classifier(_auto_class(reward_model_type), path)
+def load_reward_model(reward_model_type: str, path: str | os.PathLike, dtype: str | None = None):
+    """``(model, tokenizer)`` of a saved RM folder (eval mode), to score it or to continue training it; in ``dtype``
+    (default float32: the loader of the reward sources), bfloat16 for an RM trained through LoRA."""
+    if _dtype(dtype) == torch.float32:
+        return load_classifier(_auto_class(reward_model_type), path)
+    from transformers import AutoTokenizer
+
+    model = _auto_class(reward_model_type).from_pretrained(Path(path), use_safetensors=True, dtype=_dtype(dtype))
+    return model.eval(), with_pad_token(AutoTokenizer.from_pretrained(path))
+
+
+#: The classification head of the RM classes the loop builds (transformers' Llama/Qwen/Mistral name it `score`).
+HEAD = "score"
+
+
+def with_lora(model, reward_model_type: str, r: int, alpha: int):
+    """``model`` wrapped in a fresh LoRA adapter of rank ``r`` on every linear layer of its body (PEFT's
+    ``all-linear``), its head trained whole (``modules_to_save``) in float32 whatever the body's dtype: a bf16 head
+    would lose Adam's small updates to rounding. The head's input (the body's hidden states, bf16 on a bf16 body) is
+    cast to the head's dtype on the way in."""
+    from peft import LoraConfig, TaskType, get_peft_model
+
+    task_type = TaskType.SEQ_CLS if reward_model_type == "outcome" else TaskType.TOKEN_CLS
+    config = LoraConfig(
+        task_type=task_type, r=r, lora_alpha=alpha, lora_dropout=0.0, target_modules="all-linear",
+        modules_to_save=[HEAD],
+    )  # fmt: skip
+    peft_model = get_peft_model(model, config)
+    wrapper = getattr(peft_model.base_model.model, HEAD)
+    trained_head = wrapper.modules_to_save["default"]
+    trained_head.float()
+    wrapper.register_forward_pre_hook(lambda module, args: tuple(a.to(torch.float32) for a in args))
+    return peft_model
 
 
 # ---- encoding and collation ------------------------------------------------------------------------------------
 def encode_outcome(tokenizer, record: dict) -> dict:
     """``input_ids`` of prompt + completion and a ``(1,)`` float label (the verifier's verdict)."""
-    item = {"input_ids": token_ids(tokenizer, record["prompt"] + record["completion"])}
+    item = {
+        "input_ids": token_ids(tokenizer, completion_text(record["prompt"]) + completion_text(record["completion"]))
+    }
     if "label" in record:
         item["labels"] = [float(record["label"])]
     return item
@@ -134,7 +182,9 @@ def encode_process(tokenizer, record: dict, separator: str) -> dict:
 
     Positions come from :func:`grpo_ext.rewards.prm.step_end_positions`, where the PRM reads its scores.
     """
-    input_ids, ends = step_end_positions(tokenizer, record["prompt"], record["completion"], separator)
+    # a chat prompt as the reward sources read it (its last message): what the RM is trained on is what it scores
+    prompt, completion = completion_text(record["prompt"]), completion_text(record["completion"])
+    input_ids, ends = step_end_positions(tokenizer, prompt, completion, separator)
     item = {"input_ids": input_ids}
     if "step_labels" in record:
         step_labels = list(record["step_labels"])
@@ -198,9 +248,16 @@ def train_reward_model(
     weight_decay: float = 0.0,
     warmup_ratio: float = 0.05,
     seed: int = 0,
+    lora_r: int = 0,
+    lora_alpha: int = 32,
+    dtype: str | None = None,
 ) -> dict:
     """Train ``model`` on ``records`` with ``transformers.Trainer`` (the model's own loss) and save it with its
-    tokenizer to ``output_dir`` (written to a temporary folder, then renamed). Returns the training metrics."""
+    tokenizer to ``output_dir`` (written to a temporary folder, then renamed). Returns the training metrics.
+
+    ``lora_r > 0``: through a fresh LoRA adapter (:func:`with_lora`), merged into ``model`` after training and the
+    whole model cast to ``dtype``: ``model`` itself (changed in place) is then the saved RM, a plain
+    classification model, so what the caller measures next is what the policy will be rewarded by."""
     from transformers import PrinterCallback, Trainer, TrainingArguments
 
     check_reward_model_type(reward_model_type)
@@ -229,11 +286,19 @@ def train_reward_model(
         disable_tqdm=True,
         dataloader_num_workers=0,
     )
-    model.train()
+    trained = with_lora(model, reward_model_type, lora_r, lora_alpha) if lora_r > 0 else model
+    trained.train()
     collator = RewardModelCollator(tokenizer.pad_token_id, reward_model_type)
-    trainer = Trainer(model=model, args=args, train_dataset=items, data_collator=collator)
+    trainer = Trainer(model=trained, args=args, train_dataset=items, data_collator=collator)
     trainer.remove_callback(PrinterCallback)  # the caller reports the returned metrics in one line
     result = trainer.train()
+    if lora_r > 0:
+        # merged in place: the adapter's layers give their base layers back, the trained head replaces the new one
+        merged = trained.merge_and_unload()
+        if merged is not model:
+            raise RuntimeError("reward model LoRA merge: PEFT returned another model than the one it wrapped")
+        model.to(_dtype(dtype))
+        del trainer, trained
     model.eval()
     model.save_pretrained(work, safe_serialization=True)
     tokenizer.save_pretrained(work)

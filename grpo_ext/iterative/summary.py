@@ -17,10 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 from grpo_ext.evaluation.bootstrap import bootstrap_mean_ci, bootstrap_paired_difference_ci
-from grpo_ext.evaluation.registry import METRICS
+from grpo_ext.evaluation.registry import MAJ_AT_K, PASS_AT_1, PASS_AT_K
 from grpo_ext.iterative.policy import gap_of
-
-PASS_AT_K, MAJ_AT_K = METRICS["pass@k"], METRICS["maj@k"]  # the report's names: pass@1, maj@k
 
 __all__ = ["BOOTSTRAP", "TARGET_GAIN", "summarize", "training_gap_curve"]
 
@@ -103,7 +101,7 @@ def _targets(states: dict, seeds: list[int], k: int) -> list[dict]:
             continue
         first, last = iterative["history"][0], iterative["history"][-1]
         gain = _difference(_accuracy(last, k), _accuracy(first, k))
-        entry = {"seed": seed, "iteration": last["iteration"], "start": first["pass@1"], "end": last["pass@1"]}
+        entry = {"seed": seed, "iteration": last["iteration"], "start": first[PASS_AT_1], "end": last[PASS_AT_1]}
         entry["gain"] = gain
         entry["gain_target_met"] = gain is not None and gain["estimate"] >= TARGET_GAIN
         same = frozen is not None and len(frozen["history"]) == len(iterative["history"])
@@ -150,9 +148,9 @@ def summarize(states: dict, arms: list[str], seeds: list[int], k: int) -> dict:
         depth = max((len(s) for s in arms_out[arm].values()), default=0)
         means[arm] = []
         for i in range(depth):
-            entries = [s[i] for s in arms_out[arm].values() if len(s) > i and s[i]["pass@1"] is not None]
+            entries = [s[i] for s in arms_out[arm].values() if len(s) > i and s[i][PASS_AT_1] is not None]
             row = {"iteration": i, "seeds": len(entries)}
-            for metric in ("pass@1", f"maj@{k}", "pool_accuracy"):
+            for metric in (PASS_AT_1, MAJ_AT_K.at(k), "pool_accuracy"):
                 values = [_value(e[metric]) for e in entries if e.get(metric) is not None]
                 if values:
                     row[metric] = {"mean": float(np.mean(values)), "min": min(values), "max": max(values)}
