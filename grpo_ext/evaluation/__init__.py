@@ -8,7 +8,8 @@ Sampling (the generation engine itself is :mod:`grpo_ext.sampler`, which trainin
 Scoring and statistics:
 
 - ``metrics``: pass@k, pass^k, Cover@tau, exact maj@k, answer diversity (pure functions, one problem or many);
-- ``registry``: the metrics by name (``METRICS``), each with its per-problem function; ``metric_at("pass@4")``;
+- ``registry``: the metrics by name (``METRICS``), each with its per-problem function; ``metric_at`` reads a
+  metric at a k (``pass@4``);
 - ``majority``: the counting behind exact maj@k (two engines for one expectation);
 - ``scoring``: one problem's samples -> its counts (``score_problem``); many problems' counts -> means
   (``summarize``);
@@ -21,7 +22,7 @@ Running and reporting:
 - ``harness``: ``evaluate_model`` (sample through the cache, score problem by problem, summarise);
 - ``report``: ``write_reports`` (report.md / report.json / passk_majk.png / per_problem_accuracy.png) and
   ``read_report``, the one reader of report.json;
-- ``results``: ``EvalResult``, one result's metrics read by their registry names (``value("maj@16")``);
+- ``results``: ``EvalResult``, one result's metrics read by their registry names (``value(MAJ_AT_K.at(16))``);
 - ``plots``: the report's figures as PNG bytes;
 - ``callback``: the same metrics logged during training;
 - ``cli``: what the harness's command lines (``evals/``) share.

@@ -30,7 +30,7 @@ from grpo_ext.evaluation.bootstrap import (
     crossover_k,
     solved_overlap,
 )
-from grpo_ext.evaluation.registry import default_ks, get_metric, keyed_metrics, scalar_metrics
+from grpo_ext.evaluation.registry import PASS_AT_K, default_ks, get_metric, keyed_metrics, scalar_metrics
 
 __all__ = [
     "SOLVED_THRESHOLD",
@@ -221,19 +221,20 @@ def compare_models(
             difference[metric] = _difference(vb, va, settings, None)
     out["difference"] = difference
 
-    ks = sorted({int(k) for k in metric_keys(a, "pass@k")} & {int(k) for k in metric_keys(b, "pass@k")})
+    passes = PASS_AT_K.name  # solved sets and the crossover are read off pass@k
+    ks = sorted({int(k) for k in metric_keys(a, passes)} & {int(k) for k in metric_keys(b, passes)})
     ks = [k for k in ks if k <= n] or [1]
     out["ks"] = ks
     keys = [str(k) for k in ks]
     overlap = solved_overlap(
-        per_problem_values(a, "pass@k", keys, ids), per_problem_values(b, "pass@k", keys, ids), solved_threshold
+        per_problem_values(a, passes, keys, ids), per_problem_values(b, passes, keys, ids), solved_threshold
     )
     out["solved_overlap"] = {
         key: {field: int(getattr(overlap, field)[j]) for field in overlap._fields} for j, key in enumerate(keys)
     }
     search = sorted(set(default_ks(n)) | set(ks))
-    pass_a = per_problem_values(a, "pass@k", [str(k) for k in search], ids)
-    pass_b = per_problem_values(b, "pass@k", [str(k) for k in search], ids)
+    pass_a = per_problem_values(a, passes, [str(k) for k in search], ids)
+    pass_b = per_problem_values(b, passes, [str(k) for k in search], ids)
     out["crossover"] = crossover_summary(pass_a, pass_b, search, settings)
     return out
 

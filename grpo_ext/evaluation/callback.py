@@ -24,6 +24,7 @@ from transformers import TrainerCallback
 
 from grpo_ext.evaluation.backends import TransformersBackend
 from grpo_ext.evaluation.harness import check_ks, evaluate_model, validate_problems
+from grpo_ext.evaluation.registry import headline_entries
 from grpo_ext.sampler.sampling import SamplingParams
 from grpo_ext.tasks import Task, get_task
 
@@ -70,7 +71,8 @@ class PassKMajKCallback(TrainerCallback):
 
     # ---- the evaluation ----------------------------------------------------------------------------------
     def evaluate(self, model, tokenizer) -> dict[str, float]:
-        """The metrics of `model` now: ``{prefix + "pass@k": ..., prefix + "maj@k": ...}`` for each k."""
+        """The metrics of `model` now: each headline metric (pass@k, maj@k) at each k, named ``prefix`` + its name
+        at k (``eval_pass@4``)."""
         if self.trainer is not None and hasattr(self.trainer, "accelerator"):
             model = self.trainer.accelerator.unwrap_model(model)
         was_training = model.training
@@ -86,9 +88,7 @@ class PassKMajKCallback(TrainerCallback):
             )
         finally:
             model.train(was_training)
-        metrics = {f"{self.prefix}pass@{k}": result["pass@k"][str(k)] for k in self.ks}
-        metrics.update({f"{self.prefix}maj@{k}": result["maj@k"][str(k)] for k in self.ks})
-        return metrics
+        return {self.prefix + m.at(k): result[m.name][str(k)] for m in headline_entries() for k in self.ks}
 
     def _run(self, args, state, control, model, processing_class) -> None:
         if model is None:

@@ -124,6 +124,7 @@ def _run(args, argv, settings, report, problems, models, unfinished, out: Path) 
     """Sample (or read back from the cache) every model, then write the reports into `out`, held by `main`."""
     from grpo_ext.evaluation.backends import load_backend
     from grpo_ext.evaluation.harness import check_problems_fit, evaluate_model
+    from grpo_ext.evaluation.registry import MAJ_AT_K, PASS_AT_K
     from grpo_ext.evaluation.report import crossover_text, read_comparisons, write_reports
     from grpo_ext.io import portable_path
 
@@ -162,7 +163,9 @@ def _run(args, argv, settings, report, problems, models, unfinished, out: Path) 
     )
 
     for r in results:
-        cells = "  ".join(f"k={k}: pass {r['pass@k'][str(k)]:.3f} maj {r['maj@k'][str(k)]:.3f}" for k in r["ks"])
+        cells = "  ".join(
+            f"k={k}: pass {r[PASS_AT_K.name][str(k)]:.3f} maj {r[MAJ_AT_K.name][str(k)]:.3f}" for k in r["ks"]
+        )
         print(f"{r['model']}: mean accuracy {r['mean_accuracy']:.3f}  {cells}")
     for c in read_comparisons(paths["json"]):
         k = str(c["ks"][-1])

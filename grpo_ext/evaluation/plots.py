@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from grpo_ext.evaluation.registry import MAJ_AT_K, PASS_AT_K
 from grpo_ext.io import figure_png
 
 __all__ = ["describe_task", "plot_passk_majk", "plot_passk_majk_panels", "plot_problem_accuracy", "short_label"]
@@ -104,7 +105,9 @@ def _draw_passk_majk(ax, results: Sequence[dict], intervals: Sequence[dict] | No
         colour = colours[i % len(colours)]
         ks = r["ks"]
         bands = intervals[i] if intervals else {}
-        for metric, style, marker, name in (("pass@k", "-", "o", "Pass@K"), ("maj@k", "--", "s", "Maj@K")):
+        for entry, style, marker in ((PASS_AT_K, "-", "o"), (MAJ_AT_K, "--", "s")):
+            metric, name = entry.name, entry.at("K")
+            name = name[0].upper() + name[1:]  # Pass@K, as the legend has always written it
             ax.plot(
                 ks,
                 [r[metric][str(k)] for k in ks],

@@ -8,8 +8,10 @@ read the tables through the same entries. Adding a metric is its per-problem fun
 :mod:`grpo_ext.evaluation.metrics`) plus one :func:`register_metric` call.
 
 The registry also says which metrics lead (``headline``: the model card's, lm-eval's, the ones a study or a search
-picks runs by; :func:`headline_at`, :func:`headline_forms`) and which k a result reports for n samples a problem
-(:func:`default_ks`). No reader spells a metric's name or its own k rule.
+picks runs by; :func:`headline_at`, :func:`headline_forms`; the three numbers a report of one k leads with,
+:func:`headline_trio`) and which k a result reports for n samples a problem (:func:`default_ks`). The built-in keyed
+metrics are importable entries (:data:`PASS_AT_K`, :data:`MAJ_AT_K`, :data:`PASS_HAT_K`, :data:`COVER_AT_TAU`;
+:data:`PASS_AT_1` is pass@k's name at 1): no reader spells a metric's name or its own k rule.
 
 A per-problem function is ``f(n, records, key) -> array | None``: ``n`` samples per problem, the problems' records
 (:func:`grpo_ext.evaluation.scoring.score_problem`), ``key`` the k or tau as the JSON key (a string; None for an
@@ -27,13 +29,19 @@ import numpy as np
 from grpo_ext.evaluation.metrics import cover_at_many, pass_at_k_many, pass_hat_k_many
 
 __all__ = [
+    "COVER_AT_TAU",
+    "MAJ_AT_K",
     "METRICS",
+    "PASS_AT_1",
+    "PASS_AT_K",
+    "PASS_HAT_K",
     "Metric",
     "default_ks",
     "get_metric",
     "headline_at",
-    "headline_forms",
     "headline_entries",
+    "headline_forms",
+    "headline_trio",
     "keyed_metrics",
     "metric_at",
     "register_metric",
@@ -92,10 +100,12 @@ def _cover_at(n: int, records: Sequence[dict], key: str) -> np.ndarray:
 
 
 def _maj_at_k(n: int, records: Sequence[dict], key: str) -> np.ndarray | None:
-    # exact maj@k needs the answers, which the harness scored per problem and kept in the record
-    if not all(isinstance(r.get("maj@k"), dict) and key in r["maj@k"] for r in records):
+    # exact maj@k needs the answers, which the harness scored per problem and kept in the record under the metric's
+    # name (`grpo_ext.evaluation.scoring.score_problem`)
+    name = MAJ_AT_K.name
+    if not all(isinstance(r.get(name), dict) and key in r[name] for r in records):
         return None
-    return np.array([r["maj@k"][key] for r in records], dtype=np.float64)
+    return np.array([r[name][key] for r in records], dtype=np.float64)
 
 
 def _mean_accuracy(n: int, records: Sequence[dict], key: None) -> np.ndarray:
@@ -157,11 +167,13 @@ def register_metric(metric: Metric) -> Metric:
     return metric
 
 
+# The keyed metrics, each under its own name: readers use these entries (``PASS_AT_K.name``, ``MAJ_AT_K.at(16)``) and
+# never spell a metric's name.
+PASS_AT_K = register_metric(Metric("pass@k", "k", _pass_at_k, "pass@k", _LEGEND_PASS, headline=True))
+MAJ_AT_K = register_metric(Metric("maj@k", "k", _maj_at_k, "maj@k", _LEGEND_MAJ, headline=True))
+PASS_HAT_K = register_metric(Metric("pass^k", "k", _pass_hat_k, "pass^k", _LEGEND_HAT))
+COVER_AT_TAU = register_metric(Metric("cover@tau", "tau", _cover_at, "Cover@tau", _LEGEND_COVER))
 for _metric in (
-    Metric("pass@k", "k", _pass_at_k, "pass@k", _LEGEND_PASS, headline=True),
-    Metric("maj@k", "k", _maj_at_k, "maj@k", _LEGEND_MAJ, headline=True),
-    Metric("pass^k", "k", _pass_hat_k, "pass^k", _LEGEND_HAT),
-    Metric("cover@tau", "tau", _cover_at, "Cover@tau", _LEGEND_COVER),
     Metric("mean_accuracy", None, _mean_accuracy, "mean accuracy"),
     Metric("distinct_answers", None, _recorded("distinct_answers"), "distinct answers", _LEGEND_DIVERSITY),
     Metric("answer_entropy", None, _recorded("answer_entropy"), "answer entropy (bits)"),
@@ -169,6 +181,15 @@ for _metric in (
     Metric("strict_share", None, _share("n_strict"), "strict share"),
 ):
     register_metric(_metric)
+
+#: pass@k at k = 1, the expected share of right samples: the accuracy every report, study and search starts from.
+PASS_AT_1 = PASS_AT_K.at(1)
+
+
+def headline_trio(k: int | str) -> list[str]:
+    """The three numbers a report of one k leads with, in the order its tables print them: ``pass@1`` (accuracy),
+    ``maj@k`` (what a vote over k samples gets) and ``pass@k`` (what k samples can solve)."""
+    return [PASS_AT_1, MAJ_AT_K.at(k), PASS_AT_K.at(k)]
 
 
 def get_metric(name: str) -> Metric:

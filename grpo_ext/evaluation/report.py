@@ -45,6 +45,7 @@ from grpo_ext.evaluation.analysis import (
 from grpo_ext.evaluation.excerpt import write_excerpt
 from grpo_ext.evaluation.moved import moved_problems
 from grpo_ext.evaluation.plots import plot_passk_majk, plot_problem_accuracy
+from grpo_ext.evaluation.registry import headline_entries
 from grpo_ext.evaluation.report_md import crossover_text, render_markdown
 from grpo_ext.evaluation.slices import MIN_SLICE_PROBLEMS, comparison_slices, known_attributes, model_slices
 from grpo_ext.io import atomic_write_bytes, atomic_write_text, portable_path
@@ -259,7 +260,8 @@ def read_report(path: str | os.PathLike, model: str | None = None, *, require: I
     ``UserError`` for a report that :func:`write_reports` did not finish writing).
     """
     file, payload = _report_file(path)
-    if isinstance(payload, dict) and "models" not in payload and ("pass@k" in payload or "maj@k" in payload):
+    headline = [m.name for m in headline_entries()]  # a result holds at least one of them
+    if isinstance(payload, dict) and "models" not in payload and any(name in payload for name in headline):
         payload = {"models": [payload]}  # a file holding one evaluate_model result
     models = payload.get("models") if isinstance(payload, dict) else None
     if not isinstance(models, list) or not models or not all(isinstance(m, dict) for m in models):
@@ -281,8 +283,8 @@ def read_report(path: str | os.PathLike, model: str | None = None, *, require: I
     result = dict(entry)
     result["task"] = result.get("task") or payload.get("task")
     result["task_id"] = result.get("task_id") or payload.get("task")
-    if not metric_table(result, "pass@k", where) and not metric_table(result, "maj@k", where):
-        raise ValueError(f"{where}: no 'pass@k' or 'maj@k' results")
+    if not any(metric_table(result, name, where) for name in headline):
+        raise ValueError(f"{where}: no {' or '.join(repr(name) for name in headline)} results")
     if not result["task"]:
         raise ValueError(f"{where}: no 'task'")
     missing = [key for key in require if key not in result]

@@ -13,7 +13,15 @@ from collections.abc import Sequence
 from grpo_ext.evaluation.failures import anatomy_legend, anatomy_markdown, summarize_anatomy
 from grpo_ext.evaluation.moved import moved_markdown
 from grpo_ext.evaluation.plots import describe_task
-from grpo_ext.evaluation.registry import METRICS, keyed_metrics, scalar_metrics
+from grpo_ext.evaluation.registry import (
+    COVER_AT_TAU,
+    MAJ_AT_K,
+    METRICS,
+    PASS_AT_1,
+    PASS_AT_K,
+    keyed_metrics,
+    scalar_metrics,
+)
 from grpo_ext.evaluation.slices import MIN_SLICE_PROBLEMS, slices_markdown
 from grpo_ext.report_format import md_header, md_row
 from grpo_ext.report_format import signed as _signed
@@ -30,10 +38,10 @@ def _model_section(r: dict, iv: dict) -> list[str]:
     for k in keys:
         lines.append(md_row([k, *(_with_ci(r[m].get(k), iv.get(m, {}).get(k)) for m in columns)]))
     lines.append("")
-    cover = r.get("cover@tau") or {}
+    cover = r.get(COVER_AT_TAU.name) or {}
     if cover:
-        lines += md_header(["tau", "Cover@tau"], "rr")
-        lines += [f"| {t} | {_with_ci(v, iv.get('cover@tau', {}).get(t))} |" for t, v in cover.items()]
+        lines += md_header(["tau", COVER_AT_TAU.title], "rr")
+        lines += [f"| {t} | {_with_ci(v, iv.get(COVER_AT_TAU.name, {}).get(t))} |" for t, v in cover.items()]
         lines.append("")
     p, s = r["params"], r["samples"]
     speed = f", {s['samples_per_second']} samples/s" if s.get("samples_per_second") else ""
@@ -84,13 +92,15 @@ def crossover_text(c: dict, n: int, names: tuple[str, str] = ("A", "B")) -> str:
 
 def _summary_table(results: Sequence[dict], intervals: Sequence[dict]) -> list[str]:
     """One row per model: pass@1, pass@k and maj@k at its largest k, answer diversity (each with its interval)."""
-    lines = md_header(["model", "pass@1", "pass@k max", "maj@k max", "k max", "distinct answers"], "lrrrrr")
+    passes, majs = PASS_AT_K.name, MAJ_AT_K.name
+    headers = ["model", PASS_AT_1, f"{passes} max", f"{majs} max", "k max", "distinct answers"]
+    lines = md_header(headers, "lrrrrr")
     for r, iv in zip(results, intervals, strict=True):
         k = str(r["ks"][-1])
         lines.append(
-            f"| {r['model']} | {_with_ci(r['pass@k'].get('1'), iv.get('pass@k', {}).get('1'))} | "
-            f"{_with_ci(r['pass@k'][k], iv.get('pass@k', {}).get(k))} | "
-            f"{_with_ci(r['maj@k'][k], iv.get('maj@k', {}).get(k))} | {k} | "
+            f"| {r['model']} | {_with_ci(r[passes].get('1'), iv.get(passes, {}).get('1'))} | "
+            f"{_with_ci(r[passes][k], iv.get(passes, {}).get(k))} | "
+            f"{_with_ci(r[majs][k], iv.get(majs, {}).get(k))} | {k} | "
             f"{_with_ci(r.get('distinct_answers'), iv.get('distinct_answers'))} |"
         )
     return [*lines, ""]
@@ -116,7 +126,7 @@ def _comparison_section(c: dict, confidence: float) -> list[str]:
         counts = [str(o[f]) for f in ("both", "only_a", "only_b", "neither")]
         lines.append(md_row([k, *cells, *counts]))
     lines += ["", f"- crossover of pass@k: {crossover_text(c['crossover'], c['n'])}"]
-    for t, diff in d.get("cover@tau", {}).items():
+    for t, diff in d.get(COVER_AT_TAU.name, {}).items():
         lines.append(f"- Δ Cover@{t}: {_signed(diff)}")
     for metric in scalar_metrics():
         if metric.name in d:

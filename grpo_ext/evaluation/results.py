@@ -1,12 +1,12 @@
 """One typed reader of an evaluation result: what ``evaluate_model`` returns and ``read_report`` reads back.
 
     result = EvalResult.of(read_report("outputs/eval"))
-    result.value("pass@1"), result.value("maj@16")   # one number each
-    result.table("pass@k")                           # {1: 0.41, 2: 0.55, ...}, ks as integers
+    result.value(PASS_AT_1), result.value(MAJ_AT_K.at(16))   # one number each
+    result.table(PASS_AT_K.name)                             # {1: 0.41, 2: 0.55, ...}, ks as integers
 
 Names are the metric registry's (:mod:`grpo_ext.evaluation.registry`): ``pass@k`` names a table, ``pass@4`` one of
 its values, ``mean_accuracy`` a number. A reader that picks metrics by name (a search's ``--metric``, a report's
-headline numbers) asks here rather than indexing the result with ``"pass@k"`` and ``str(k)`` itself.
+headline numbers) asks here rather than indexing the result with a metric's name and ``str(k)`` itself.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from grpo_ext.evaluation.registry import METRICS, keyed_metrics, metric_at, scalar_metrics
+from grpo_ext.evaluation.registry import METRICS, PASS_AT_1, keyed_metrics, metric_at, scalar_metrics
 
 __all__ = ["EvalResult"]
 
@@ -56,7 +56,7 @@ class EvalResult:
                 raise ValueError(f"result of {self.model!r} has no {name}")
             return self.scalars[name]
         table = self.tables.get(metric.name, {})
-        if key not in table and (metric.name, key) == ("pass@k", "1") and "mean_accuracy" in self.scalars:
+        if key not in table and metric.at(key) == PASS_AT_1 and "mean_accuracy" in self.scalars:
             return self.scalars["mean_accuracy"]  # pass@1 is the mean accuracy whether or not k = 1 was scored
         if key not in table:
             have = ", ".join(metric.sort_keys(table)) or "none"

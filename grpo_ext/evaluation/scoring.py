@@ -33,7 +33,7 @@ import numpy as np
 from grpo_ext.evaluation.failures import add_counts, anatomy_counts
 from grpo_ext.evaluation.majority import maj_from_signature
 from grpo_ext.evaluation.metrics import answer_diversity, answer_signature
-from grpo_ext.evaluation.registry import METRICS
+from grpo_ext.evaluation.registry import MAJ_AT_K, METRICS
 
 if TYPE_CHECKING:  # grpo_ext.tasks imports datasets: not needed to score
     from grpo_ext.tasks.base import Task
@@ -118,7 +118,7 @@ def score_problem(
         "distinct_answers": distinct,
         "answer_entropy": entropy,
         # exact per-problem maj@k, so a report can put intervals over problems on maj@k as on pass@k
-        "maj@k": {str(k): float(v) for k, v in zip(ks, maj, strict=True)},
+        MAJ_AT_K.name: {str(k): float(v) for k, v in zip(ks, maj, strict=True)},
     }
     if task.has_step_verifier:  # the anatomy's point: a false step told from a wrong plan
         prompt, answer = problem["prompt"], problem["answer"]

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from grpo_ext.errors import UserError
 from grpo_ext.evaluation.analysis import DEFAULT_BOOTSTRAP, BootstrapSettings, compare_models, model_intervals
-from grpo_ext.evaluation.registry import METRICS, get_metric
+from grpo_ext.evaluation.registry import COVER_AT_TAU, MAJ_AT_K, METRICS, PASS_AT_K, get_metric, headline_trio
 from grpo_ext.evaluation.scoring import summarize
 from grpo_ext.report_format import fmt, md_header, md_row, signed, with_ci
 
@@ -93,7 +93,7 @@ def restrict(result: dict, ids: Sequence[str]) -> dict:
     """``result`` on the problems ``ids`` only: its per-problem records, their count and the means over them."""
     wanted = set(ids)
     records = [r for r in result["per_problem"] if str(r["problem_id"]) in wanted]
-    taus = result.get("taus") or [float(t) for t in result.get("cover@tau", {})]
+    taus = result.get("taus") or [float(t) for t in result.get(COVER_AT_TAU.name, {})]
     means = summarize(records, int(result["n"]), result["ks"], taus)
     return {**result, **means, "n_problems": len(records), "per_problem": records}
 
@@ -179,7 +179,8 @@ def _columns(result: dict) -> list[tuple[str, str, str | None]]:
     """(label, metric, key) of the report.md columns: pass@1, maj@K and pass@K at the largest k, the strict form
     where the task has one (report.json holds every metric)."""
     k = str(result["ks"][-1])
-    columns = [("pass@1", "mean_accuracy", None), (f"maj@{k}", "maj@k", k), (f"pass@{k}", "pass@k", k)]
+    pass_at_1, maj_at_k, pass_at_k = headline_trio(k)
+    columns = [(pass_at_1, "mean_accuracy", None), (maj_at_k, MAJ_AT_K.name, k), (pass_at_k, PASS_AT_K.name, k)]
     if result.get("strict_form"):  # a task whose only answer form is the strict one: the columns would repeat pass@1
         columns += [(get_metric(m).title, m, None) for m in ("strict_accuracy", "strict_share")]
     return [c for c in columns if c[1] in result]

@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 from grpo_ext.errors import UserError, user_input
+from grpo_ext.evaluation.registry import PASS_AT_K, headline_entries
 from grpo_ext.evaluation.report import metric_table, read_report
 
 __all__ = ["read_checked_report"]
@@ -54,18 +55,20 @@ def _check_fingerprint(report: dict, checkpoint: Path, where: str) -> None:
 
 
 def _check_numbers(report: dict, where: str) -> None:
-    pass_at = metric_table(report, "pass@k", where)
-    for metric, table in (("pass@k", pass_at), ("maj@k", metric_table(report, "maj@k", where))):
+    pass_at = metric_table(report, PASS_AT_K.name, where)
+    for metric in headline_entries():  # pass@k, maj@k
+        table = pass_at if metric is PASS_AT_K else metric_table(report, metric.name, where)
         outside = {k: v for k, v in table.items() if not 0.0 <= v <= 1.0 or k < 1}
         if outside:
             k, value = next(iter(outside.items()))
-            raise UserError(f"{where}: {metric.replace('@k', f'@{k}')} is {value}, outside [0, 1] (or k < 1)")
+            raise UserError(f"{where}: {metric.at(k)} is {value}, outside [0, 1] (or k < 1)")
     ks = list(pass_at)
     for small, large in zip(ks, ks[1:], strict=False):
         if pass_at[large] < pass_at[small] - 1e-9:  # the unbiased estimator is non-decreasing in k, up to rounding
             raise UserError(
-                f"{where}: pass@{small} = {pass_at[small]} > pass@{large} = {pass_at[large]}; pass@k cannot fall as k "
-                "grows (more samples never solve fewer problems): not a report of the harness"
+                f"{where}: {PASS_AT_K.at(small)} = {pass_at[small]} > {PASS_AT_K.at(large)} = {pass_at[large]}; "
+                f"{PASS_AT_K.name} cannot fall as k grows (more samples never solve fewer problems): not a report of "
+                "the harness"
             )
     n = report.get("n")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1 or (ks and ks[-1] > n):

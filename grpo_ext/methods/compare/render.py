@@ -14,7 +14,7 @@ import numpy as np
 
 from grpo_ext.evaluation import plots
 from grpo_ext.evaluation.excerpt import write_excerpt
-from grpo_ext.evaluation.registry import headline_entries
+from grpo_ext.evaluation.registry import PASS_AT_1, headline_entries
 from grpo_ext.evaluation.results import EvalResult
 from grpo_ext.io import atomic_write_bytes, atomic_write_text, figure_png
 from grpo_ext.methods.compare.findings import findings, summarize
@@ -194,7 +194,7 @@ def plot_accuracy_vs_samples(runs: Sequence[Run], summary: dict) -> bytes:
             transform=left.transAxes,
         )
     left.set_xlabel("training samples (sequences in the gradient)")
-    left.set_ylabel("pass@1")
+    left.set_ylabel(PASS_AT_1)
     left.grid(True, alpha=0.3)
 
     for run in runs:
@@ -202,7 +202,7 @@ def plot_accuracy_vs_samples(runs: Sequence[Run], summary: dict) -> bytes:
             continue
         right.scatter(
             run.cost.get("samples_generated", 0),
-            EvalResult.of(run.result).value("pass@1"),
+            EvalResult.of(run.result).value(PASS_AT_1),
             color=_colour(run.method),
             s=28,
             label=_title(run.method),
@@ -210,7 +210,7 @@ def plot_accuracy_vs_samples(runs: Sequence[Run], summary: dict) -> bytes:
     base = summary["methods"].get(BASE_RUN)
     if base:
         right.axhline(
-            base["metrics"]["pass@1"]["mean"], color="black", linestyle="--", linewidth=1, label=_title(BASE_RUN)
+            base["metrics"][PASS_AT_1]["mean"], color="black", linestyle="--", linewidth=1, label=_title(BASE_RUN)
         )
     handles, labels = right.get_legend_handles_labels()
     unique = dict(zip(labels, handles, strict=True))
@@ -218,10 +218,10 @@ def plot_accuracy_vs_samples(runs: Sequence[Run], summary: dict) -> bytes:
         right.legend(unique.values(), unique.keys(), fontsize=8, loc="best")
     first = runs[0].result
     right.set_title(
-        f"Final pass@1 ({first['n_problems']} problems, n={first['n']}) against samples generated", fontsize=10
+        f"Final {PASS_AT_1} ({first['n_problems']} problems, n={first['n']}) against samples generated", fontsize=10
     )
     right.set_xlabel("samples generated to train")
-    right.set_ylabel("pass@1")
+    right.set_ylabel(PASS_AT_1)
     right.grid(True, alpha=0.3)
     fig.tight_layout()
     return figure_png(fig)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpo_ext.errors import UserError
+from grpo_ext.evaluation.registry import headline_entries
 from grpo_ext.methods.cost import COST_FILE, CURVE_FILE, RUN_FILE, read_json_file
 from grpo_ext.methods.paradigm import BASE_RUN, METHODS, get_method
 
@@ -36,7 +37,7 @@ CHECKPOINT = "checkpoint"
 #: ``Run.source``: the path is a JSON file of evaluation results, read as they are.
 RESULTS = "results"
 #: What a results file must hold to be compared.
-RESULT_KEYS = ("pass@k", "maj@k", "ks", "n", "params", "task_id", "n_problems")
+RESULT_KEYS = (*(m.name for m in headline_entries()), "ks", "n", "params", "task_id", "n_problems")
 
 
 @dataclass

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from grpo_ext.evaluation.registry import PASS_AT_1
 from grpo_ext.evaluation.slices import MIN_SLICE_PROBLEMS, known_attributes, restrict, slice_ids
 from grpo_ext.methods.study.stats import arm_summary, paired_difference, per_problem, why_not_comparable
 from grpo_ext.report_format import fmt, md_header, md_row, signed
@@ -32,7 +33,7 @@ def arm_slices(
     arms: Mapping[str, Sequence[dict]],
     base: dict,
     by: Sequence[str] | None = None,
-    metric: str = "pass@1",
+    metric: str = PASS_AT_1,
     min_problems: int = MIN_SLICE_PROBLEMS,
 ) -> dict[str, list[dict]]:
     """``metric`` of the base and of every arm (its runs' results) per slice, and each arm minus the base (see the
@@ -66,7 +67,7 @@ def arm_slices(
     return out
 
 
-def arm_slices_markdown(slices: Mapping[str, list[dict]], metric: str = "pass@1") -> list[str]:
+def arm_slices_markdown(slices: Mapping[str, list[dict]], metric: str = PASS_AT_1) -> list[str]:
     """One table per attribute: a row per value, the base's ``metric`` and each arm's with its difference to the base
     (bold: the 95% interval excludes 0); a slice too small for an interval says so."""
     if not slices:
