@@ -11,6 +11,10 @@
   partial folder; a failed write is one line naming the previous checkpoint to resume from.
 - `check_resumable` checks a checkpoint folder whole before a resume loads anything (its state, weights and torch
   files), and the loads themselves name the file they could not read.
+- A resumed run draws the prompts the uninterrupted one draws (`EpochSeededRepeatSampler`): TRL's `RepeatSampler`
+  shuffles each epoch with the next permutation of one generator seeded once, which a resumed run (a fresh sampler)
+  restarted at the first epoch's order; the sampler here draws epoch e's order from the seed and e alone (transformers
+  tells it e through `set_epoch`, after a resume too), the same orders as TRL's in an uninterrupted run.
 - `RUN_STATUS_FILE` (`grpo_ext_run.json`) in the output folder says whether the run finished: `running` while it
   trains, `complete` after the final save, `failed` (with the error) when it stopped. A run killed outright, or
   stopped by a full disk that could not even record the failure, stays `running`: never mistaken for complete.
@@ -27,7 +31,9 @@ import time
 import zipfile
 from pathlib import Path
 
+import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+from trl.trainer.utils import RepeatSampler
 
 from grpo_ext.errors import UserError, user_file
 from grpo_ext.io import atomic_write_json
@@ -36,6 +42,7 @@ from grpo_ext.model_files import check_weights
 
 __all__ = [
     "CHECKPOINT_STATE_FILE",
+    "EpochSeededRepeatSampler",
     "StagedCheckpointsMixin",
     "RUN_STATUS_FILE",
     "check_resumable",
@@ -122,6 +129,52 @@ def is_write_failure(err: BaseException) -> bool:
     return isinstance(err, RuntimeError) and any(text in str(err) for text in _TORCH_WRITE_FAILURES)
 
 
+# ---- the prompt order a resume draws ------------------------------------------------------------------------------
+
+
+class EpochSeededRepeatSampler(RepeatSampler):
+    """TRL's `RepeatSampler` whose epoch e is shuffled by the (e + 1)-th permutation of a generator seeded with `seed`,
+    whatever happened before: the orders TRL's sampler gives an uninterrupted run (its generator, seeded once, moves
+    on one permutation an epoch), also in a run resumed in a later epoch, which TRL's restarts at the first order.
+
+    transformers (and accelerate's data loaders) call `set_epoch(e)` before each epoch's pass; without it (a sampler
+    iterated by hand) each pass takes the next permutation, as TRL's does."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.epoch: int | None = None
+        self._drawn = 0  # permutations drawn from the generator since it was seeded
+        if self.shuffle:
+            self._initial_seed = self.generator.initial_seed()
+
+    @classmethod
+    def like(cls, sampler: RepeatSampler) -> EpochSeededRepeatSampler:
+        return cls(
+            data_source=sampler.data_source,
+            mini_repeat_count=sampler.mini_repeat_count,
+            batch_size=sampler.batch_size,
+            repeat_count=sampler.repeat_count,
+            shuffle=sampler.shuffle,
+            seed=sampler.seed,
+        )
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __iter__(self):
+        if self.shuffle:
+            epoch = self._drawn if self.epoch is None else self.epoch
+            if epoch < self._drawn:  # rewind: seed again and draw up to this epoch's permutation
+                self.generator.manual_seed(self._initial_seed)
+                self._drawn = 0
+            while self._drawn < epoch:
+                torch.randperm(self.num_samples, generator=self.generator)
+                self._drawn += 1
+            self._drawn += 1  # the permutation RepeatSampler.__iter__ draws next
+            self.epoch = None  # a pass without a set_epoch before it takes the next permutation
+        return super().__iter__()
+
+
 # ---- what a resume reads ----------------------------------------------------------------------------------------
 
 
@@ -200,6 +253,11 @@ class StagedCheckpointsMixin:
     `CHECKPOINT_STATE_FILE`."""
 
     _checkpoint_staging: Path | None = None
+
+    def _get_train_sampler(self, dataset=None):
+        """TRL's train sampler, made to draw the same prompt order in a resumed run (`EpochSeededRepeatSampler`)."""
+        sampler = super()._get_train_sampler(dataset)
+        return EpochSeededRepeatSampler.like(sampler) if type(sampler) is RepeatSampler else sampler
 
     def _get_output_dir(self, trial):
         staging = self._checkpoint_staging

@@ -6,6 +6,7 @@ import subprocess
 import time
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
 RUN = [
@@ -230,3 +231,56 @@ def test_resuming_a_checkpoint_past_max_steps_is_refused_not_recorded_complete(t
     (checkpoint / "trainer_state.json").write_text("[]")  # a state that is not a trainer's: one line, no traceback
     with pytest.raises(UserError, match=r"trainer_state\.json is not a trainer's state \(expected a JSON object"):
         train.main([*argv, "--max_steps", "20"])
+
+
+# ---- a resume past the first epoch --------------------------------------------------------------------------------
+
+EPOCHS = [
+    "scripts/train.py",
+    "--config",
+    "configs/default.yaml",
+    "--model_name_or_path",
+    "embedded",
+    "--train_size",
+    "8",  # 2 prompts a step (8 completions, 4 a prompt): 4 steps an epoch
+    "--per_device_train_batch_size",
+    "8",
+    "--num_generations",
+    "4",
+    "--max_completion_length",
+    "16",  # long enough for some right answers: a batch without signal moves no weight
+    "--warmup_steps",
+    "0",
+    "--max_steps",
+    "10",
+    "--save_strategy",
+    "steps",
+    "--save_steps",
+    "5",
+    "--logging_steps",
+    "1",
+    "--disable_tqdm",
+    "true",
+]
+
+
+def test_a_resume_in_a_later_epoch_reproduces_the_uninterrupted_run(python, root, tmp_path):
+    """Issue 52: TRL's RepeatSampler draws each epoch's prompt order from one generator seeded once, so a resumed run
+    (a fresh sampler) replayed the first epoch's order in the epoch it resumed in, and the weights drifted. Resumed
+    from step 5 (in epoch 2, of 4 steps an epoch) into epoch 3, the run ends on the uninterrupted weights."""
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    subprocess.run([python, *EPOCHS, "--output_dir", str(straight)], cwd=root, check=True, capture_output=True)
+    checkpoint = straight / "checkpoint-5"
+    subprocess.run(
+        [python, *EPOCHS, "--output_dir", str(resumed), "--resume_from_checkpoint", str(checkpoint)],
+        cwd=root,
+        check=True,
+        capture_output=True,
+    )
+    a, b = load_file(straight / "model.safetensors"), load_file(resumed / "model.safetensors")
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[name], b[name]) for name in a), "the resumed run's weights differ"
+    logged = [json.loads((d / "trainer_state.json").read_text())["log_history"] for d in (straight, resumed)]
+    rewards = [{h["step"]: h.get("reward") for h in log if "reward" in h} for log in logged]
+    assert {s: rewards[0][s] for s in rewards[1]} == rewards[1]  # the same prompts drawn, step by step
+    assert any(rewards[1].values()), "no reward after the resume: equal weights would prove nothing"
