@@ -1,10 +1,11 @@
-"""Each registry is the only file a new entry touches: a toy KL controller, PRM format, method and metric, each
-registered here, work end to end (config check, training or scoring, checkpoint, model card or report) without an
-edit anywhere else in the package (issue 39, deliverable 1)."""
+"""Each registry is the only file a new entry touches: a toy KL controller, zero-std strategy, task, PRM format,
+method and metric, each registered here, work end to end (config check, training or scoring, checkpoint, model card
+or report) without an edit anywhere else in the package."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from grpo_ext.errors import UserError
 
@@ -77,6 +78,144 @@ def test_a_registered_kl_controller_is_checked_trained_checkpointed_and_carded(t
 
     summary = summarize_training({"training": args.to_dict()})
     assert "beta halved every step from 0.1" in summary["extensions"] and "halving-kl" in summary["tags"]
+
+
+# ---- a zero-std strategy --------------------------------------------------------------------------------------------
+
+
+def keep_first_no_signal_group(trainer, batch, no_signal):
+    """Toy: of the groups without signal, the first stays in the loss (its flag cleared); the others are dropped."""
+    first = no_signal.nonzero().flatten()[:1]
+    no_signal[first] = False
+    trainer._metrics["train"]["zero_std/kept_anyway"].append(float(len(first)))
+    return batch, no_signal
+
+
+@pytest.fixture
+def keep_first():
+    from grpo_ext.batching import ZERO_STD_STRATEGIES, ZeroStdStrategy, register_zero_std_strategy
+
+    spec = register_zero_std_strategy(
+        ZeroStdStrategy(
+            "keep_first",
+            "the first group without signal stays, the others leave the loss",
+            drops_groups=True,
+            fill=keep_first_no_signal_group,
+            check=lambda config: (
+                "zero_std_groups: `keep_first` needs num_generations >= 4" if config.num_generations < 4 else None
+            ),
+            card=lambda training: "zero-std groups: the first kept, the others skipped",
+        )
+    )
+    yield spec
+    del ZERO_STD_STRATEGIES["keep_first"]
+
+
+def test_a_registered_zero_std_strategy_is_parsed_checked_trained_and_carded(tmp_path, keep_first):
+    from grpo_ext.batching import ZeroStdStrategy, register_zero_std_strategy
+    from grpo_ext.hub.training import summarize_training
+    from grpo_ext.script_args import parse_train_args
+    from tests.test_trainer import even_answers_constant, group_batch
+    from tests.trainer_utils import TRAIN_ARGV, tiny_args, tiny_trainer
+
+    # the command line's choices are the registry's, whenever the entry was registered
+    _, parsed, _ = parse_train_args([*TRAIN_ARGV, "--output_dir", str(tmp_path), "--zero_std_groups", "keep_first"])
+    assert parsed.zero_std_groups == "keep_first"
+    with pytest.raises(UserError, match="zero_std_groups: `keep_first` needs num_generations >= 4"):
+        tiny_args(tmp_path=tmp_path, zero_std_groups="keep_first", num_generations=2)
+    with pytest.raises(ValueError, match="zero-std strategy 'skip' is already registered"):
+        register_zero_std_strategy(ZeroStdStrategy("skip", "not skip", drops_groups=False))
+
+    args = tiny_args(tmp_path=tmp_path, zero_std_groups="keep_first", beta=0.1)
+    trainer = tiny_trainer(args=args, reward_funcs=[even_answers_constant])
+    trainer.model.train()
+    torch.manual_seed(0)
+    out = trainer._generate_and_score_completions(group_batch(trainer, [0, 0]))  # two groups, neither with signal
+    assert out["zero_std_keep"].tolist() == [1.0] * 4 + [0.0] * 4  # the first kept by the strategy, the second not
+    assert out["completion_mask"][4:].sum() == 0 and out["completion_mask"][:4].sum() > 0
+    metrics = trainer._metrics["train"]
+    assert metrics["zero_std/kept_anyway"] == [1.0] and metrics["zero_std/groups_skipped"] == [1.0]
+    assert metrics["zero_std/frac_groups"] == [1.0]
+    assert torch.isfinite(trainer._compute_loss(trainer.model, out))
+
+    summary = summarize_training({"training": args.to_dict()})
+    assert "zero-std groups: the first kept, the others skipped" in summary["extensions"]
+
+
+# ---- a task ---------------------------------------------------------------------------------------------------------
+
+
+def _doubling_task_class():
+    """A task as a user writes one, outside the package: double a number (``23+23=`` -> ``46``), in the embedded
+    model's characters; its own knob (``high``) and harness defaults."""
+    import re
+
+    from datasets import Dataset
+
+    from grpo_ext.tasks import HarnessDefaults, Task
+
+    class DoublingTask(Task):
+        name = "doubling"
+        harness_defaults = HarnessDefaults(limit=6, max_new_tokens=8)
+
+        def __init__(self, high: int = 49):
+            self.high = high
+
+        def load(self, split: str, n: int | None = None) -> Dataset:
+            offset = {"train": 0, "validation": 1, "test": 2, "sft": 3}[split]
+            numbers = [a for a in range(self.high + 1) if a % 4 == offset][: n or None]
+            return Dataset.from_dict(
+                {"prompt": [f"{a}+{a}=" for a in numbers], "answer": [str(2 * a) for a in numbers]}
+            )
+
+        def extract_answer(self, completion: str) -> str | None:
+            numbers = re.findall(r"\d+", completion)
+            return numbers[-1] if numbers else None
+
+    return DoublingTask
+
+
+@pytest.fixture
+def doubling_task(monkeypatch):
+    from grpo_ext import tasks
+
+    monkeypatch.setattr(tasks, "TASKS", dict(tasks.TASKS))
+    return tasks.register_task(_doubling_task_class())
+
+
+def test_a_registered_task_is_checked_trained_on_and_evaluated(tmp_path, doubling_task):
+    import json
+
+    from grpo_ext.evaluation.cli import HarnessArgumentParser, add_harness_arguments, harness_settings
+    from grpo_ext.run_record import resolved_config
+    from grpo_ext.tasks import Task, get_task, register_task
+    from scripts import train
+    from tests.trainer_utils import TRAIN_ARGV
+
+    assert get_task("doubling", high=9).load("train")["answer"] == ["0", "8", "16"]
+    with pytest.raises(UserError, match="task 'doubling': task_kwargs.high must be an integer, got '9'"):
+        get_task("doubling", high="9")  # its constructor's annotation, checked by the registry
+    assert register_task(doubling_task) is doubling_task  # the same class again (a reloaded module): accepted
+    with pytest.raises(ValueError, match="task 'doubling' is already registered"):
+        register_task(type("Tripling", (doubling_task,), {}))  # another class under the same name
+    with pytest.raises(TypeError, match="has no `name`"):
+        register_task(type("Nameless", (doubling_task,), {"name": ""}))
+    with pytest.raises(TypeError, match="expected a Task subclass"):
+        register_task(dict)
+    assert issubclass(doubling_task, Task)
+
+    settings = harness_settings(
+        add_harness_arguments(HarnessArgumentParser(prog="x")).parse_args(["--task", "doubling", "--n", "2"])
+    )
+    assert settings.task_id == "doubling/test" and settings.limit == 6 and settings.params.max_new_tokens == 8
+
+    out = tmp_path / "run"
+    flags = ["--task", "doubling", "--task_kwargs", '{"high": 99}', "--train_size", "16"]
+    train.main([*TRAIN_ARGV, *flags, "--max_steps", "1", "--output_dir", str(out)])
+    assert json.loads((out / "grpo_ext_run.json").read_text())["status"] == "complete"
+    assert resolved_config(out)["task"]["task"] == "doubling"
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    assert any("rewards/outcome_reward/mean" in h for h in history)  # the task's own verifier scored the samples
 
 
 # ---- a PRM format ---------------------------------------------------------------------------------------------------
@@ -199,6 +338,7 @@ def toy_method(monkeypatch):
             runner="toy",
             build=build_toy_sft,
             config_class=sft_config,
+            loss_types=("nll",),  # its trainer's, checked with its config: here fewer than TRL's SFT takes
             quick_flags="--per_device_train_batch_size 2",
         )
     )
@@ -215,6 +355,9 @@ def test_a_registered_method_is_parsed_trained_recorded_and_tabled(tmp_path, toy
     config = tmp_path / "toy_sft.yaml"
     config.write_text(TOY_METHOD_CONFIG)
     assert isinstance(parse_method_args(["--config", str(config)])[2], SFTConfig)  # its config class
+    with pytest.raises(UserError, match="loss_type: unknown value 'dft'; expected one of nll"):
+        parse_method_args(["--config", str(config), "--loss_type", "dft"])
+    assert not toy_method.draws_samples  # offline, on reference solutions: no sampling budget
     cost = run_method(["--config", str(config), "--output_dir", str(tmp_path / "run")])
     assert cost["method"] == "toy_sft" and cost["optimizer_steps"] == 1 and cost["details"]["built_by"] == "toy"
     record = json.loads((tmp_path / "run" / "method_run.json").read_text())
