@@ -77,7 +77,7 @@ def check_start(folder: Path, sha256: str | None) -> None:
     from another model than the one the experiment is about. A study start (a ``start.json`` beside its folder) must
     be named: its record's hash is printed to copy into the config, never trusted in its place (a start rebuilt
     later writes a new record)."""
-    from grpo_ext.methods.study.start import START_RECORD, _weights_hash  # the study's hash, not a second one
+    from grpo_ext.methods.study.start import START_RECORD, weights_hash  # the study's hash, not a second one
 
     record = folder.parent / START_RECORD
     if sha256 is None:
@@ -88,7 +88,7 @@ def check_start(folder: Path, sha256: str | None) -> None:
                 f"`start_sha256: {recorded}` (its model_sha256), so that another start is refused"
             )
         return
-    found = _weights_hash(folder)
+    found = weights_hash(folder)
     if found != sha256:
         raise UserError(
             f"start_sha256: {folder} holds weights with sha256 {found}, the config names {sha256} (the start's "

@@ -61,12 +61,12 @@ def rehearsal_start(source: str | Path, out: Path, task, tiny_models: Path, seed
 
     from grpo_ext.io import atomic_write_json
     from grpo_ext.methods.study.rehearsal import REHEARSAL_VOCAB, tiny_model_like
-    from grpo_ext.methods.study.start import START_RECORD, _weights_hash
+    from grpo_ext.methods.study.start import START_RECORD, weights_hash
 
     model_dir, record_path = Path(out) / "model", Path(out) / START_RECORD
     if (model_dir / "config.json").is_file() and record_path.is_file():
         sha = json.loads(record_path.read_text()).get("model_sha256")
-        if sha == _weights_hash(model_dir):
+        if sha == weights_hash(model_dir):
             return model_dir, sha
     # a folder of its own: the study's rehearsal model (another corpus) is never rebuilt under the study's feet
     tiny = tiny_model_like(source, tiny_models / f"iterative-{Path(str(source)).name}-{REHEARSAL_VOCAB}", tasks=[task])
@@ -79,6 +79,6 @@ def rehearsal_start(source: str | Path, out: Path, task, tiny_models: Path, seed
         weight.copy_(torch.randn(weight.shape, generator=generator, device="cpu").to(weight))
     model.to(torch.bfloat16).save_pretrained(model_dir, safe_serialization=True)
     tokenizer.save_pretrained(model_dir)
-    sha = _weights_hash(model_dir)
+    sha = weights_hash(model_dir)
     atomic_write_json(record_path, {"label": "rehearsal start (random weights)", "model_sha256": sha})
     return model_dir, sha

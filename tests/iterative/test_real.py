@@ -80,10 +80,10 @@ def _study_start(tmp_path) -> Path:
 
 def test_a_study_start_must_be_named_and_another_start_is_refused(tmp_path):
     from grpo_ext.iterative.experiment import check_start
-    from grpo_ext.methods.study.start import _weights_hash
+    from grpo_ext.methods.study.start import weights_hash
 
     folder = _study_start(tmp_path)
-    sha = _weights_hash(folder)
+    sha = weights_hash(folder)
     (folder.parent / "start.json").write_text(json.dumps({"model_sha256": sha}))
     with pytest.raises(UserError, match=f"start_sha256: {sha}"):  # the record's hash, to copy into the config
         check_start(folder, None)

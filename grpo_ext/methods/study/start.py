@@ -23,7 +23,7 @@ from pathlib import Path
 
 from grpo_ext.errors import UserError
 
-__all__ = ["START_FIELDS", "START_RECORD", "Start", "build_start", "start_argv", "start_identity"]
+__all__ = ["START_FIELDS", "START_RECORD", "Start", "build_start", "start_argv", "start_identity", "weights_hash"]
 
 #: The fields of the study's `start` section.
 START_FIELDS = ("method", "learning_rate", "seed", "overrides", "label")
@@ -64,7 +64,7 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _weights_hash(folder: Path) -> str:
+def weights_hash(folder: Path) -> str:
     """One sha256 over the folder's safetensors files (by name, in order)."""
     files = sorted(Path(folder).glob("*.safetensors"))
     if not files:
@@ -110,9 +110,9 @@ def build_start(start: Start, base: str, configs: str | Path, out: Path, quick_f
     adapter_sha = _sha256(adapter / "adapter_model.safetensors")
     if record is not None and record["adapter_sha256"] != adapter_sha:
         raise UserError(f"{adapter}: its adapter is not the one {record_path} records; remove the folder to retrain")
-    if not (model / "config.json").is_file() or record is None or _weights_hash(model) != record["model_sha256"]:
+    if not (model / "config.json").is_file() or record is None or weights_hash(model) != record["model_sha256"]:
         _merge(adapter, model, resolve_model_path(base))
-    model_sha = _weights_hash(model)
+    model_sha = weights_hash(model)
     if record is not None and record["model_sha256"] != model_sha:
         raise UserError(
             f"{model}: the start rebuilt from {adapter} has weights sha256 {model_sha}, the study recorded "
