@@ -3,6 +3,7 @@
 One line and exit code 2 for what the user can fix: a `UserError` (raised where input is validated), an `OSError`
 (a missing or unreadable file, a read-only or full disk) and a torn weights file (`SafetensorError`). Everything
 else is a bug of ours and keeps its traceback: a stray `KeyError` or `TypeError` is not dressed up as bad input.
+Ctrl-C is "stopped" and exit code 130 (128 + SIGINT), as a shell reports it, not a `KeyboardInterrupt` traceback.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ def run_cli(main: Callable[[list[str]], object], argv: list[str] | None = None) 
         return
     try:
         main(argv)
+    except KeyboardInterrupt:  # Ctrl-C: what was running recorded it (a training run: `failed`, stopped)
+        print("stopped (Ctrl-C)", file=sys.stderr)
+        sys.exit(130)
     except Exception as err:
         if not _is_user_side(err):
             raise

@@ -182,14 +182,18 @@ def training_run(trainer, task_args, model_args) -> Iterator[TrainingRun]:
     resolved config (unless ``save_config()`` wrote it already) and the status `complete` (with the global step);
     when it raises, the status `failed` with the error in one line and the step reached, and the error goes on.
     Only the main process writes. The status is written last, so a run whose record is half-written is never
-    `complete`. Every status carries the trainer's log history so far (`compact_log_history`), and the `running`
-    record is rewritten with each checkpoint saved, so a run killed outright keeps its curve up to its last checkpoint.
+    `complete`. A step that leaves a trainable weight inf or NaN (a learning rate of 1e300) stops the run there, one
+    line naming the step, the weight and the learning rate (`_FiniteWeights`), instead of a sampling traceback at the
+    next step or a model of NaNs saved as complete. Every status carries the trainer's log history so far
+    (`compact_log_history`), and the `running` record is rewritten with each checkpoint saved, so a run killed
+    outright keeps its curve up to its last checkpoint.
     """
     run = TrainingRun(trainer, task_args, model_args, trainer.accelerator.is_main_process)
-    callback = _StatusAtCheckpoints(run)
+    callbacks = [_StatusAtCheckpoints(run), _FiniteWeights(trainer)]
     with _sigterm_as_exit():  # set before `running` is written: no kill leaves the record saying `running`
         run.write_status("running", max_steps=trainer.args.max_steps)
-        trainer.add_callback(callback)
+        for callback in callbacks:
+            trainer.add_callback(callback)
         try:
             yield run
             if not run.config_saved:
@@ -200,7 +204,8 @@ def training_run(trainer, task_args, model_args) -> Iterator[TrainingRun]:
                 run.write_status("failed", error=_stopped_by(err), step=trainer.state.global_step)
             raise
         finally:
-            trainer.remove_callback(callback)
+            for callback in callbacks:
+                trainer.remove_callback(callback)
     run.write_status("complete", global_step=trainer.state.global_step)
 
 
@@ -212,3 +217,38 @@ class _StatusAtCheckpoints(TrainerCallback):
 
     def on_save(self, args, state, control, **kwargs):
         self.run.write_status("running", max_steps=args.max_steps, step=state.global_step)
+
+
+class _FiniteWeights(TrainerCallback):
+    """After each optimizer step, the trainable weights are finite on every process, else a `UserError` naming the
+    step, the first weight that is not and the learning rate: a diverged run stops where it diverged (TRL's sampling
+    would fail at the next step with a traceback naming no setting; the sampler would go on and save NaN weights)."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        import torch
+
+        model = model if model is not None else self.trainer.model
+        trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad and p.numel()]
+        if not trainable:
+            return
+        finite = torch.stack([torch.isfinite(p.detach()).all() for _, p in trainable]).all()
+        flag = (~finite).to(torch.float32).reshape(1)
+        if self.trainer.accelerator.reduce(flag, reduction="sum").item() == 0:
+            return
+        name, bad = next(((n, p) for n, p in trainable if not torch.isfinite(p.detach()).all()), (None, None))
+        where = "a weight of another process" if bad is None else f"{name} holds {_non_finite(bad)}"
+        raise UserError(
+            f"training diverged at step {state.global_step}: {where} after the optimizer step (learning_rate "
+            f"{args.learning_rate:g}); lower learning_rate"
+        )
+
+
+def _non_finite(tensor) -> str:
+    import torch
+
+    values = tensor.detach()
+    kinds = [kind for kind, hit in (("NaN", torch.isnan(values).any()), ("inf", torch.isinf(values).any())) if hit]
+    return " and ".join(kinds)

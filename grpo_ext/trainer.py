@@ -39,7 +39,7 @@ from grpo_ext.errors import user_input
 from grpo_ext.model_files import check_weights
 from grpo_ext.policy_loading import prepare_quantized_policy
 from grpo_ext.rewards import load_callable
-from grpo_ext.rewards.checked import checked_reward_func
+from grpo_ext.rewards.checked import check_reward_weights, checked_reward_func
 from grpo_ext.rewards.process import build_step_rewards, score_steps
 from grpo_ext.rollouts import rollout_seed, sample_completions, sampler_settings_of
 from grpo_ext.shared_prompt import SharedPromptForwardMixin
@@ -110,6 +110,7 @@ class GRPOExtTrainer(SharedPromptForwardMixin, StagedCheckpointsMixin, TrainingS
         if kwargs.get("reward_funcs") is not None:  # plain sync callables get their output checked by name
             funcs = kwargs["reward_funcs"]
             funcs = funcs if isinstance(funcs, list) else [funcs]
+            check_reward_weights(funcs, config.reward_weights)  # TRL's own check is a bare ValueError
             kwargs["reward_funcs"] = [
                 f if isinstance(f, (str, torch.nn.Module)) or is_async_callable(f) else checked_reward_func(f)
                 for f in funcs

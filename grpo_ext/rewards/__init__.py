@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import os
@@ -15,6 +16,11 @@ from grpo_ext.tasks.base import Task
 def load_callable(dotted_path: str, field_name: str) -> Callable:
     """`package.module.function` -> the function; a `UserError` names the config field and the path (and says so when
     the value looks like a file path, which is not what is expected)."""
+    if not isinstance(dotted_path, str):  # a YAML list of numbers (reward_funcs: [1]) arrives unconverted
+        raise UserError(
+            f"{field_name}: {dotted_path!r} is not a reward function name (expected a known name like outcome, or a "
+            "dotted import path like my_rewards.score)"
+        )
     module_path, _, attr = dotted_path.rpartition(".")
     # import_module would look for a module named with a path separator, or take a leading dot for a relative import
     if not module_path or module_path.startswith(".") or any(sep in module_path for sep in "/\\"):
@@ -37,8 +43,12 @@ def _check_reward_callable(obj, dotted_path: str, field_name: str) -> None:
     """Refuse, before any step, what cannot be a reward function: anything of Python itself (builtins and the
     standard library: `os.system`, `subprocess.call`, `shutil.rmtree`, `builtins.eval` would be *called* with the
     completions), and a callable without TRL's keyword signature: TRL calls it with keywords only (`prompts`,
-    `completions`, `completion_ids`, the dataset's columns, `trainer_state`, ...), so it needs `**kwargs`."""
-    modules = {dotted_path.partition(".")[0], str(getattr(obj, "__module__", None) or "").partition(".")[0]}
+    `completions`, `completion_ids`, the dataset's columns, `trainer_state`, ...), so it needs `**kwargs`. A
+    `functools.partial` is judged by the function it wraps (the user's own, or Python's)."""
+    inner = obj
+    while isinstance(inner, functools.partial):
+        inner = inner.func
+    modules = {dotted_path.partition(".")[0], str(getattr(inner, "__module__", None) or "").partition(".")[0]}
     stdlib = sorted(m for m in modules if m in sys.stdlib_module_names or m == "builtins")
     if stdlib:
         raise UserError(
@@ -74,7 +84,11 @@ def resolve_reward_funcs(names: Sequence[str | Callable], task: Task) -> list[Ca
     dotted path; callables pass through."""
     named = {"outcome": task.outcome_reward, "outcome_strict": task.strict_outcome_reward}
     return [
-        name if callable(name) else named[name] if name in named else load_callable(name, "reward_funcs")
+        name
+        if callable(name)
+        else named[name]
+        if isinstance(name, str) and name in named
+        else load_callable(name, "reward_funcs")
         for name in names
     ]
 

@@ -105,3 +105,16 @@ def checked_reward_func(func: Callable) -> Callable:
         return rewards
 
     return wrapper
+
+
+def check_reward_weights(reward_funcs, reward_weights) -> None:
+    """`reward_weights` (a config's, or None) has one weight per reward function, else a `UserError` naming both
+    fields, before TRL's trainer (which raises a bare ValueError) loads anything."""
+    if reward_weights is None or reward_funcs is None:
+        return
+    n_funcs = len(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else 1
+    if len(reward_weights) != n_funcs:
+        raise UserError(
+            f"reward_weights: {len(reward_weights)} weights {list(reward_weights)} for {n_funcs} reward_funcs; give "
+            "one weight per reward function, in the order of reward_funcs"
+        )
