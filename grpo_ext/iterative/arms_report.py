@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from grpo_ext.evaluation.registry import MAJ_AT_K, PASS_AT_1
 from grpo_ext.io import atomic_write_bytes, atomic_write_json, atomic_write_text, figure_png, portable_path
 from grpo_ext.iterative.arms import USES_RM
 from grpo_ext.iterative.findings import findings, render_findings
@@ -163,11 +164,11 @@ def render_arms(summary: dict, config: dict, k: int, found: dict | None = None, 
         "",
         "## The policy: test pass@1 per iteration",
         "",
-        *_policy_table(summary, "pass@1"),
+        *_policy_table(summary, PASS_AT_1),
         "",
         f"## The policy: test maj@{k} per iteration",
         "",
-        *_policy_table(summary, f"maj@{k}"),
+        *_policy_table(summary, MAJ_AT_K.at(k)),
         "",
         "## The policy on its own training prompts: right rate of fresh samples on pool prompts",
         "",
@@ -220,7 +221,9 @@ def plot_arms(summary: dict, states: dict, k: int) -> bytes:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 3, figsize=(16, 8))
-    titles = {"pass@1": "test pass@1", f"maj@{k}": f"test maj@{k}", "pool_accuracy": "right rate on the RL pool"}
+    titles = {name: f"test {name}" for name in (PASS_AT_1, MAJ_AT_K.at(k))} | {
+        "pool_accuracy": "right rate on the RL pool"
+    }
     for ax, metric in zip(axes[0], titles, strict=True):
         for arm, rows in summary["means"].items():
             rows = [r for r in rows if metric in r]

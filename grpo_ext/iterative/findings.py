@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from grpo_ext.evaluation.registry import MAJ_AT_K, PASS_AT_1
+
 __all__ = ["findings", "pooled", "render_findings"]
 
 
@@ -40,15 +42,16 @@ def pooled(results: list[dict]) -> dict | None:
         records = [runs[pid] for runs in by_id if pid in runs]
         if len(records) != len(results):
             continue  # scored in some runs only: not comparable
-        maj = {k: float(np.mean([r["maj@k"][k] for r in records])) for k in first.get("maj@k", {})}
-        entry = {**first, "n_correct": sum(int(r["n_correct"]) for r in records), "maj@k": maj}
+        majs = MAJ_AT_K.name  # each record's exact maj@k per k, averaged over the runs
+        maj = {k: float(np.mean([r[majs][k] for r in records])) for k in first.get(majs, {})}
+        entry = {**first, "n_correct": sum(int(r["n_correct"]) for r in records), majs: maj}
         if all("anatomy" in r for r in records):
             entry["anatomy"] = add_counts(r["anatomy"] for r in records)
         problems.append(entry)
     return {"n": sum(int(r["n"]) for r in results), "per_problem": problems}
 
 
-def _against_start(results: list[dict], start: dict | None, metric: str = "pass@1") -> dict | None:
+def _against_start(results: list[dict], start: dict | None, metric: str = PASS_AT_1) -> dict | None:
     from grpo_ext.methods.study.stats import paired_difference
 
     if not results or start is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from grpo_ext.evaluation.registry import MAJ_AT_K, PASS_AT_K
 from grpo_ext.iterative.labels import check_verifier, label_samples
 from grpo_ext.iterative.rm_training import evaluate_reward_model
 from grpo_ext.sampler.sampling import derive_seed
@@ -38,7 +39,7 @@ def rm_metrics(reward_model_type: str, model, tokenizer, eval_sets: dict, separa
 
 #: What a row keeps of each test problem's harness record: enough for the study's paired intervals, its per-slice
 #: expectations and the harness's anatomy (grpo_ext.methods.study.stats / expectations, evaluation.failures).
-_PROBLEM_FIELDS = ("problem_id", "attributes", "n_correct", "n_extracted", "n_strict", "maj@k", "anatomy")
+_PROBLEM_FIELDS = ("problem_id", "attributes", "n_correct", "n_extracted", "n_strict", MAJ_AT_K.name, "anatomy")
 
 
 def compact_result(result: dict) -> dict:
@@ -151,9 +152,7 @@ class Setting:
             cache_path=cache_path,
             progress=False,
         )
-        from grpo_ext.evaluation.registry import METRICS
-
-        read, pass_at, maj_at = EvalResult.of(result), METRICS["pass@k"], METRICS["maj@k"]
+        read, pass_at, maj_at = EvalResult.of(result), PASS_AT_K, MAJ_AT_K
         return {
             **{name: read.value(name) for name in (pass_at.at(1), pass_at.at(k), maj_at.at(k))},  # the report's names
             "test_n_correct": [int(p["n_correct"]) for p in result["per_problem"]],
