@@ -80,6 +80,7 @@ def continuous_sample(
     min_p: float | None = None,
     kv_budget: int | None = None,
     stop: Callable[[list[int]], bool] | None = None,
+    lora: str = "base_dtype",
 ) -> Iterator[tuple[int, list[list[int]]]]:
     """Yield ``(prompt index, its samples' new token ids)`` as each prompt's samples are all finished.
 
@@ -99,6 +100,8 @@ def continuous_sample(
     ``stop``: called with a sample's new token ids after each token (:class:`~grpo_ext.sampler.stops.StopChecker`);
     True ends the sample there, its last token kept (the caller cuts the text), as ``generate`` with
     ``stop_strings`` ends a row. The sample's tokens up to there are those it draws without ``stop``.
+    ``lora``: how PEFT LoRA layers compute while decoding (:class:`~grpo_ext.sampler.decoder.LoraSampling`):
+    ``base_dtype``, the adapter's product in the base weights' dtype, or ``peft``, PEFT's own forward.
     """
     for name, value in (("max_new_tokens", max_new_tokens), ("slots", slots), ("prefill_batch", prefill_batch)):
         if value < 1:  # 0 slots would never decode, 0 prefill_batch never prefill
@@ -120,5 +123,6 @@ def continuous_sample(
         min_p=min_p,
         kv_budget=kv_budget,
         stop=stop,
+        lora=lora,
     )
     yield from decoder.run()

@@ -2,15 +2,18 @@
 
 It owns the slots and the rows riding on them (a row is a distinct prefix shared by the samples that drew the same
 tokens so far), admits waiting rows into free slots, forks a row when its samples' draws differ, shrinks the batch
-once nothing waits, and picks the decode step (eager, the CPU decode attention, or the fixed-shape / compiled step).
+once nothing waits, and picks the decode step (eager, the CPU decode attention, or the fixed-shape / compiled step)
+and how PEFT LoRA layers compute in it (:class:`LoraSampling`).
 Kept apart from :func:`~grpo_ext.sampler.continuous.continuous_sample` so that the entry point and its contract read
 in one screen and the loop's state in another.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
+import sys
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -46,6 +49,123 @@ def _forward_accepts(model, name: str) -> bool:
         return name in inspect.signature(base.forward).parameters
     except (TypeError, ValueError):  # builtins and some wrappers have no inspectable signature
         return False
+
+
+# ---- PEFT LoRA layers while decoding -------------------------------------------------------------------------
+#
+# The forward of a PEFT LoRA layer while the sampler decodes: the adapter's product in the base weights' dtype.
+#
+# PEFT's ``lora.Linear`` computes ``base(x) + lora_B(lora_A(dropout(x))) * scaling``, casting ``x`` to the adapter's
+# dtype first and the sum back after. On a bf16 base (`cpu_bf16`, the study's evaluations) the adapter stays float32
+# (PEFT's ``autocast_adapter_dtype``, so that AdamW's state is float32), so every projection of every decode step
+# casts its input up, runs two small float32 matmuls, adds in float32 and casts down: about ten small ops beside the
+# base's one matmul. Measured on SmolLM2-135M (bf16, LoRA r16 on every projection, 64 slots, one thread) PEFT's
+# forward samples at ~0.80x the base's rate; this one, with ``A`` and ``scaling * B`` cast to the base's dtype once a
+# call (concatenated over the active adapters), two ops (``x @ A^T``, then ``addmm`` into the base's output) at ~0.89x.
+#
+# What it changes in the numbers: ``A``, ``scaling * B`` and ``x @ A^T`` are rounded to the base's dtype (in float32,
+# a float32 base, nothing is: only the order of two float32 additions differs). The layer's output is rounded to that
+# dtype by PEFT too, so in bf16 the adapter's share ``x @ A^T @ B^T`` (small beside ``x @ W^T``) carries a relative
+# error of ~2^-8 where the output already carries 2^-9 of its whole size. The update is kept whole, which merging
+# the adapter into bf16 weights does not: most entries of a short run's ``scaling * B @ A`` are below half a bf16 step
+# of their weight and round away (measured on an SFT adapter of the real study: 58% of the weights unchanged by the
+# merge, 58% relative error on the update). ``benchmarks/lora_sampling.py`` measures the per-token log-prob gap and
+# pass@1 of both paths on the real model; ``SamplingParams.lora = "peft"`` keeps PEFT's own forward.
+#
+# :class:`LoraSampling` finds the layers once a sampler call and switches their forward for the duration of one
+# forward pass (:meth:`LoraSampling.active`), as :func:`~grpo_ext.sampler.decode_attention.cpu_decode_attention`
+# switches the attention: the trainer's forward and backward passes, and anything that runs the model between two
+# of the sampler's steps, see PEFT's own layers. Cast weights are rebuilt when an adapter weight changed in place
+# since (its version counter), so an optimizer step between two calls (or two steps) is never sampled stale.
+
+#: ``base_dtype``: the product in the base weights' dtype (this module); ``peft``: PEFT's own forward.
+LORA_MODES = ("base_dtype", "peft")
+
+
+def _lora_linear_class():
+    """PEFT's ``lora.Linear`` if PEFT is loaded (a PEFT model cannot exist without it), else None."""
+    module = sys.modules.get("peft.tuners.lora.layer")
+    return getattr(module, "Linear", None)
+
+
+def _plain_adapters(layer) -> list[str] | None:
+    """The active adapters of a PEFT ``lora.Linear`` whose forward is ``base(x) + sum_a scaling_a * B_a A_a x``
+    on a plain ``nn.Linear`` (what :class:`LoraSampling` computes), or None: merged or disabled adapters, variants
+    (DoRA, ...), LoRA biases, a dropout that is live, transposed (Conv1D) weights, PEFT's input cast turned off."""
+    if layer.merged or layer.disable_adapters or getattr(layer, "fan_in_fan_out", False):
+        return None
+    if type(layer.base_layer) is not torch.nn.Linear or not getattr(layer, "cast_input_dtype_enabled", True):
+        return None
+    active = [a for a in layer.active_adapters if a in layer.lora_A]
+    for a in active:
+        dropout = layer.lora_dropout[a]
+        if a in getattr(layer, "lora_variant", {}) or getattr(layer, "lora_bias", {}).get(a, False):
+            return None
+        if dropout.training and not isinstance(dropout, torch.nn.Identity) and getattr(dropout, "p", 0) > 0:
+            return None
+    return active or None
+
+
+class LoraSampling:
+    """The LoRA layers of ``model`` whose forward the sampler replaces (none for a model without PEFT LoRA layers,
+    or with ``mode`` ``peft``); :meth:`active` switches them for one forward pass."""
+
+    def __init__(self, model, mode: str = "base_dtype"):
+        if mode not in LORA_MODES:
+            raise ValueError(f"lora: expected one of {', '.join(LORA_MODES)}, got {mode!r}")
+        cls = _lora_linear_class()
+        self.layers: list[tuple[torch.nn.Module, list[str]]] = []
+        if mode == "base_dtype" and cls is not None:
+            for module in model.modules():
+                if type(module) is cls:
+                    adapters = _plain_adapters(module)
+                    if adapters is not None:
+                        self.layers.append((module, adapters))
+        # id(layer) -> (the adapter weights' versions and ids, the forward computing with their cast copies)
+        self._forwards: dict[int, tuple[tuple[int, ...], object]] = {}
+
+    def _forward(self, layer, adapters: list[str]):
+        """The layer's sampling forward, with ``A`` (``[r, in]``) and ``scaling * B`` (``[out, r]``) of the active
+        adapters concatenated along the rank (their products sum) and cast to the base weight's dtype; built again
+        only when an adapter weight changed in place (or was replaced) since."""
+        params = [p for n in adapters for p in (layer.lora_A[n].weight, layer.lora_B[n].weight)]
+        versions = tuple(p._version for p in params) + tuple(id(p) for p in params)
+        cached = self._forwards.get(id(layer))
+        if cached is not None and cached[0] == versions:
+            return cached[1]
+        dtype = layer.base_layer.weight.dtype
+        # scaling is applied in the adapter's own dtype (float32), then one rounding to the base's
+        a = torch.cat([layer.lora_A[n].weight for n in adapters], dim=0).to(dtype)
+        b = torch.cat([layer.lora_B[n].weight * layer.scaling[n] for n in adapters], dim=1).to(dtype)
+        base, original = layer.base_layer, type(layer).forward.__get__(layer)
+
+        def forward(x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+            if args or kwargs or x.dtype != a.dtype:  # mixed-adapter batches and the like: PEFT's own forward
+                return original(x, *args, **kwargs)
+            out = base(x)
+            rows = out.reshape(-1, out.shape[-1])
+            low = torch.nn.functional.linear(x, a).reshape(rows.shape[0], -1)
+            if torch.is_grad_enabled() or rows.dtype != b.dtype:  # the sampler runs without grad: in place there
+                return torch.addmm(rows.to(b.dtype), low, b.t()).to(out.dtype).view(out.shape)
+            return rows.addmm_(low, b.t()).view(out.shape)
+
+        self._forwards[id(layer)] = (versions, forward)
+        return forward
+
+    @contextlib.contextmanager
+    def active(self):
+        """Within the block the layers compute with the cast product; PEFT's forward is back after it."""
+        if not self.layers:
+            yield
+            return
+        for layer, adapters in self.layers:
+            # an instance attribute shadows the class's forward (nn.Module.__call__ reads self.forward)
+            layer.forward = self._forward(layer, adapters)
+        try:
+            yield
+        finally:
+            for layer, _ in self.layers:
+                layer.__dict__.pop("forward", None)
 
 
 #: The fewest tokens a prompt prefix shared by every prompt of a call must have to be prefilled once and kept apart.
@@ -97,6 +217,7 @@ class Decoder:
         min_p=None,
         kv_budget=None,
         stop=None,
+        lora="base_dtype",
     ):
         if getattr(model.config, "is_encoder_decoder", False):
             raise ContinuousUnsupported("encoder-decoder model")
@@ -139,6 +260,9 @@ class Decoder:
         self.kv_budget = kv_budget
         self._allocate_slots(slots)
         self.compiled = compiled_forward(compile_options) if self.decode == "compiled" else None
+        # PEFT LoRA layers compute their product in the base's dtype (LoraSampling); a compiled step keeps PEFT's
+        # forward: swapping a module's forward at every step would be a new graph for the compiler each time
+        self.lora = LoraSampling(model, "peft" if self.decode == "compiled" else lora)
         self.compiled_once = False  # whether a compiled step has run (a failing first compilation falls back)
         self.cache: SlotCache | None = None  # built at the first prefill (it takes the layers' shapes)
 
@@ -197,15 +321,17 @@ class Decoder:
             return
         if self.shared and self.prefix_kv is None:
             prefix = [self.prompt_ids[0][: self.shared]]
-            (self.prefix_kv,), _ = prefill(self.model, prefix, self.pad_id, self.keep_logits)
-        kv, logits = prefill(
-            self.model,
-            [self.prompt_ids[j][self.shared :] for j in chunk],
-            self.pad_id,
-            self.keep_logits,
-            prefix=self.prefix_kv,
-            cache_keyword=self.cache_keyword,
-        )
+            with self.lora.active():
+                (self.prefix_kv,), _ = prefill(self.model, prefix, self.pad_id, self.keep_logits)
+        with self.lora.active():
+            kv, logits = prefill(
+                self.model,
+                [self.prompt_ids[j][self.shared :] for j in chunk],
+                self.pad_id,
+                self.keep_logits,
+                prefix=self.prefix_kv,
+                cache_keyword=self.cache_keyword,
+            )
         if self.cache is None:
             # most columns a row needs (its own: the shared prefix is not in the slots)
             window = max(len(ids) for ids in self.prompt_ids) - self.shared + self.max_new_tokens
@@ -293,7 +419,7 @@ class Decoder:
         self.cache.mask[:, column] = 1  # every slot sees its own new token (free slots too: no fully masked row)
         if self.static:
             return self.static_logits(live)
-        with cpu_decode_attention(self.model, self.decode_attention, self.prefix_kv):
+        with cpu_decode_attention(self.model, self.decode_attention, self.prefix_kv), self.lora.active():
             out = self.model(
                 input_ids=self.step_input.unsqueeze(1),
                 attention_mask=self.cache.mask[:, : column + 1],
@@ -318,7 +444,7 @@ class Decoder:
             **self.keep_logits,
         )
         if self.compiled is None:
-            with cpu_decode_attention(self.model, self.decode_attention):
+            with cpu_decode_attention(self.model, self.decode_attention), self.lora.active():
                 out = self.model(**kwargs)
         else:
             # a new CUDA-graph step: the last step's outputs (already drawn from) may be overwritten

@@ -28,6 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 from grpo_ext.sampler.continuous import ContinuousUnsupported, continuous_sample, left_pad
+from grpo_ext.sampler.decoder import LORA_MODES
 from grpo_ext.sampler.static_step import DECODE_MODES
 from grpo_ext.sampler.stops import StopChecker, check_stop, cut_at_stop, stop_criteria
 
@@ -58,7 +59,10 @@ class SamplingParams:
     the model is on CUDA; the eager step elsewhere), ``eager``, ``static`` (fixed shapes, not compiled) or
     ``compiled``. ``stop``: stop strings (:mod:`grpo_ext.sampler.stops`): a sample ends as soon as its text holds
     one, and its text is cut before the one completed first, as lm-eval's ``until`` cuts it (empty: EOS and
-    ``max_new_tokens`` only).
+    ``max_new_tokens`` only). ``lora``: how a PEFT LoRA adapter computes while the continuous sampler decodes
+    (:class:`~grpo_ext.sampler.decoder.LoraSampling`): ``base_dtype`` (default), its product in the base weights'
+    dtype, A and B cast once a call; ``peft``, PEFT's own forward (a float32 adapter beside a bf16 base computes in
+    float32).
     """
 
     n: int = 1
@@ -69,6 +73,7 @@ class SamplingParams:
     batch_size: int = 8
     decode: str = "auto"
     stop: tuple[str, ...] = ()
+    lora: str = "base_dtype"
 
     def __post_init__(self):
         # a list (from JSON or YAML) or one string is accepted and kept as a tuple: the dataclass stays hashable
@@ -87,14 +92,17 @@ class SamplingParams:
             raise ValueError(f"greedy decoding (temperature=0) gives one completion per prompt; got n={self.n}")
         if self.decode not in DECODE_MODES:
             raise ValueError(f"SamplingParams.decode must be one of {', '.join(DECODE_MODES)}; got {self.decode!r}")
+        if self.lora not in LORA_MODES:
+            raise ValueError(f"SamplingParams.lora must be one of {', '.join(LORA_MODES)}; got {self.lora!r}")
 
     def key(self) -> str:
         """A stable string naming the sample *distribution* and seed, used to match cached samples.
 
         ``n`` is left out on purpose (samples are indexed, so raising ``n`` reuses the first ones and draws only
-        the rest), and so are ``batch_size`` and ``decode`` (execution details: every decode step attends to the same
-        keys/values and draws with the same per-sample uniforms, so the samples are the same, tests/
-        test_static_decode.py; on a GPU, as across batch sizes, only float rounding of the kernels may differ).
+        the rest), and so are ``batch_size``, ``decode`` and ``lora`` (execution details: every decode step attends to
+        the same keys/values and draws with the same per-sample uniforms, so the samples are the same, tests/
+        test_static_decode.py; on a GPU, as across batch sizes, only float rounding of the kernels may differ; ``lora``
+        changes only the rounding of the adapter's share, benchmarks/lora_sampling.py).
 
         ``stop`` is in the key when it is not empty (samples cut elsewhere are other samples), as the sorted set of
         its strings (the cut does not depend on their order or repeats); without stop strings the key is the one
@@ -236,6 +244,7 @@ def sample_stream(
                 pad_id=pad,
                 decode=params.decode,
                 stop=StopChecker(tokenizer, params.stop) if params.stop else None,
+                lora=params.lora,
             )
             try:
                 first = next(stream, None)

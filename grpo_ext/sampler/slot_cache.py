@@ -50,6 +50,22 @@ def left_pad(prompt_ids: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Te
     return input_ids, attention_mask
 
 
+def last_position_only(keep_logits: dict, width: int, device) -> dict:
+    """``keep_logits`` for a forward over ``width`` positions whose last one alone is scored: ``logits_to_keep`` as
+    the index tensor ``[width - 1]`` (transformers' documented 1-D form) instead of the integer 1.
+
+    Why: with the integer the model hands its head ``hidden[:, -1:, :]``, a strided view of ``[B, width, d]``, and
+    ``torch.matmul`` (2.13) folds a strided 3-D input into one ``mm`` only when the weight requires a gradient. A
+    frozen head (every PEFT model: the base is frozen; the trainer's policy) is instead expanded to ``[B, d, V]`` and
+    copied for a ``bmm``: measured on SmolLM2-135M in bf16 (one thread), 1.4 s for 16 prompts against 7 ms folded,
+    what made a LoRA adapter sample at a third of its base's rate. An index gathers a contiguous ``[B, 1, d]``: the
+    same numbers, one ``mm``. A one-position forward (a decode step) has no strided view and keeps the integer.
+    """
+    if keep_logits.get("logits_to_keep") != 1 or width == 1:
+        return keep_logits
+    return {**keep_logits, "logits_to_keep": torch.tensor([width - 1], device=device)}
+
+
 def prefill(
     model,
     prompt_ids: Sequence[Sequence[int]],
@@ -89,7 +105,7 @@ def prefill(
         use_cache=True,
         return_dict=True,
         **past,
-        **keep_logits,
+        **last_position_only(keep_logits, input_ids.shape[1], device),
     )
     cache = getattr(out, "cache", None)  # transformers >= 5.24; ``past_key_values`` before
     if cache is None:
