@@ -326,8 +326,14 @@ def main(argv: list[str]) -> dict:
         quick_flags=QUICK_COMMON,
         quick_method_flags=quick_method_flags(args.quick and rehearsal),
     )
+    from grpo_ext.methods.study.runs import check_arms, check_stop_support
     from grpo_ext.run_folder import OutputFolder
 
+    if args.start_only and study.start is None:
+        raise UserError(f"--start-only: {args.study} has no `start` section")
+    for note in check_stop_support(study, options):  # before any run: a stop the harness cannot honour fails here
+        print(note, flush=True)
+    check_arms(study, args.study, options)  # every arm's run parses, before any folder is made or budget spent
     # --out: new, empty or a study's (a folder of other files is refused, never written into), one study at a time
     with OutputFolder(args.out, writer="scripts/run_methods.py", field_name="--out", adopt=is_study_folder) as folder:
         return run_study(study, args, options, folder.folder, command)
@@ -345,9 +351,8 @@ def is_study_folder(out: Path) -> bool:
 
 def run_study(study, args, options, out: Path, command: str) -> dict:
     """The study's stages (the module's doc) in `out`, which `main` holds; returns the picks, scores, report paths."""
-    from grpo_ext.errors import UserError
     from grpo_ext.io import atomic_write_json, portable_path
-    from grpo_ext.methods.study.runs import Job, check_arms, read_score, run_jobs
+    from grpo_ext.methods.study.runs import Job, read_score, run_jobs
 
     start_record = None
     if study.start is not None:  # stage 0: the SFT model every arm trains from, made once (grpo_ext...study.start)
@@ -355,13 +360,6 @@ def run_study(study, args, options, out: Path, command: str) -> dict:
         if args.start_only:
             print(f"start: {options.base} ({options.base_identity})", flush=True)
             return {"start": start_record}
-    elif args.start_only:
-        raise UserError(f"--start-only: {args.study} has no `start` section")
-    from grpo_ext.methods.study.runs import check_stop_support
-
-    for note in check_stop_support(study, options):  # before any run: a stop the harness cannot honour fails here
-        print(note, flush=True)
-    check_arms(study, args.study, options)  # every arm's run parses, before any budget is spent
     start = time.perf_counter()
     if study.signal is not None:  # stage 0: the learning signal at the base, before the search spends any budget
         from grpo_ext.methods.study.signal.stage_zero import run_signal_stage

@@ -194,3 +194,12 @@ def test_report_design_names_the_start_with_the_counts_its_records_give():
     assert "weights sha256 `abababababab`" in text and "on the train prompts after those 1536" in text
     assert "trained with each of the seeds 100, 101 (a setting's score is the mean over them" in text
     assert "Every arm starts from it." in _design(load_study(ROOT / "configs" / "compare.yaml"), None, None)
+
+
+def test_start_only_needs_a_start_and_makes_no_folder(tmp_path):
+    from tests.methods.study.test_study_driver import fresh_driver
+
+    with pytest.raises(UserError, match="--start-only: .* has no `start` section"):
+        fresh_driver().main(["--study", str(ROOT / "configs" / "compare.yaml"), "--out", str(tmp_path / "o"),
+                             "--start-only"])  # fmt: skip
+    assert not (tmp_path / "o").exists()
