@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from grpo_ext.evaluation.analysis import DEFAULT_BOOTSTRAP, BootstrapSettings, crossover_summary, per_problem_values
-from grpo_ext.evaluation.registry import default_ks
+from grpo_ext.evaluation.registry import PASS_AT_K, default_ks
 from grpo_ext.evaluation.report_md import crossover_text
 from grpo_ext.report_format import md_header, md_row
 
@@ -26,7 +26,7 @@ _POINT_ONLY = BootstrapSettings(n_resamples=1)
 
 
 def _pass_at(result: dict, ks: Sequence[int], ids: Sequence[str]) -> np.ndarray:
-    values = per_problem_values(result, "pass@k", [str(k) for k in ks], ids)
+    values = per_problem_values(result, PASS_AT_K.name, [str(k) for k in ks], ids)
     if values is None:
         raise ValueError("the result has no per-problem counts to compute pass@k from")
     return values

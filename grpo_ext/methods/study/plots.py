@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from grpo_ext.evaluation import plots
-from grpo_ext.evaluation.registry import default_ks
+from grpo_ext.evaluation.registry import PASS_AT_1, default_ks
 from grpo_ext.evaluation.slices import restrict, slice_ids
 from grpo_ext.io import figure_png
 from grpo_ext.methods.study.stats import arm_summary, largest_k
@@ -36,8 +36,10 @@ def plot_curves(data: dict) -> bytes:
         _band(by_steps, curves, "step", name, colour)
         if sampled_during_training(curves):
             _band(by_samples, curves, "samples_generated", name, colour)
-    by_samples.set(xlabel="generated samples", ylabel="pass@1 (curve prompts, validation split)", title="Online arms")
-    by_steps.set(xlabel="optimizer steps", ylabel="pass@1 (curve prompts, validation split)", title="Every arm")
+    by_samples.set(
+        xlabel="generated samples", ylabel=f"{PASS_AT_1} (curve prompts, validation split)", title="Online arms"
+    )
+    by_steps.set(xlabel="optimizer steps", ylabel=f"{PASS_AT_1} (curve prompts, validation split)", title="Every arm")
     for ax in (by_samples, by_steps):
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from grpo_ext.evaluation.registry import PASS_AT_1, headline_trio
 from grpo_ext.evaluation.slices import known_attributes
 from grpo_ext.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from grpo_ext.methods.compare.slices import arm_slices, arm_slices_markdown
@@ -61,10 +62,10 @@ def carried_anatomy(previous: dict | None, stats: dict) -> dict | None:
     arm's pass@1 and the base's as the previous report has them. None otherwise: a stale diagnostic is not shown."""
     if not previous or not previous.get("anatomy"):
         return None
-    before = {name: arm["metrics"]["pass@1"]["mean"] for name, arm in (previous.get("arms") or {}).items()}
-    now = {name: arm["metrics"]["pass@1"]["mean"] for name, arm in stats["arms"].items()}
-    base_before = ((previous.get("base") or {}).get("pass@1") or {}).get("mean")
-    if before != now or base_before != stats["base"]["pass@1"]["mean"]:
+    before = {name: arm["metrics"][PASS_AT_1]["mean"] for name, arm in (previous.get("arms") or {}).items()}
+    now = {name: arm["metrics"][PASS_AT_1]["mean"] for name, arm in stats["arms"].items()}
+    base_before = ((previous.get("base") or {}).get(PASS_AT_1) or {}).get("mean")
+    if before != now or base_before != stats["base"][PASS_AT_1]["mean"]:
         return None
     return {**previous["anatomy"], "carried_over": True}
 
@@ -186,7 +187,7 @@ def compute(study: Study, data: dict) -> dict:
             "online": entry.get("online"),
             "below_base": None,
         }
-        arms[name]["below_base"] = arms[name]["metrics"]["pass@1"]["high"] < base["pass@1"]["mean"]
+        arms[name]["below_base"] = arms[name]["metrics"][PASS_AT_1]["high"] < base[PASS_AT_1]["mean"]
     extensions = {}
     for label, spec in study.extensions.items():
         if spec["arm"] not in data["arms"] or spec["against"] not in data["arms"]:
@@ -397,7 +398,7 @@ def render(
 ) -> str:
     k = stats["k_max"]
     start = reference_label(study)  # the name shown for the run called base
-    headline = ["pass@1", f"maj@{k}", f"pass@{k}"]  # the columns of the test tables, in this order
+    headline = headline_trio(k)  # the columns of the test tables, in this order: pass@1, maj@k, pass@k
     lines = [
         "# The fair stage: every arm tuned on validation, tested on held-out problems",
         "",
@@ -437,9 +438,7 @@ def render(
         "",
         "## Test results of the picks",
         "",
-        *md_header(
-            ["arm", "pick", "pass@1", f"maj@{k}", f"pass@{k}", "generated samples", "gradient samples"], "llrrrrr"
-        ),
+        *md_header(["arm", "pick", *headline_trio(k), "generated samples", "gradient samples"], "llrrrrr"),
         md_row([start, "-", *(_fmt(stats["base"][x]) for x in headline), "-", "-"]),
     ]
     for name, m in stats.get("baselines", {}).items():

@@ -14,13 +14,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from grpo_ext.evaluation.bootstrap import bootstrap_runs_and_problems_ci
+from grpo_ext.evaluation.registry import PASS_AT_1
 from grpo_ext.methods.study.stats import BOOTSTRAP, seed_matrix
 from grpo_ext.report_format import interval, md_header, md_row
 
 __all__ = ["render_seed_spread", "seed_spread"]
 
 
-def seed_spread(arms: Mapping[str, Sequence[dict]], base: dict, metric: str = "pass@1") -> dict[str, dict]:
+def seed_spread(arms: Mapping[str, Sequence[dict]], base: dict, metric: str = PASS_AT_1) -> dict[str, dict]:
     """Per arm (its runs' test results, one per seed, on the base's problems): ``metric`` per seed, its mean with
     the interval over seeds and problems, and the same for the arm minus the base (paired by problem)."""
     base_row = seed_matrix([base], metric)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpo_ext.errors import UserError
-from grpo_ext.evaluation.registry import default_ks, headline_at, headline_forms
+from grpo_ext.evaluation.registry import PASS_AT_1, default_ks, headline_at, headline_forms
 from grpo_ext.io import REPO_ROOT
 from grpo_ext.methods.study.expectations import BASE, Expectation
 from grpo_ext.methods.study.start import Start
@@ -60,7 +60,7 @@ class Evaluation:
     limit: int
     n: int
     temperature: float = 0.7
-    metric: str = "pass@1"
+    metric: str = PASS_AT_1
     max_new_tokens: int = 48
     stop: tuple[str, ...] | None = None
     dtype: str = "float32"

@@ -14,7 +14,7 @@ import numpy as np
 
 from grpo_ext.evaluation.analysis import DEFAULT_BOOTSTRAP, per_problem_values
 from grpo_ext.evaluation.bootstrap import bootstrap_mean_ci, bootstrap_runs_and_problems_ci
-from grpo_ext.evaluation.registry import METRICS, keyed_metrics
+from grpo_ext.evaluation.registry import MAJ_AT_K, PASS_AT_1, PASS_AT_K, keyed_metrics
 from grpo_ext.report_format import signed_with_seeds
 
 __all__ = [
@@ -43,7 +43,7 @@ BOOTSTRAP = DEFAULT_BOOTSTRAP.kwargs()
 
 def headline_metrics(k_max: int) -> list[str]:
     """What a method report leads with, in its order: pass@1 (accuracy), maj@K and pass@K at its largest K."""
-    pass_k, maj_k = METRICS["pass@k"], METRICS["maj@k"]
+    pass_k, maj_k = PASS_AT_K, MAJ_AT_K
     return [pass_k.at(1), maj_k.at(k_max), pass_k.at(k_max)]
 
 
@@ -124,8 +124,8 @@ def verdict(diff: dict) -> str:
 def finding_beats(claim: str, a: Sequence[dict], b: Sequence[dict]) -> dict:
     """ "A beats B" on test pass@1: agrees when A - B has a 95% interval above 0 and is positive in every seed,
     disagrees when the interval is below 0 and every seed negative, inconclusive otherwise."""
-    diff = paired_difference(a, b, "pass@1")
-    return {"claim": claim, "verdict": verdict(diff), "pass@1": diff}
+    diff = paired_difference(a, b, PASS_AT_1)
+    return {"claim": claim, "verdict": verdict(diff), PASS_AT_1: diff}
 
 
 def finding_majk(claim: str, rl: Sequence[dict], base: dict, ks: Sequence[int]) -> dict:
@@ -133,7 +133,7 @@ def finding_majk(claim: str, rl: Sequence[dict], base: dict, ks: Sequence[int]) 
     above 0 and is positive in every seed. The base is one run, the same for every seed."""
     rows = []
     for k in ks:
-        gap = paired_difference(rl, [base], f"maj@{k}", minus=f"pass@{k}")
+        gap = paired_difference(rl, [base], MAJ_AT_K.at(k), minus=PASS_AT_K.at(k))
         gains = {m: float(_paired(rl, [base], f"{m}@{k}")[0].mean()) for m in ("maj", "pass")}
         interval = {key: gap[key] for key in ("difference", "low", "high", "per_seed", "over_seeds")}
         rows.append({"k": k, "maj_gain": gains["maj"], "pass_gain": gains["pass"], **interval})
@@ -194,8 +194,8 @@ def paper_findings(arms: dict[str, Sequence[dict]], base: dict | None) -> list[d
 
 def finding_text(finding: dict) -> str:
     """The numbers behind a finding's verdict, as every report prints them."""
-    if "pass@1" in finding:
-        return f"pass@1 difference {signed_with_seeds(finding['pass@1'])}"
+    if PASS_AT_1 in finding:
+        return f"{PASS_AT_1} difference {signed_with_seeds(finding[PASS_AT_1])}"
     if "by_k" in finding:
         return "; ".join(
             f"K={r['k']}: maj gain {r['maj_gain']:+.3f}, pass gain {r['pass_gain']:+.3f}, gap {signed_with_seeds(r)}"

@@ -203,3 +203,21 @@ def test_start_only_needs_a_start_and_makes_no_folder(tmp_path):
         fresh_driver().main(["--study", str(ROOT / "configs" / "compare.yaml"), "--out", str(tmp_path / "o"),
                              "--start-only"])  # fmt: skip
     assert not (tmp_path / "o").exists()
+
+
+def test_sft_study_estimate_prices_the_start_and_fits_its_budget():
+    from grpo_ext.methods.study.budget import estimate
+
+    study = load_study(SFT_STUDY)
+    result = estimate(study)
+    rows = {r["what"]: r for r in result["rows"]}
+    assert rows["start (SFT start)"]["runs"] == 1 and rows["start (SFT start)"]["steps"] == 48
+    assert rows["grpo_outcome (online)"]["runs"] == 4 + 3  # 2 rates x 2 search seeds, then 3 test seeds
+    assert rows["more_sft (sft)"]["runs"] == 3  # one setting: no search run
+    # the raw base rambles to the cap: priced at the base's rate, the start at a trained model's
+    budget = study.budget["eval_samples_per_second"]
+    raw = study.validation.limit * 4 + study.test.limit * 4
+    assert rows["raw_base (no training)"]["eval_core_seconds"] == pytest.approx(raw / budget["base"])
+    start_evals = study.validation.limit * study.validation.n + study.test.limit * 64
+    assert rows["SFT start (no training)"]["eval_core_seconds"] == pytest.approx(start_evals / budget["trained"])
+    assert result["core_hours"] <= study.budget["core_hours"]
