@@ -82,6 +82,97 @@ def test_ctrl_c_during_training_says_stopped_and_exits_130(python, root, tmp_pat
     assert status["status"] == "failed" and status["error"] == "stopped (KeyboardInterrupt)"
 
 
+# ---- --report-only: what the report reads is checked first -------------------------------------------------------
+
+RFT_TEST = "runs/rft/lr0.0003/seed0/test.json"
+
+
+def _edit_json(key, change):
+    def edit(study):
+        path = study / key
+        record = json.loads(path.read_text())
+        change(record)
+        path.write_text(json.dumps(record))
+
+    return edit
+
+
+def _cut_to_10(record):
+    record["per_problem"] = record["per_problem"][:10]
+    record["n_problems"] = 10
+
+
+REPORT_ONLY_CASES = {
+    "junk test.json": (lambda s: (s / RFT_TEST).write_text("junk"), r"cannot read \S+/runs/rft/\S+/test\.json"),
+    "empty test.json": (lambda s: (s / RFT_TEST).write_text(""), r"cannot read \S+/test\.json"),
+    "a list": (lambda s: (s / RFT_TEST).write_text("[]"), r"test\.json is not an evaluation result: .* got list"),
+    "junk search.json": (lambda s: (s / "search.json").write_text("junk"), r"cannot read \S+/search\.json"),
+    "search.json a list": (lambda s: (s / "search.json").write_text("[1]"), r"search\.json is not the search's"),
+    "cut to 10 problems": (
+        _edit_json(RFT_TEST, _cut_to_10),
+        r"test\.json records n_problems 10, problems listed 10 where the study scores test at n_problems 500",
+    ),
+    "another temperature": (
+        _edit_json(RFT_TEST, lambda r: r["params"].update(temperature=1.0)),
+        r"test\.json records temperature 1\.0 where the study scores test at temperature 0\.7",
+    ),
+    "another model fingerprint": (
+        _edit_json("baselines/fewshot8/test.json", lambda r: r.update(model_fingerprint="0123456789abcdef")),
+        r"fewshot8/test\.json was scored on model fingerprint 0123456789abcdef but \S+/base/test\.json on",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", REPORT_ONLY_CASES)
+def test_report_only_refuses_a_result_it_cannot_report(case, tmp_path, root, monkeypatch, capsys):
+    """Junk, empty or a list where a result is (a traceback before), a result cut to 10 problems (averaged as if it
+    held 500, or a ValueError), one drawn at another temperature or from other weights (reported silently): one line
+    naming the file, before anything is written."""
+    import shutil
+
+    from scripts import run_methods
+
+    monkeypatch.chdir(root)
+    study = tmp_path / "real_study"  # the committed study's records (no plots, no sample caches)
+    shutil.copytree(root / "results" / "real_study", study, ignore=shutil.ignore_patterns("*.png", "*.jsonl"))
+    damage, message = REPORT_ONLY_CASES[case]
+    damage(study)
+    report = (study / "report.md").read_text()
+    argv = ["--study", "configs/real/study.yaml", "--out", str(study), "--report-only"]
+    check_one_line(lambda tmp: run_methods.main(argv), r"--report-only: (\S*/)?" + message, tmp_path, capsys)
+    assert (study / "report.md").read_text() == report
+
+
+# ---- studies: what the YAML says ----------------------------------------------------------------------------------
+
+
+def _study_with(tmp, old: str, new: str) -> Path:
+    text = Path("configs/real/study.yaml").read_text()
+    assert old in text
+    path = tmp / "study.yaml"
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+@pytest.mark.parametrize(
+    "old, new, message",
+    [
+        ("learning_rates:", "learning_rate:", r"study\.yaml: unknown field\(s\) \['learning_rate'\]; expected arms, "),
+        ("\n  fewshot8:", "\n  ../../evil:", r"baselines\.\.\./\.\./evil: '\.\./\.\./evil' cannot be a folder name"),
+    ],
+    ids=["learning_rate for learning_rates", "a baseline named ../../evil"],
+)
+def test_a_study_yaml_is_read_whole(old, new, message, tmp_path, root, monkeypatch, capsys):
+    """An unknown top-level key was ignored (`learning_rate:` ran the study at the default rates); a baseline's name
+    became the folder baselines/<name> unchecked (arm names were checked)."""
+    from scripts import run_methods
+
+    monkeypatch.chdir(root)
+    path = _study_with(tmp_path, old, new)
+    argv = ["--study", str(path), "--out", str(tmp_path / "out"), "--estimate"]
+    check_one_line(lambda tmp: run_methods.main(argv), message, tmp_path, capsys)
+
+
 # ---- silent -> accepted as it should be -----------------------------------------------------------------------------
 
 

@@ -221,6 +221,7 @@ def _baselines(spec, arms: list[Arm], where: str, with_start: bool) -> list[Base
     out = []
     for name, entry in _mapping(spec, where).items():
         at = f"{where}.{name}"
+        path_part(name, at)  # the baseline's name is a folder under --out (baselines/<name>), never a path out of it
         entry = _mapping(entry, at)
         unknown = sorted(set(entry) - set(BASELINE_FIELDS))
         if unknown:
@@ -275,6 +276,25 @@ def _check_n_by(evaluations, names: list[str], where: str) -> None:
                 raise UserError(f"{where}: {evaluation.split}.n_by.{name}: unknown run; expected one of {names}")
 
 
+#: The top-level fields of a study YAML (what `load_study` reads).
+STUDY_FIELDS = (
+    "arms",
+    "learning_rates",
+    "seeds",
+    "search_seed",
+    "validation",
+    "test",
+    "base",
+    "configs",
+    "start",
+    "baselines",
+    "extensions",
+    "expectations",
+    "budget",
+    "signal",
+)
+
+
 def load_study(path: str | Path) -> Study:
     """Parse and check a study YAML; a `UserError` names the file and the field."""
     path = Path(path)
@@ -283,6 +303,9 @@ def load_study(path: str | Path) -> Study:
     data = read_yaml(path, "--study")
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a mapping of study fields")
+    unknown = sorted(str(key) for key in set(data) - set(STUDY_FIELDS))
+    if unknown:  # `learning_rate:` for `learning_rates:` would run the study at the default rates
+        raise UserError(f"{path}: unknown field(s) {unknown}; expected {', '.join(STUDY_FIELDS)}")
     arms = []
     for name, spec in _mapping(_require(data, "arms", str(path)), f"{path}: arms").items():
         where = f"{path}: arms.{name}"
