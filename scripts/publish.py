@@ -58,6 +58,10 @@ def main(argv: list[str]) -> Path | str:
     from grpo_ext.model_files import check_chat_template, check_tokenizer_files
 
     args = parse_args(argv)
+    if args.license is not None:
+        from grpo_ext.hub.card import check_license
+
+        check_license(args.license)  # before anything is built (a newline would write keys into the card's header)
     try:
         validate_repo_id(args.repo_id)
     except ValueError as err:

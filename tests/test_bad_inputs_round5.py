@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from scripts import train
+from scripts import publish, train
 from tests.bad_inputs import CONFIG, check_one_line
+from tests.hub.test_publish import checkpoint, harness_result  # noqa: F401 (checkpoint: a fixture)
 
 TINY = ["--max_steps", "1", "--per_device_train_batch_size", "4", "--num_generations", "2"]
 TINY += ["--max_completion_length", "8", "--train_size", "8", "--disable_tqdm", "true"]
@@ -171,6 +172,70 @@ def test_a_study_yaml_is_read_whole(old, new, message, tmp_path, root, monkeypat
     path = _study_with(tmp_path, old, new)
     argv = ["--study", str(path), "--out", str(tmp_path / "out"), "--estimate"]
     check_one_line(lambda tmp: run_methods.main(argv), message, tmp_path, capsys)
+
+
+# ---- publish.py -----------------------------------------------------------------------------------------------------
+
+
+def _report_of(checkpoint, tmp, **changes):  # noqa: F811
+    from grpo_ext.evaluation.backends import load_fingerprint
+    from grpo_ext.evaluation.report import write_reports
+
+    result = harness_result("outputs/qlora", load_fingerprint(str(checkpoint)))
+    for key, value in changes.items():
+        if isinstance(value, dict):
+            result[key] = {**result[key], **value}
+        else:
+            result[key] = value
+    folder = tmp / "eval"
+    write_reports([result], folder)
+    return str(folder)
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"maj@k": {"4": 0.99}, "pass@k": {"1": 0.5625, "4": 0.667, "16": 0.95}}, r"maj@4 = 0\.99 > pass@4 = 0\.667"),
+        ({"n_problems": 0}, r"n_problems = 0: a report of no problem scores nothing"),
+        ({"params": {"temperature": -3}}, r"params\.temperature = -3 is not a sampling temperature >= 0"),
+    ],
+    ids=["maj@4 above pass@4", "n_problems 0", "temperature -3"],
+)
+def test_publish_refuses_an_eval_report_that_no_harness_wrote(
+    checkpoint,  # noqa: F811
+    tmp_path,
+    capsys,
+    changes,
+    message,
+):
+    report = _report_of(checkpoint, tmp_path, **changes)
+    argv = [str(checkpoint), "--repo-id", "me/x", "--dry-run", "--output-dir", str(tmp_path / "out")]
+    check_one_line(
+        lambda tmp: publish.main([*argv, "--eval-report", report]), r"--eval-report: \S+: " + message, tmp_path, capsys
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_publish_refuses_a_license_with_a_newline(checkpoint, tmp_path, capsys):  # noqa: F811
+    argv = [str(checkpoint), "--repo-id", "me/x", "--dry-run", "--output-dir", str(tmp_path / "out")]
+    trigger = lambda tmp: publish.main([*argv, "--license", "mit\nbase_model: evil/model"])  # noqa: E731
+    check_one_line(
+        trigger, r"--license: 'mit\\nbase_model: evil/model' is not a Hub license identifier", tmp_path, capsys
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_publish_merge_onto_a_base_of_another_shape_is_one_line(checkpoint, tmp_path, capsys, tiny_char_llama):  # noqa: F811
+    """The adapter (of the embedded model, hidden size 128) merged onto a base of hidden size 32: torch's size
+    mismatch was a traceback."""
+    model, tokenizer = tiny_char_llama()
+    base = tmp_path / "other-base"
+    model.save_pretrained(base)
+    tokenizer.save_pretrained(base)
+    argv = [str(checkpoint), "--repo-id", "me/x", "--dry-run", "--output-dir", str(tmp_path / "out"), "--merge"]
+    message = r"--merge: the adapter in \S+ does not fit the base model '\S+other-base' \(RuntimeError: size mismatch"
+    check_one_line(lambda tmp: publish.main([*argv, "--base-model", str(base)]), message, tmp_path, capsys)
+    assert not (tmp_path / "out").exists()
 
 
 # ---- silent -> accepted as it should be -----------------------------------------------------------------------------

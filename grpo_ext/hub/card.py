@@ -8,11 +8,13 @@ section comes from the harness's `report.json`, read by `grpo_ext.evaluation.rep
 from __future__ import annotations
 
 import os
+import re
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from grpo_ext.errors import UserError
 from grpo_ext.evaluation.registry import headline_entries
 from grpo_ext.evaluation.report import metric_table, read_report
 from grpo_ext.hub.training import is_embedded, is_hub_id, task_dataset, trained_with, trainer_summary
@@ -190,6 +192,18 @@ def _eval_section(report: dict | None) -> str:
     )
 
 
+def check_license(license) -> str:
+    """`license` as the card's metadata takes it: one Hub license identifier (`apache-2.0`, `mit`, `cc-by-4.0`,
+    `other`: lower-case letters, digits, `.`, `-`, `+`), else a `UserError`: a newline would write keys of its own
+    into the card's YAML header."""
+    if not isinstance(license, str) or not re.fullmatch(r"[a-z0-9][a-z0-9.+-]{0,63}", license):
+        raise UserError(
+            f"--license: {license!r} is not a Hub license identifier (one word of lower-case letters, digits, '.', "
+            "'-' or '+', e.g. apache-2.0, mit, cc-by-4.0, other)"
+        )
+    return license
+
+
 def build_model_card(
     checkpoint_dir: str | os.PathLike | None,
     repo_id: str,
@@ -223,6 +237,7 @@ def build_model_card(
     tags += [t for t in (extra_tags or []) if t not in tags]
     if license is None:
         license = "apache-2.0" if is_embedded(base) else "other"
+    check_license(license)
     name = repo_id.split("/")[-1]
 
     card_data = ModelCardData(

@@ -5,9 +5,10 @@ A card states that *this* checkpoint scored these numbers, so a report is taken 
   adapter's base too; `grpo_ext.evaluation.backends.load_fingerprint`) is the checkpoint's as the harness loads it,
   its adapter's base quantised as trained or in full precision. A report of another model (the base's report put
   into an adapter's card) or one without a fingerprint cannot vouch for it;
-- its numbers are possible: every pass@k and maj@k in [0, 1], and pass@k non-decreasing in k (more samples never
-  solve fewer problems; so pass@1 <= pass@k). maj@k may fall as k grows and may exceed pass@k at another k: it is
-  not checked against them;
+- its numbers are possible: every pass@k and maj@k in [0, 1], pass@k non-decreasing in k (more samples never
+  solve fewer problems; so pass@1 <= pass@k), maj@k <= pass@k at the same k (a majority that is right needs a right
+  sample), at least one problem scored (`n_problems`) and a sampling temperature >= 0. maj@k may fall as k grows and
+  may exceed pass@k at another k: it is not checked against them;
 - its strings are plain: `task_id` and the other names are one line without markdown code delimiters (the card
   escapes what it prints anyway, `grpo_ext.hub.card`).
 """
@@ -18,7 +19,7 @@ import os
 from pathlib import Path
 
 from grpo_ext.errors import UserError, user_input
-from grpo_ext.evaluation.registry import PASS_AT_K, headline_entries
+from grpo_ext.evaluation.registry import MAJ_AT_K, PASS_AT_K, headline_entries
 from grpo_ext.evaluation.report import metric_table, read_report
 
 __all__ = ["read_checked_report"]
@@ -70,6 +71,23 @@ def _check_numbers(report: dict, where: str) -> None:
                 f"{PASS_AT_K.name} cannot fall as k grows (more samples never solve fewer problems): not a report of "
                 "the harness"
             )
+    majority = metric_table(report, MAJ_AT_K.name, where)
+    above = [k for k in majority if k in pass_at and majority[k] > pass_at[k] + 1e-9]
+    if above:  # per problem, the majority answer is right in a k-subset only if some sample of it is
+        k = above[0]
+        raise UserError(
+            f"{where}: {MAJ_AT_K.at(k)} = {majority[k]} > {PASS_AT_K.at(k)} = {pass_at[k]}; a majority of k samples "
+            "is right only where one of them is: not a report of the harness"
+        )
     n = report.get("n")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1 or (ks and ks[-1] > n):
         raise UserError(f"{where}: n = {n!r} is not a number of samples >= every k ({ks})")
+    problems = report.get("n_problems")
+    if isinstance(problems, bool) or not isinstance(problems, int) or problems < 1:
+        raise UserError(f"{where}: n_problems = {problems!r}: a report of no problem scores nothing")
+    params = report.get("params")
+    temperature = params.get("temperature") if isinstance(params, dict) else None
+    if temperature is not None and (
+        isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature < 1e6
+    ):
+        raise UserError(f"{where}: params.temperature = {temperature!r} is not a sampling temperature >= 0")

@@ -222,7 +222,15 @@ def write_merged(checkpoint: Path, dest: Path, base: str, dtype: str | None) -> 
         model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32, device_map=None)
     except OSError as err:  # a hub id while offline, a folder that moved: say which base, not a traceback
         raise PublishError(f"--merge: cannot load the base model {base!r} ({err}); pass --base-model") from err
-    model = PeftModel.from_pretrained(model, str(checkpoint)).merge_and_unload()
+    try:
+        model = PeftModel.from_pretrained(model, str(checkpoint)).merge_and_unload()
+    except (RuntimeError, ValueError, KeyError) as err:  # torch's "size mismatch for ...", peft's missing modules
+        reason = str(err).strip().splitlines()
+        detail = next((line.strip() for line in reason if "size mismatch" in line), reason[0] if reason else "")
+        raise PublishError(
+            f"--merge: the adapter in {checkpoint} does not fit the base model {base!r} ({type(err).__name__}: "
+            f"{detail}); pass the --base-model it was trained on"
+        ) from err
     target = getattr(torch, dtype) if dtype else stored if isinstance(stored, torch.dtype) else torch.float32
     model = model.to(target)
     if getattr(model.config, "quantization_config", None) is not None:
