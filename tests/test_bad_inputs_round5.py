@@ -259,6 +259,49 @@ def test_real_model_wheel_is_checked_by_its_size_before_it_is_hashed(wheel, tmp_
     check_one_line(lambda tmp: real_model.main(["--wheel", wheel]), message, tmp_path, capsys)
 
 
+# ---- the harness (evals/passk_majk.py) ------------------------------------------------------------------------------
+
+HARNESS = ["--n", "2", "--k", "1,2", "--limit", "2", "--no-progress"]
+
+
+def passk_majk(*flags):
+    from grpo_ext.evaluation.passk_majk import main
+
+    return lambda tmp: main([*HARNESS, "--out", str(tmp / "eval"), *flags])
+
+
+def test_the_harness_refuses_a_stop_string_the_model_cannot_write(tmp_path, capsys):
+    """Training refuses it (grpo_ext.rollouts); the harness took it and reported samples cut at the length cap."""
+    message = r"--stop \(--model embedded\): 'Question:' holds characters this model's tokenizer cannot write"
+    check_one_line(passk_majk("--stop", "Question:"), message, tmp_path, capsys)
+
+
+def test_the_harness_refuses_a_byte_identical_copy_of_a_model(tmp_path, capsys):
+    import shutil
+
+    from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
+
+    copy = tmp_path / "copy"
+    shutil.copytree(EMBEDDED_MODEL_DIR, copy)
+    message = r"--model \S+/copy holds the same files as --model embedded \(model fingerprint [0-9a-f]{16}"
+    check_one_line(passk_majk("--model", "embedded", "--model", str(copy)), message, tmp_path, capsys)
+    assert not (tmp_path / "eval").exists()
+
+
+def test_the_harness_bounds_bootstrap_resamples(tmp_path, capsys):
+    message = r"--bootstrap-resamples must be <= 1000000 .*got 1000000000"
+    check_one_line(passk_majk("--bootstrap-resamples", "1000000000"), message, tmp_path, capsys)
+
+
+def test_two_harness_runs_never_write_one_out_at_once(tmp_path, capsys):
+    """Both printed "wrote report.md" (issue 52): the second is refused while the first holds the folder
+    (run_folder.OutputFolder, whose lock the harness holds for the whole run)."""
+    from grpo_ext.run_folder import OutputFolderLock
+
+    with OutputFolderLock(tmp_path / "eval"):  # what a first run holds while it samples
+        check_one_line(passk_majk(), r"--out: .*eval.* (in use|another run)", tmp_path, capsys)
+
+
 # ---- silent -> accepted as it should be -----------------------------------------------------------------------------
 
 

@@ -103,6 +103,11 @@ def _per_problem(values, name: str) -> np.ndarray:
     return arr
 
 
+#: The most resamples an interval is drawn from: 100 times the default, far past where a 95% percentile interval
+#: settles; 1e9 would run for days and hold gigabytes, with the same interval.
+MAX_RESAMPLES = 1_000_000
+
+
 def _check_resampling(n_resamples, seed) -> tuple[int, int]:
     for name, value in (("n_resamples", n_resamples), ("seed", seed)):
         if isinstance(value, (bool, np.bool_)):
@@ -113,6 +118,8 @@ def _check_resampling(n_resamples, seed) -> tuple[int, int]:
             raise TypeError(f"{name} must be an integer, got {type(value).__name__} ({value!r})") from None
     if n_resamples < 1:
         raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
+    if n_resamples > MAX_RESAMPLES:
+        raise ValueError(f"n_resamples must be <= {MAX_RESAMPLES}, got {n_resamples}")
     if seed < 0:
         raise ValueError(f"seed must be >= 0 (numpy's default_rng), got {seed}")
     return int(n_resamples), int(seed)

@@ -294,6 +294,7 @@ class ReportSettings:
 def report_settings(args: argparse.Namespace) -> ReportSettings:
     """The flags of :func:`add_report_arguments`, checked (errors name the flag)."""
     from grpo_ext.evaluation.analysis import SOLVED_THRESHOLD, BootstrapSettings
+    from grpo_ext.evaluation.bootstrap import MAX_RESAMPLES
     from grpo_ext.evaluation.scoring import DEFAULT_TAUS, check_taus
 
     try:
@@ -302,6 +303,11 @@ def report_settings(args: argparse.Namespace) -> ReportSettings:
         raise UserError(f"--tau: {err}") from None
     if args.bootstrap_resamples < 1:
         raise UserError(f"--bootstrap-resamples must be >= 1, got {args.bootstrap_resamples}")
+    if args.bootstrap_resamples > MAX_RESAMPLES:
+        raise UserError(
+            f"--bootstrap-resamples must be <= {MAX_RESAMPLES} (the default 10000 settles a 95% interval), got "
+            f"{args.bootstrap_resamples}"
+        )
     if args.bootstrap_seed < 0:
         raise UserError(f"--bootstrap-seed must be >= 0, got {args.bootstrap_seed}")
     threshold = SOLVED_THRESHOLD if args.solved_threshold is None else args.solved_threshold

@@ -33,7 +33,15 @@ from grpo_ext.tasks.base import Task
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["check_ks", "check_problems_fit", "evaluate_model", "load_problems", "score_samples", "validate_problems"]
+__all__ = [
+    "check_ks",
+    "check_problems_fit",
+    "check_stops_writable",
+    "evaluate_model",
+    "load_problems",
+    "score_samples",
+    "validate_problems",
+]
 
 
 def check_ks(ks: Iterable[int], n: int) -> tuple[list[int], list[int]]:
@@ -130,6 +138,24 @@ def check_problems_fit(backend: Backend, problems: Sequence[dict], max_new_token
         source=what,
         names=[f"problem id {p['problem_id']}" for p in problems],
     )
+
+
+def check_stops_writable(backend: Backend, stops: Sequence[str], what: str) -> None:
+    """Every stop string is one the model's tokenizer can write, as training requires (`grpo_ext.rollouts`): a string
+    it encodes with its unknown token (`Question:` for the embedded model's digits-and-signs vocabulary) would never
+    end a sample, and the run would report samples cut at the length cap as if the stop had been honoured. A backend
+    without a tokenizer in this process (vLLM) is not checked here."""
+    from grpo_ext.rollouts import _check_writable
+
+    tokenizer = getattr(backend, "tokenizer", None)
+    if tokenizer is None:
+        return
+    for stop in stops or ():
+        try:
+            _check_writable(stop, tokenizer)
+        except UserError as err:
+            reason = str(err).partition(": ")[2]
+            raise UserError(f"--stop ({what}): {reason}; give a stop string it can write, or --stop none") from None
 
 
 def score_samples(

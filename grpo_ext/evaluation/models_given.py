@@ -3,6 +3,8 @@
 - each resolves (a missing folder is named);
 - no model is given twice, however it is spelled: ``./x``, ``x/``, an absolute path, a symlink to it, ``embedded`` and
   the embedded folder are one model, and comparing a model with itself would report a difference of zero as a result;
+  nor twice under two folders: a byte-identical copy (the same model fingerprint: config, tokenizer, every byte of the
+  weights, an adapter's base) draws the same samples;
 - a folder whose training run did not finish (``grpo_ext_run.json``: ``running``, or ``failed``: killed, a full disk,
   no reward scored) is refused, naming the folder and the status, unless ``--allow-unfinished``; then a warning says
   so on the terminal and in the report.
@@ -50,6 +52,7 @@ def check_models(models: Sequence[str], *, allow_unfinished: bool = False) -> di
     """Checks ``models`` (the ``--model`` values) as the module docstring says; returns ``{model: warning}`` for the
     unfinished runs ``allow_unfinished`` lets through."""
     seen: dict[str, str] = {}
+    copies: dict[str, str] = {}  # model fingerprint -> the --model first given with it
     warnings: dict[str, str] = {}
     for name in models:
         if not name.strip():
@@ -61,6 +64,15 @@ def check_models(models: Sequence[str], *, allow_unfinished: bool = False) -> di
                 f"--model {name} {same} ({identity}): a model would be compared with itself; give each model once"
             )
         seen[identity] = name
+        fingerprint = _fingerprint(identity)
+        if fingerprint is not None and fingerprint in copies:
+            raise UserError(
+                f"--model {name} holds the same files as --model {copies[fingerprint]} (model fingerprint "
+                f"{fingerprint}: config, tokenizer and every byte of the weights): a copy would be compared with "
+                "itself; give each model once"
+            )
+        if fingerprint is not None:
+            copies[fingerprint] = name
         message = unfinished_run(f"--model {name}", identity)
         if message is None:
             continue
@@ -71,3 +83,10 @@ def check_models(models: Sequence[str], *, allow_unfinished: bool = False) -> di
         warnings[name] = f"{message}: scored anyway (--allow-unfinished)"
         print(f"warning: {warnings[name]}", file=sys.stderr, flush=True)
     return warnings
+
+
+def _fingerprint(identity: str) -> str | None:
+    """The model fingerprint of a local folder (what the harness records; hashed once a process), else None."""
+    from grpo_ext.evaluation.cache import model_fingerprint
+
+    return model_fingerprint(identity) if Path(identity).is_dir() else None

@@ -123,7 +123,7 @@ def main(argv: list[str]) -> dict:
 def _run(args, argv, settings, report, problems, models, unfinished, out: Path) -> dict:
     """Sample (or read back from the cache) every model, then write the reports into `out`, held by `main`."""
     from grpo_ext.evaluation.backends import load_backend
-    from grpo_ext.evaluation.harness import check_problems_fit, evaluate_model
+    from grpo_ext.evaluation.harness import check_problems_fit, check_stops_writable, evaluate_model
     from grpo_ext.evaluation.registry import MAJ_AT_K, PASS_AT_K
     from grpo_ext.evaluation.report import crossover_text, read_comparisons, write_reports
     from grpo_ext.io import portable_path
@@ -134,6 +134,7 @@ def _run(args, argv, settings, report, problems, models, unfinished, out: Path) 
             model, args.backend, trust_remote_code=args.trust_remote_code, adapter_base=args.adapter_base
         )
         check_problems_fit(backend, problems, settings.params.max_new_tokens, f"--model {model}")
+        check_stops_writable(backend, settings.params.stop, f"--model {model}")
         result = evaluate_model(
             backend,
             settings.task,
