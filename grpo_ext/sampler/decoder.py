@@ -52,33 +52,8 @@ def _forward_accepts(model, name: str) -> bool:
 
 
 # ---- PEFT LoRA layers while decoding -------------------------------------------------------------------------
-#
-# The forward of a PEFT LoRA layer while the sampler decodes: the adapter's product in the base weights' dtype.
-#
-# PEFT's ``lora.Linear`` computes ``base(x) + lora_B(lora_A(dropout(x))) * scaling``, casting ``x`` to the adapter's
-# dtype first and the sum back after. On a bf16 base (`cpu_bf16`, the study's evaluations) the adapter stays float32
-# (PEFT's ``autocast_adapter_dtype``, so that AdamW's state is float32), so every projection of every decode step
-# casts its input up, runs two small float32 matmuls, adds in float32 and casts down: about ten small ops beside the
-# base's one matmul. Measured on SmolLM2-135M (bf16, LoRA r16 on every projection, 64 slots, one thread) PEFT's
-# forward samples at ~0.80x the base's rate; this one, with ``A`` and ``scaling * B`` cast to the base's dtype once a
-# call (concatenated over the active adapters), two ops (``x @ A^T``, then ``addmm`` into the base's output) at ~0.89x.
-#
-# What it changes in the numbers: ``A``, ``scaling * B`` and ``x @ A^T`` are rounded to the base's dtype (in float32,
-# a float32 base, nothing is: only the order of two float32 additions differs). The layer's output is rounded to that
-# dtype by PEFT too, so in bf16 the adapter's share ``x @ A^T @ B^T`` (small beside ``x @ W^T``) carries a relative
-# error of ~2^-8 where the output already carries 2^-9 of its whole size. The update is kept whole, which merging
-# the adapter into bf16 weights does not: most entries of a short run's ``scaling * B @ A`` are below half a bf16 step
-# of their weight and round away (measured on an SFT adapter of the real study: 58% of the weights unchanged by the
-# merge, 58% relative error on the update). ``benchmarks/lora_sampling.py`` measures the per-token log-prob gap and
-# pass@1 of both paths on the real model; ``SamplingParams.lora = "peft"`` keeps PEFT's own forward.
-#
-# :class:`LoraSampling` finds the layers once a sampler call and switches their forward for the duration of one
-# forward pass (:meth:`LoraSampling.active`), as :func:`~grpo_ext.sampler.decode_attention.cpu_decode_attention`
-# switches the attention: the trainer's forward and backward passes, and anything that runs the model between two
-# of the sampler's steps, see PEFT's own layers. Cast weights are rebuilt when an adapter weight changed in place
-# since (its version counter), so an optimizer step between two calls (or two steps) is never sampled stale.
 
-#: ``base_dtype``: the product in the base weights' dtype (this module); ``peft``: PEFT's own forward.
+#: ``base_dtype``: the adapter's product in the base weights' dtype (:class:`LoraSampling`); ``peft``: PEFT's forward.
 LORA_MODES = ("base_dtype", "peft")
 
 
@@ -107,8 +82,31 @@ def _plain_adapters(layer) -> list[str] | None:
 
 
 class LoraSampling:
-    """The LoRA layers of ``model`` whose forward the sampler replaces (none for a model without PEFT LoRA layers,
-    or with ``mode`` ``peft``); :meth:`active` switches them for one forward pass."""
+    """The PEFT LoRA layers of ``model`` whose forward the sampler replaces while it decodes (none for a model without
+    them, or with ``mode`` ``peft``); :meth:`active` switches them for one forward pass.
+
+    PEFT's ``lora.Linear`` computes ``base(x) + lora_B(lora_A(dropout(x))) * scaling``, casting ``x`` to the adapter's
+    dtype and the sum back. Beside a bf16 base (`cpu_bf16` training, the study's `dtype: bfloat16` evaluations) the
+    adapter is float32 (PEFT's ``autocast_adapter_dtype``), so each projection of each step runs about ten small ops
+    beside the base's matmul, and on a CPU a small matmul costs ~30 us whatever its size: a SmolLM2-135M decode step
+    at 64 rows (one thread) took 0.73x the base's rate. Here ``A`` and ``scaling * B`` are cast to the base weight's
+    dtype once a call (concatenated over the active adapters: their products sum) and, on a CPU, the base's product
+    and the adapter's are one matmul, ``[x, x A^T] @ [W, scaling B]^T`` (a copy of the weights while sampling, as a
+    merge into a bf16 copy would take): 0.87x. Elsewhere ``x A^T`` is added into the base's output (``addmm``).
+
+    What it changes in the numbers: ``A``, ``scaling * B`` and ``x A^T`` are rounded to the base's dtype (a float32
+    base: nothing is, only the order of float32 additions moves). The output is rounded to that dtype by PEFT too, and
+    the adapter's share of it is small, so the change is below the bf16 base's own rounding (tests/sampler/
+    test_lora_sampling.py; ``benchmarks/lora_sampling.py`` on the real model: per-token log-probs, paired pass@1). The
+    update is kept whole, which a merge into bf16 weights does not do: most entries of a short run's update are
+    below half a bf16 step of their weight and round away (an SFT adapter of the real study: 58% of the weights
+    unchanged by the merge, the merged update 58% off in norm).
+
+    Why only for one pass at a time: the trainer's forward and backward passes, and anything that runs the model
+    between two of the sampler's steps, see PEFT's own layers (gradients flow to the adapter there). The cast copies
+    are built again when an adapter weight changed in place since (its version counter): an optimizer step between two
+    generation rounds is never sampled stale.
+    """
 
     def __init__(self, model, mode: str = "base_dtype"):
         if mode not in LORA_MODES:
