@@ -58,8 +58,9 @@ def last_position_only(keep_logits: dict, width: int, device) -> dict:
     ``torch.matmul`` (2.13) folds a strided 3-D input into one ``mm`` only when the weight requires a gradient. A
     frozen head (every PEFT model: the base is frozen; the trainer's policy) is instead expanded to ``[B, d, V]`` and
     copied for a ``bmm``: measured on SmolLM2-135M in bf16 (one thread), 1.4 s for 16 prompts against 7 ms folded,
-    what made a LoRA adapter sample at a third of its base's rate. An index gathers a contiguous ``[B, 1, d]``: the
-    same numbers, one ``mm``. A one-position forward (a decode step) has no strided view and keeps the integer.
+    the larger part of a LoRA adapter's slowdown against its base (``benchmarks/lora_sampling.py``, side ``before``).
+    An index gathers a contiguous ``[B, 1, d]``: the same numbers, one ``mm``. A one-position forward (a decode step)
+    has no strided view and keeps the integer.
     """
     if keep_logits.get("logits_to_keep") != 1 or width == 1:
         return keep_logits
