@@ -37,6 +37,7 @@ __all__ = [
     "compact_log_history",
     "resolved_config",
     "save_resolved_config",
+    "sigterm_as_exit",
     "training_run",
 ]
 
@@ -148,10 +149,11 @@ class TrainingRun:
 
 
 @contextlib.contextmanager
-def _sigterm_as_exit() -> Iterator[None]:
+def sigterm_as_exit() -> Iterator[None]:
     """SIGTERM (a scheduler's or `kill`'s stop) raises `SystemExit(143)` in the main thread, as Ctrl-C raises
     `KeyboardInterrupt`: the run's record then says `failed` instead of `running` forever, and the exit code stays
-    a signal's (128 + 15). Elsewhere (not the main thread) the handler cannot be set and nothing changes."""
+    a signal's (128 + 15). Elsewhere (not the main thread) the handler cannot be set and nothing changes. Also
+    scripts/search.py's, so that it stops its running child on the way out."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -190,7 +192,7 @@ def training_run(trainer, task_args, model_args) -> Iterator[TrainingRun]:
     """
     run = TrainingRun(trainer, task_args, model_args, trainer.accelerator.is_main_process)
     callbacks = [_StatusAtCheckpoints(run), _FiniteWeights(trainer)]
-    with _sigterm_as_exit():  # set before `running` is written: no kill leaves the record saying `running`
+    with sigterm_as_exit():  # set before `running` is written: no kill leaves the record saying `running`
         run.write_status("running", max_steps=trainer.args.max_steps)
         for callback in callbacks:
             trainer.add_callback(callback)

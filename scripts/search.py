@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -61,11 +62,47 @@ def _run(argv: list[str], log: Path) -> None:
 
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("a") as out:  # appended: a resumed run's log follows what the stopped one wrote
-        code = subprocess.run([sys.executable, *argv], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT).returncode
+        child = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            code = child.wait()
+        except BaseException:  # SIGTERM (as SystemExit, see `main`), Ctrl-C: the child stops with the search
+            _stop(child)
+            raise
     if code != 0:
         last = next((line for line in reversed(log.read_text().splitlines()) if line.strip()), "").strip()
         last = last.removeprefix("error: ").removesuffix(" (rerun with --debug for the traceback)")
         raise UserError(f"{argv[0]} failed (exit {code}): {last} (whole output: {log})")
+
+
+def _canonical(argv: list[str] | None) -> list[str] | None:
+    """A command as it acts: every argument that names a path (one that exists, or holds a separator) as its real
+    path, so `--out runs/s`, `--out ./runs/s/` and `--out /abs/runs/s` make the same commands (each spelling refused
+    the others' finished runs and reports as "another command")."""
+    if argv is None:
+        return None
+    return [os.path.realpath(a) if a and not a.startswith("-") and ("/" in a or os.path.exists(a)) else a for a in argv]
+
+
+def _same_command(recorded, argv: list[str]) -> bool:
+    """Whether `recorded` (an argv list, or a command line "python ...") is `argv`, however its paths are spelled."""
+    if isinstance(recorded, str):
+        try:
+            recorded = shlex.split(recorded)[1:]  # "python" first
+        except ValueError:
+            return False
+    return isinstance(recorded, list) and _canonical(recorded) == _canonical(argv)
+
+
+def _stop(child: subprocess.Popen) -> None:
+    """Stop `child` (a training or harness run) and wait for it: SIGTERM, then SIGKILL after 30 s. A child left running
+    kept training into the search's folder, and the rerun failed on its log line."""
+    if child.poll() is None:
+        child.terminate()
+        try:
+            child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
 
 
 def _read_json(path: Path) -> dict | None:
@@ -103,13 +140,13 @@ def _train(train: list[str], folder: Path, save_steps: int) -> None:
     model, made = folder / "model", _recorded(folder)
     status = read_run_status(model)
     if (status or {}).get("status") == "complete":
-        if made != train:
+        if not _same_command(made, train):
             raise UserError(
                 f"{model}: trained by {made or 'another command'}, not by {train}: remove it or use another --out"
             )
         return
     shutil.rmtree(folder / "validation", ignore_errors=True)  # scores of an earlier model in this folder
-    checkpoint = last_checkpoint(model) if made == train else None
+    checkpoint = last_checkpoint(model) if made is not None and _same_command(made, train) else None
     if checkpoint:
         again = ["--resume_from_checkpoint", checkpoint]
         print(f"training {folder.name} (resumed from {Path(checkpoint).name})", flush=True)
@@ -152,7 +189,7 @@ def _evaluate(models: list[str], split: str, args, out: Path) -> dict:
     argv = _harness_argv(models, split, args, out)
     command = "python " + shlex.join(argv)  # what the harness records as its command
     report = _report(out)
-    if report is not None and report.get("command") != command:  # first: another pick is not "the same, changed"
+    if report is not None and not _same_command(report.get("command"), argv):  # another pick is not "changed"
         raise UserError(
             f"{out / 'report.json'}: made by `{report.get('command')}`, not by `{command}` (another pick, split or "
             "evaluation setting): remove it or use another --out"
@@ -198,20 +235,21 @@ def test_looks(owner, previous: dict | None) -> list[dict]:
     return [{"command": report.get("command"), "fingerprints": [m.get("model_fingerprint") for m in models]}]
 
 
-def _test(models: list[str], args, owner, looks: list[dict]) -> tuple[dict, list[dict]]:
-    """The test report of ``models`` (base, pick) and the ledger of looks at test with this one. The same look (same
-    command, same weights) is read back or resumed; any other look after one is refused unless --test-again, and
-    then the earlier test folder is kept aside (``test.<k>``), not replaced."""
+def _look(models: list[str], args, owner, looks: list[dict]) -> tuple[dict, int | None]:
+    """This look at test (``models``: base, pick) and the index of the same earlier look (same command, however its
+    paths are spelled, same weights), or None for a new one; a new look after one is refused unless --test-again.
+    Decided before search.json is written: a refused look leaves the search's record, search.md and test/ as they
+    were (search.json was rewritten with the new pick and no test while search.md and test/ said otherwise)."""
     from grpo_ext.errors import UserError
 
     folder = owner.path("test")
-    look = {"command": "python " + shlex.join(_harness_argv(models, "test", args, folder))}
-    look["fingerprints"] = _fingerprints(models)
+    argv = _harness_argv(models, "test", args, folder)
+    look = {"command": "python " + shlex.join(argv), "fingerprints": _fingerprints(models)}
     known = next(
         (
             i
             for i, seen in enumerate(looks)
-            if seen.get("command") == look["command"] and seen.get("fingerprints") == look["fingerprints"]
+            if _same_command(seen.get("command"), argv) and seen.get("fingerprints") == look["fingerprints"]
         ),
         None,
     )
@@ -221,6 +259,15 @@ def _test(models: list[str], args, owner, looks: list[dict]) -> tuple[dict, list
             "scoring this pick too would look at test twice: pass --test-again to do it on purpose (search.json and "
             "search.md then list every look)"
         )
+    return look, known
+
+
+def _test(models: list[str], args, owner, looks: list[dict], seen: tuple[dict, int | None]) -> tuple[dict, list[dict]]:
+    """The test report of ``models`` (base, pick) and the ledger of looks at test with this one (`_look`'s `seen`).
+    The same look is read back or resumed; a new one keeps the earlier test folder aside (``test.<k>``), never
+    replaced."""
+    folder = owner.path("test")
+    look, known = seen
     if known is None:
         report = _read_json(folder / "report.json")
         if report is not None:  # another look's report: kept aside, never replaced
@@ -240,6 +287,7 @@ def main(argv: list[str]) -> dict:
     from grpo_ext.errors import UserError, read_yaml
     from grpo_ext.methods.search_grid import check_settings, check_train_args, is_search_folder, parse_grid
     from grpo_ext.run_folder import OutputFolder
+    from grpo_ext.run_record import sigterm_as_exit
 
     args = _parse_args(argv)
     grid = parse_grid(args.grid)
@@ -259,7 +307,10 @@ def main(argv: list[str]) -> dict:
     for split in ("validation", "test") if args.test else ("validation",):  # before any training
         _check_harness_argv(_harness_argv([base], split, args, out / split))
     check_settings(args.config, grid, train_args, seeding)  # the protected fields, on the parsed arguments
-    with OutputFolder(out, writer="scripts/search.py", field_name="--out", adopt=is_search_folder) as folder:
+    with (
+        sigterm_as_exit(),  # SIGTERM as SystemExit(143): the running child is stopped (`_run`), the lock released
+        OutputFolder(out, writer="scripts/search.py", field_name="--out", adopt=is_search_folder) as folder,
+    ):
         return _search(args, grid, train_args, seeding, config, base, folder)
 
 
@@ -345,6 +396,16 @@ def _search(args, grid, train_args, seeding, config, base, owner) -> dict:
         "pick": {"slug": slug_of(chosen), **chosen},
         "test_looks": looks,  # every look at test from this --out, kept across runs
     }
+    if args.test:  # the pick's test run trained, and this look at test allowed, before the record is rewritten
+        folder = owner.path("runs", record["pick"]["slug"], "model")
+        if seeding:  # the pick at the config's own seed: a run the search never scored
+            flags = [a for name, value in chosen.items() for a in (f"--{name}", value)]
+            folder = owner.path("test_run", "model")
+            train = ["scripts/train.py", "--config", args.config, "--output_dir", str(folder)]
+            print("training the pick at the config's seed (test run)", flush=True)
+            _train([*train, *train_args, *flags, "--disable_tqdm", "true"], owner.path("test_run"), args.save_steps)
+        tested = [base, str(folder)]
+        seen = _look(tested, args, owner, looks)
     atomic_write_json(owner.path("search.json"), record)  # written before any test number exists
     lines = [
         f"# Search of `{args.config}` on validation",
@@ -359,14 +420,7 @@ def _search(args, grid, train_args, seeding, config, base, owner) -> dict:
         mark = " **(pick)**" if slug == record["pick"]["slug"] else ""
         lines.append(f"| {slug}{mark} | {score:.3f} | {record['pass@n'][slug]:.3f} |")
     if args.test:
-        folder = owner.path("runs", record["pick"]["slug"], "model")
-        if seeding:  # the pick at the config's own seed: a run the search never scored
-            flags = [a for name, value in chosen.items() for a in (f"--{name}", value)]
-            folder = owner.path("test_run", "model")
-            train = ["scripts/train.py", "--config", args.config, "--output_dir", str(folder)]
-            print("training the pick at the config's seed (test run)", flush=True)
-            _train([*train, *train_args, *flags, "--disable_tqdm", "true"], owner.path("test_run"), args.save_steps)
-        test, looks = _test([base, str(folder)], args, owner, looks)
+        test, looks = _test(tested, args, owner, looks, seen)
         where = f"{args.test_limit} test problems, n = {args.test_n}"
         if seeding:
             where += f"; the pick trained again at the config's seed {config.get('seed', 42)}, not the search's"

@@ -3,6 +3,8 @@ field or file (exit 2), Ctrl-C as "stopped" (exit 130), and silent acceptances n
 through the entry point the user runs (`run_cli` with the script's `main`, or the script itself)."""
 
 import json
+import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -300,6 +302,91 @@ def test_two_harness_runs_never_write_one_out_at_once(tmp_path, capsys):
 
     with OutputFolderLock(tmp_path / "eval"):  # what a first run holds while it samples
         check_one_line(passk_majk(), r"--out: .*eval.* (in use|another run)", tmp_path, capsys)
+
+
+# ---- scripts/search.py ---------------------------------------------------------------------------------------------
+
+
+def _stub_search(monkeypatch):
+    """scripts/search.py with its training and harness stood in for: a run finishes at once, a report is complete; the
+    calls are returned. Scores come from the model's path (3e-4 best)."""
+    from grpo_ext.checkpoints import write_run_status
+    from tests.scripts.test_search_script import search
+
+    calls = []
+
+    def run(argv, log):
+        calls.append(argv)
+        if argv[0] == "scripts/train.py":
+            model = Path(argv[argv.index("--output_dir") + 1])
+            model.mkdir(parents=True, exist_ok=True)
+            write_run_status(model, "complete", global_step=1)
+            return
+        out = Path(argv[argv.index("--out") + 1])
+        out.mkdir(parents=True, exist_ok=True)
+        given = [argv[i + 1] for i, a in enumerate(argv) if a == "--model"]
+        models = [{"model": m, "model_fingerprint": search._fingerprints([m])[0]} for m in given]
+        report = {"complete": True, "command": "python " + shlex.join(argv), "models": models}
+        (out / "report.json").write_text(json.dumps(report))
+
+    monkeypatch.setattr(search, "_run", run)
+    monkeypatch.setattr(search, "_fingerprints", lambda models: [os.path.realpath(m) for m in models])
+    monkeypatch.setattr(
+        search, "_score", lambda report, metric, model=0: 0.5 if "3e-4" in report["models"][model]["model"] else 0
+    )
+    return search, calls
+
+
+def test_a_refused_second_look_at_test_leaves_search_json_as_it_was(root, tmp_path, monkeypatch):
+    """The grid reordered after a test: its pick is another run, so testing it is a second look, refused; search.json
+    was rewritten anyway (new pick, no test) while search.md and test/ still described the first."""
+    from grpo_ext.errors import UserError
+
+    search, _ = _stub_search(monkeypatch)
+    monkeypatch.chdir(root)
+    out = tmp_path / "s"
+    argv = ["--config", "configs/default.yaml", "--out", str(out), "--test", "--limit", "2", "--n", "2"]
+    search.main([*argv, "--grid", "learning_rate=1e-4,3e-4"])
+    before = {name: (out / name).read_bytes() for name in ("search.json", "search.md")}
+    with pytest.raises(UserError, match="would look at test twice: pass --test-again"):
+        search.main([*argv, "--grid", "learning_rate=3e-5,1e-4"])  # pick: 1e-4 (3e-4 no longer in the grid)
+    assert {name: (out / name).read_bytes() for name in before} == before
+
+
+def test_the_same_out_spelled_another_way_takes_its_own_finished_runs(root, tmp_path, monkeypatch):
+    """`--out s`, then `--out x/../s`: the runs, reports and test of the first are the second's (it refused them as
+    "trained by another command")."""
+    search, calls = _stub_search(monkeypatch)
+    monkeypatch.chdir(root)
+    (tmp_path / "x").mkdir()
+    argv = ["--config", "configs/default.yaml", "--test", "--limit", "2", "--n", "2"]
+    argv += ["--grid", "learning_rate=1e-4,3e-4"]
+    first = search.main([*argv, "--out", str(tmp_path / "s")])
+    done = len(calls)
+    again = search.main([*argv, "--out", str(tmp_path / "x" / ".." / "s") + "/"])
+    assert len(calls) == done, calls[done:]  # nothing trained or scored again
+    assert again["pick"] == first["pick"] and again["scores"] == first["scores"]
+    assert (again["test"]["base"], again["test"]["pick"]) == (first["test"]["base"], first["test"]["pick"])
+    assert len(again["test_looks"]) == 1
+
+
+def test_sigterm_stops_the_search_and_its_training_child(python, root, tmp_path):
+    """The search was killed and its train.py child trained on; a rerun then failed on the orphan's log line. Now the
+    child is stopped with the search: its run record says it was stopped by SIGTERM, and the search exits 143."""
+    out = tmp_path / "s"
+    cmd = [python, "scripts/search.py", "--config", "configs/default.yaml", "--grid", "learning_rate=1e-4"]
+    cmd += ["--out", str(out), "--train-args", "--max_steps 100000 --per_device_train_batch_size 4 --num_generations 2"]
+    proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    record = out / "runs" / "learning_rate=1e-4" / "model" / "grpo_ext_run.json"
+    deadline = time.time() + 300
+    while not record.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    assert record.exists(), proc.communicate(timeout=60)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 143
+    status = json.loads(record.read_text())  # written by the child as it stopped: no child is left running
+    assert status["status"] == "failed" and "SIGTERM" in status["error"], status
 
 
 # ---- silent -> accepted as it should be -----------------------------------------------------------------------------
