@@ -252,11 +252,12 @@ _RESULT_FIELDS = ("n_problems", "n", "params", "pass@k", "maj@k", "per_problem",
 def check_test_results(study, out: Path, options, jobs) -> None:
     """Every test result the report reads is what the study scores, checked before anything is written: a result file
     (a JSON object with the report's fields), of the study's problem count (`limit`: a file cut to 10 problems would
-    be averaged as if it held them all), temperature and samples a problem, recorded with the study's settings (the
-    check of a study that resumes, `check_done`), and one model fingerprint per model: the results of one folder, and
-    the base's with those of the baselines scored on it, were drawn from the same weights."""
+    be averaged as if it held them all), temperature and samples a problem, recorded with the study's sampling, task,
+    limit and dtype (what a study that resumes checks; not the model's recorded name, a path of the machine that
+    scored it or a start's hash), and one model fingerprint per model: the results of one folder, and the base's with
+    those of the baselines scored on it, were drawn from the same weights."""
     from grpo_ext.errors import UserError
-    from grpo_ext.methods.study.runs import check_done, evaluation_file, job_dir
+    from grpo_ext.methods.study.runs import _evaluation_plan, evaluation_file, job_dir
 
     fingerprints: dict[str, tuple[Path, str]] = {}
     for job in jobs:
@@ -287,7 +288,16 @@ def check_test_results(study, out: Path, options, jobs) -> None:
                 f"scores {evaluation.split} at {', '.join(f'{k} {expected[k]!r}' for k in differ)}; score it again "
                 "(remove it and run the study without --report-only)"
             )
-        check_done(job, out, study, options)  # the settings it was scored with (model, sampling, task, limit, dtype)
+        # the settings it was scored with (sampling, task, limit, dtype), as a resumed study checks them; the model is
+        # checked by its fingerprint below (its recorded name is a path of the machine that scored it, or a hash)
+        plan = _evaluation_plan(job, folder, study, options)["settings"]
+        scored = (result.get("study_evaluation") or {}).get("settings")
+        differ = [k for k in plan if k != "model" and isinstance(scored, dict) and scored.get(k) != plan[k]]
+        if differ:
+            raise UserError(
+                f"--report-only: {path} was scored with another {differ[0]} ({scored.get(differ[0])!r}, this study: "
+                f"{plan[differ[0]]!r}); score it again (remove it and run the study without --report-only)"
+            )
         raw = job.baseline is not None and job.baseline.raw_base
         model = str(folder) if job.arm is not None else ("the raw base" if raw else "the base")
         scored = [(path, result["model_fingerprint"])]
