@@ -4,6 +4,7 @@ through the entry point the user runs (`run_cli` with the script's `main`, or th
 
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -387,6 +388,35 @@ def test_sigterm_stops_the_search_and_its_training_child(python, root, tmp_path)
     assert proc.returncode == 143
     status = json.loads(record.read_text())  # written by the child as it stopped: no child is left running
     assert status["status"] == "failed" and "SIGTERM" in status["error"], status
+
+
+# ---- committed results name no folder of one machine ----------------------------------------------------------------
+
+# An absolute path of a user's or the system's folders (a checkout, a home, a temporary folder).
+MACHINE_PATH = re.compile(r"(?<![A-Za-z0-9_./~-])/(?:work|root|home|tmp|Users)/[^\s\"'`)|,]*")
+# Left, with reasons: the real model's cache folder is how a study recorded its base (study_evaluation.settings.model,
+# study_run.json, adapter_config.json) and a study resuming compares those records (grpo_ext.methods.study.provenance);
+# the README describes how temporary paths were rewritten.
+MACHINE_PATH_LEFT = (re.compile(r"^/root/\.cache/grpo-ext/models/[a-z0-9.-]+$"),)
+NARRATIVE = {"benchmarks/results/gpu_2026-11-24/README.md"}
+
+
+def test_committed_results_name_no_folder_of_the_machine_that_wrote_them(root):
+    """The README says paths in results are relative: a run folder recorded as /work/main/results/..., a base as
+    /work/wt28/grpo_ext/assets/embedded, a config as /work/wt-run/configs/... named one machine's checkout."""
+    listed = subprocess.run(
+        ["git", "ls-files", "results", "benchmarks/results"], cwd=root, capture_output=True, text=True
+    )
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    found = []
+    for name in listed.stdout.split():
+        if Path(name).suffix not in (".json", ".jsonl", ".md", ".yaml", ".yml", ".txt", ".csv") or name in NARRATIVE:
+            continue
+        for match in MACHINE_PATH.findall((root / name).read_text(errors="replace")):
+            if not any(left.match(match) for left in MACHINE_PATH_LEFT):
+                found.append(f"{name}: {match}")
+    assert not found, f"{len(found)} machine paths, e.g. {found[:5]}"
 
 
 # ---- silent -> accepted as it should be -----------------------------------------------------------------------------
