@@ -252,7 +252,7 @@ def _evaluate(job: Job, folder: Path, study: Study, options: StudyOptions) -> No
         return
     ks = evaluation_ks(n)
     load = {}
-    if evaluation.dtype == "bfloat16":  # as trained: bf16 base, the LoRA adapter beside it (a merge would round it)
+    if evaluation.dtype == "bfloat16":  # as trained: bf16 base, the LoRA adapter beside it (a bf16 merge rounds it)
         import torch
 
         load = {"dtype": torch.bfloat16, "merge_adapter": False}

@@ -51,8 +51,10 @@ class Evaluation:
 
     ``stop``: the strings a sample is cut at (lm-eval's ``until``); None = the task's own (``Task.stop_strings``, a
     new ``Question:`` for GSM8K-format tasks), ``()`` = none. ``dtype``: the weights' dtype at evaluation;
-    ``bfloat16`` keeps a LoRA adapter unmerged beside its bf16 base, as it trained (merged into bf16 weights, the
-    small update would be rounded away). ``n_by``: ``(name, n)`` pairs, a different number of samples a problem for
+    ``bfloat16`` keeps a LoRA adapter unmerged beside its bf16 base, as it trained (merged into bf16 weights, a
+    trained adapter's update survives only in part: benchmarks/results/lora_sampling.json measures the log-prob gap of
+    both against PEFT's forward; the sampler's `LoraSampling` computes the unmerged product at the base's speed).
+    ``n_by``: ``(name, n)`` pairs, a different number of samples a problem for
     the base, a baseline or an arm (e.g. n = 64 only where a K = 64 claim is judged); every other run draws ``n``.
     """
 
