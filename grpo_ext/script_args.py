@@ -21,6 +21,11 @@ def parse_task_kwargs(value: dict | str | None) -> dict:
     return dict(value or {})
 
 
+#: The largest `train_size` taken (a sane bound, checked before any prompt is built: 1e11 built for over ten minutes
+#: and 6.6 GB before it was stopped). A task that knows how many problems its knobs allow is held to that too.
+MAX_TRAIN_SIZE = 1_000_000
+
+
 @dataclass
 class TaskFields:
     """Which task supplies the prompts and the verifier, and how many of its train prompts to use: the fields every
@@ -44,12 +49,24 @@ class TaskFields:
     def __post_init__(self):
         self.task_kwargs = parse_task_kwargs(self.task_kwargs)
         check_number("train_size", self.train_size, low=1, integer=True, allowed=(None,))
+        if self.train_size is not None and self.train_size > MAX_TRAIN_SIZE:
+            raise UserError(
+                f"train_size: {self.train_size} is more than {MAX_TRAIN_SIZE:,} prompts, a bound no run here needs "
+                "(DeepSeekMath's RL used 144K questions; building 1M embedded-task prompts takes ~40 s and ~1 GB)"
+            )
         check_number("train_offset", self.train_offset, low=0, integer=True)
 
     def train_prompts(self, task):
         """The run's train prompts: `train_size` of the task's train split after its first `train_offset` (the
         split is prefix-stable, so the skipped prompts are the ones a model trained on the first ones saw)."""
         size = self.train_size
+        space = task.problem_space() if size is not None and hasattr(task, "problem_space") else None
+        if space is not None and self.train_offset + size > space:
+            offset = f" after train_offset {self.train_offset}" if self.train_offset else ""
+            raise UserError(
+                f"train_size: {size}{offset} is more than the {space} distinct problems task {task.name!r} draws "
+                "with these task_kwargs (all splits together; the train split is a part of them)"
+            )
         train = task.load("train", None if size is None else self.train_offset + size)
         if self.train_offset >= len(train):
             raise UserError(

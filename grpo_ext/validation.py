@@ -13,6 +13,7 @@ another.
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Sequence
 
@@ -149,29 +150,106 @@ def check_training_ranges(config, *, loss_types: Sequence[str] = (), beta_positi
 # The sampling knobs `generation_kwargs` may override (TRL merges it over the config's fields): the fields' ranges.
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
 
+_EVERY = ("trl", "sampler", "vllm")
+#: The one allow-list of `generation_kwargs`: entry -> (the generators that read it, its `check_number` range; None:
+#: the range of the config field of the same name). `trl` is transformers' `generate` (TRL's path: its
+#: `GenerationConfig` and logits processors, whose own ranges these are), `sampler` is `generation_backend: sampler`
+#: (`grpo_ext.rollouts.HONOURED`, and do_sample), `vllm` is vLLM's `SamplingParams` (`use_vllm`). Anything else is
+#: refused, naming the entry: transformers and vLLM take an unknown key (a typo) without a word.
+GENERATION_KWARGS: dict[str, tuple[tuple[str, ...], dict | None]] = {
+    "temperature": (_EVERY, None),
+    "top_p": (_EVERY, None),
+    "top_k": (_EVERY, None),
+    "min_p": (_EVERY, None),
+    "repetition_penalty": (_EVERY, None),  # the sampler refuses a value other than 1 (grpo_ext.rollouts)
+    "do_sample": (("trl", "sampler"), {}),  # true only: false is greedy (below)
+    "typical_p": (("trl",), dict(low=0, high=1, low_open=True)),
+    "epsilon_cutoff": (("trl",), dict(low=0, high=1, high_open=True)),
+    "eta_cutoff": (("trl",), dict(low=0, high=1, high_open=True)),
+    "no_repeat_ngram_size": (("trl",), dict(low=0, integer=True)),
+    "min_new_tokens": (("trl",), dict(low=0, integer=True)),  # at most max_completion_length (below)
+    "presence_penalty": (("vllm",), dict(low=-2, high=2)),
+    "frequency_penalty": (("vllm",), dict(low=-2, high=2)),
+    "min_tokens": (("vllm",), dict(low=0, integer=True)),  # at most max_completion_length (below)
+    "stop": (("vllm",), {}),  # non-empty strings (below)
+}
+#: Entries that TRL sets itself from a field or the tokenizer, and what to set instead: an override here would change
+#: what is generated but not what TRL's loss and masks read (or, for num_return_sequences / n, break its batch).
+GENERATION_KWARGS_SET_BY_TRL = {
+    "max_new_tokens": "set max_completion_length instead (TRL's masks and the dr_grpo loss read it too)",
+    "max_length": "set max_completion_length instead (TRL's masks and the dr_grpo loss read it too)",
+    "max_tokens": "set max_completion_length instead (TRL's masks and the dr_grpo loss read it too)",
+    "num_return_sequences": "set num_generations instead (TRL repeats each prompt num_generations times itself)",
+    "n": "set num_generations instead (TRL repeats each prompt num_generations times itself)",
+    "cache_implementation": "set the cache_implementation field instead",
+    "eos_token_id": "TRL ends and masks completions at the tokenizer's and the model generation config's EOS ids, "
+    "which it sets here itself: another id would end generation where the mask does not (change the model's "
+    "generation_config.eos_token_id instead)",
+    "pad_token_id": "TRL pads with the tokenizer's pad id, which it sets here itself (change the tokenizer's pad token "
+    "instead)",
+    "bos_token_id": "TRL sets the tokenizer's BOS id here itself (change the tokenizer's instead)",
+}
+
+
+def _generator(config) -> str:
+    if getattr(config, "use_vllm", False):
+        return "vllm"
+    return "sampler" if getattr(config, "generation_backend", "trl") == "sampler" else "trl"
+
 
 def _check_sampling(config) -> None:
-    """`generation_kwargs` overrides the sampling fields, so its values get the fields' ranges: top_p 0 (greedy on
-    TRL's path, full sampling on the sampler's), temperature 0 (every group zero-std), top_k < 0 and min_p > 1 (a
-    traceback at step 0) are refused, naming the entry. A `None` (transformers then uses its own default: top_k 50)
-    is refused with generation_backend `sampler`, which would read it as "off": the two backends would differ."""
+    """`generation_kwargs` holds only the entries of `GENERATION_KWARGS` that the config's generator reads, each in
+    its range; it overrides the sampling fields, so their values get the fields' ranges: top_p 0 (greedy on TRL's
+    path, full sampling on the sampler's), temperature 0 (every group zero-std), top_k < 0 and min_p > 1 (a traceback
+    at step 0) are refused, naming the entry. An entry TRL sets itself (`max_new_tokens`, the token ids,
+    `num_return_sequences`, ...) is refused naming the field to set instead. A `None` top_k (transformers then uses
+    its own default: 50) is refused with generation_backend `sampler`, which would read it as "off"."""
     rules = _rules(config)
     extra = getattr(config, "generation_kwargs", None)
     extra = extra if isinstance(extra, dict) else {}
-    sampler = getattr(config, "generation_backend", "trl") == "sampler"
+    generator = _generator(config)
+    sampler = generator == "sampler"
+    for name in extra:
+        if name in GENERATION_KWARGS_SET_BY_TRL:
+            raise UserError(f"generation_kwargs.{name}: {GENERATION_KWARGS_SET_BY_TRL[name]}")
+        readers, _ = GENERATION_KWARGS.get(name, ((), None))
+        if generator not in readers:
+            accepted = [k for k, (r, _) in GENERATION_KWARGS.items() if generator in r]
+            known = [*GENERATION_KWARGS, *GENERATION_KWARGS_SET_BY_TRL]
+            close = [] if name in known else difflib.get_close_matches(str(name), known, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            if sampler:  # the words of the sampler's own check at the first step (grpo_ext.rollouts)
+                trl = " or use generation_backend `trl`" if "trl" in readers else ""
+                raise UserError(
+                    f"generation_kwargs: {name} cannot be honoured by generation_backend `sampler`{hint} (it honours "
+                    f"{', '.join(accepted)}); remove it{trl}"
+                )
+            where = "with use_vllm" if generator == "vllm" else f"with generation_backend `{generator}`"
+            what = "not read" if name in GENERATION_KWARGS else "not a generation setting grpo-ext accepts"
+            raise UserError(f"generation_kwargs.{name}: {what} {where}{hint}; accepted: {', '.join(accepted)}")
+    if extra.get("do_sample", True) not in (True, False):
+        raise UserError(f"generation_kwargs.do_sample: expected true, got {extra['do_sample']!r}")
     if extra.get("do_sample") is False and hasattr(config, "num_generations"):  # greedy: a group is one answer
         raise UserError(
             "generation_kwargs.do_sample: false draws every completion of a group alike (greedy), so every group has "
             "zero reward variance and GRPO learns nothing; remove it (temperature sets how much samples vary)"
         )
-    for name in SAMPLING_FIELDS:
-        if name in extra:
-            check_number(f"generation_kwargs.{name}", extra[name], **{**rules.get(name, {}), "allowed": ()})
-        elif sampler and getattr(config, name, 0) is None and name == "top_k":
-            raise UserError(
-                "top_k: None means transformers' default top-k (50, or the model's generation config) on TRL's path "
-                "but no top-k on generation_backend `sampler`; give 0 (no top-k) or a number"
-            )
+    for name, value in extra.items():
+        rule = GENERATION_KWARGS[name][1]
+        if name in SAMPLING_FIELDS:
+            check_number(f"generation_kwargs.{name}", value, **{**rules.get(name, {}), "allowed": ()})
+        elif name == "stop":
+            stops = [value] if isinstance(value, str) else value
+            if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
+                raise UserError(f"generation_kwargs.stop: expected a non-empty string or a list of them, got {value!r}")
+        elif rule:
+            high = getattr(config, "max_completion_length", None) if name in ("min_new_tokens", "min_tokens") else None
+            check_number(f"generation_kwargs.{name}", value, **({**rule, "high": high} if high else rule))
+    if sampler and "top_k" not in extra and getattr(config, "top_k", 0) is None:
+        raise UserError(
+            "top_k: None means transformers' default top-k (50, or the model's generation config) on TRL's path "
+            "but no top-k on generation_backend `sampler`; give 0 (no top-k) or a number"
+        )
 
 
 def check_combinations(trainer) -> None:

@@ -123,6 +123,21 @@ def split_of(prompt: str, test_percent: int = 10) -> str:
     return "sft" if bucket < 50 + test_percent else "train"
 
 
+#: The largest knobs a problem is built with: past them a prompt and its solution outgrow the context of any model this
+#: project trains (the embedded model has 128 positions; the real one 8,192 or more), and an operand of more than 4,300
+#: digits is more than Python will write as text (building the data set failed with a traceback).
+MAX_DIGITS = 100
+MAX_OPERANDS = 100
+
+
+def _bounded(name: str, value: int, low: int, high: int) -> None:
+    """A knob in [low, high], else a `UserError` naming it as the config names it (`task_kwargs.<name>`)."""
+    if value < low:
+        raise UserError(f"arithmetic: {name} must be >= {low}, got {value} (task_kwargs.{name}: {low} to {high})")
+    if value > high:
+        raise UserError(f"arithmetic: {name} must be <= {high}, got {value} (task_kwargs.{name}: {low} to {high})")
+
+
 class ArithmeticTask(Task):
     """Multi-step arithmetic. Difficulty knobs: operand count range, digits per operand, operators."""
 
@@ -143,8 +158,8 @@ class ArithmeticTask(Task):
     ):
         if not 2 <= min_operands <= max_operands:
             raise UserError(f"arithmetic: need 2 <= min_operands <= max_operands, got {min_operands}, {max_operands}")
-        if digits < 1:
-            raise UserError(f"arithmetic: digits must be >= 1, got {digits}")
+        _bounded("max_operands", max_operands, 2, MAX_OPERANDS)
+        _bounded("digits", digits, 1, MAX_DIGITS)
         unknown = set(operators) - set(OPERATORS)
         if not operators or unknown:
             raise UserError(f"arithmetic: operators must be drawn from {''.join(OPERATORS)!r}, got {operators!r}")
@@ -152,6 +167,12 @@ class ArithmeticTask(Task):
             raise UserError(f"arithmetic: test_percent must be in (0, 50), got {test_percent}")
         self.min_operands, self.max_operands = min_operands, max_operands
         self.digits, self.operators, self.seed, self.test_percent = digits, operators, seed, test_percent
+
+    def problem_space(self) -> int:
+        """How many distinct problems the knobs allow, all splits together (a `train_size` above it cannot be drawn:
+        `grpo_ext.script_args` refuses it before building)."""
+        values, ops = 10**self.digits, len(self.operators)
+        return sum(values**k * ops ** (k - 1) for k in range(self.min_operands, self.max_operands + 1))
 
     # ---- data -------------------------------------------------------------------------------------------
     def problems(self, split: str, n: int, allow_fewer: bool = False) -> list[Problem]:
