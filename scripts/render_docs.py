@@ -24,6 +24,8 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
+from grpo_ext.errors import UserError
+
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"(<!-- render: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /render -->)", re.DOTALL)
 RENDERERS: dict[str, tuple[Callable[..., str], tuple[str, ...]]] = {}
@@ -41,17 +43,40 @@ def renderer(name: str, *sources: str):
     return register
 
 
+class UnknownRenderer(UserError, KeyError):
+    """A block naming no registered renderer (a `UserError`: one line through `run_cli`; a `KeyError` as before)."""
+
+    __str__ = UserError.__str__  # the message as written, not KeyError's quoted repr
+
+
 @cache
 def _load(root: Path, source: str):
-    text = (root / source).read_text()
-    return json.loads(text) if source.endswith(".json") else text
+    """A source's text (a ``.json`` one parsed); a `UserError` naming the file when it is missing or not JSON."""
+    try:
+        text = (root / source).read_text()
+        return json.loads(text) if source.endswith(".json") else text
+    except OSError as err:
+        raise UserError(f"{source}: cannot be read ({err.strerror or type(err).__name__})") from err
+    except UnicodeDecodeError as err:
+        raise UserError(f"{source}: not UTF-8 text ({err.reason} at byte {err.start})") from err
+    except json.JSONDecodeError as err:
+        raise UserError(f"{source}: not valid JSON ({err.msg} at line {err.lineno} column {err.colno})") from err
 
 
 def render_block(name: str, root: Path = ROOT) -> str:
+    """Block ``name``'s body from its sources; a `UserError` naming the renderer and its files when one is missing,
+    is not JSON, or does not hold what the renderer reads (a key, an entry or a type it expects)."""
     if name not in RENDERERS:
-        raise KeyError(f"no renderer named {name!r} (scripts/render_docs.py: {', '.join(sorted(RENDERERS))})")
+        raise UnknownRenderer(f"no renderer named {name!r} (scripts/render_docs.py: {', '.join(sorted(RENDERERS))})")
     f, sources = RENDERERS[name]
-    body = f(*(_load(root, s) for s in sources)).strip("\n")
+    data = [_load(root, s) for s in sources]
+    try:
+        body = f(*data).strip("\n")
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, ZeroDivisionError) as err:
+        if isinstance(err, UserError):
+            raise
+        what = f"{type(err).__name__}: {err}"
+        raise UserError(f"render block {name!r}: {', '.join(sources)} do not hold what it reads ({what})") from err
     return f"{body}\n\n*Rendered by `make docs` from {', '.join(f'`{s}`' for s in sources)}.*\n"
 
 
@@ -71,33 +96,41 @@ def doc_files(root: Path = ROOT) -> list[Path]:
     return [p for p in found if p.is_file()]
 
 
+def _in_doc(path: Path, root: Path, render, *args):
+    """``render(*args)``, its `UserError` prefixed with the doc that holds the block (``docs/a.md: ...``)."""
+    try:
+        return render(*args)
+    except UserError as err:
+        kind = UnknownRenderer if isinstance(err, UnknownRenderer) else UserError
+        raise kind(f"{path.relative_to(root)}: {err}") from err
+
+
 def stale(root: Path = ROOT) -> list[str]:
     """``path: block`` for every block whose body differs from what its files render now."""
     out = []
     for path in doc_files(root):
         text = path.read_text()
         for m in BLOCK.finditer(text):
-            if m.group(1) + m.group("body") + m.group(4) != m.group(1) + render_block(m.group("name"), root) + m.group(
-                4
-            ):
+            rendered = _in_doc(path, root, render_block, m.group("name"), root)
+            if m.group("body") != rendered:
                 out.append(f"{path.relative_to(root)}: {m.group('name')}")
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, root: Path = ROOT) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="write nothing; list stale blocks and exit 1 if any")
     args = parser.parse_args(argv)
     if args.check:
-        found = stale()
+        found = stale(root)
         print("\n".join(found) if found else "every rendered block is up to date")
         return 1 if found else 0
-    for path in doc_files():
+    for path in doc_files(root):
         text = path.read_text()
-        new = render_text(text)
+        new = _in_doc(path, root, render_text, text, root)
         if new != text:
             path.write_text(new)
-            print(f"rendered {path.relative_to(ROOT)}: {', '.join(blocks(text))}")
+            print(f"rendered {path.relative_to(root)}: {', '.join(blocks(text))}")
     return 0
 
 
@@ -597,4 +630,6 @@ def real_search_by_operation(r: dict) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from grpo_ext.cli import run_cli
+
+    run_cli(lambda argv: sys.exit(main(argv)))  # a missing or junk source, an unknown block: one line, exit 2

@@ -131,3 +131,70 @@ def test_word_arithmetic_takes_the_same_bounds(tmp_path, capsys):
     message = r"arithmetic: digits must be <= 100, got 100000 \(task_kwargs\.digits"
     flags = ("--task", "word_arithmetic", "--task_kwargs", '{"digits": 100000}')
     check_one_line(run_train(*flags), message, tmp_path, capsys)
+
+
+# ---- make docs (scripts/render_docs.py) ----------------------------------------------------------------------------
+
+
+def _docs_with(tmp, block: str, source: str, text: str | None, monkeypatch):
+    """A checkout at ``tmp`` whose docs/a.md holds block ``block``, the toy renderer reading ``source`` (written with
+    ``text``; None: missing); the entry point's trigger."""
+    from scripts import render_docs
+
+    (tmp / "docs").mkdir()
+    (tmp / "docs" / "a.md").write_text(f"intro\n<!-- render: {block} -->\nold\n<!-- /render -->\n")
+    if text is not None:
+        (tmp / source).write_text(text)
+    monkeypatch.setitem(render_docs.RENDERERS, "toy", (lambda r: f"x = {r['x']:.3f}", (source,)))
+    render_docs._load.cache_clear()
+    return lambda check: lambda t: render_docs.main(["--check"] if check else [], root=tmp)
+
+
+DOCS_CASES = {
+    "a missing source (FileNotFoundError)": (
+        "toy",
+        "r.json",
+        None,
+        r"docs/a\.md: r\.json: cannot be read \(No such file or directory\)",
+    ),
+    "a junk JSON source (JSONDecodeError)": (
+        "toy",
+        "r.json",
+        "{x: 1",
+        r"docs/a\.md: r\.json: not valid JSON \(Expecting property name enclosed in double quotes at line 1 column 2\)",
+    ),
+    "a source without what the renderer reads (KeyError)": (
+        "toy",
+        "r.json",
+        '{"y": 1}',
+        r"docs/a\.md: render block 'toy': r\.json do not hold what it reads \(KeyError: 'x'\)",
+    ),
+    "a block whose renderer is unknown (KeyError)": (
+        "nope",
+        "r.json",
+        '{"x": 1}',
+        r"docs/a\.md: no renderer named 'nope' \(scripts/render_docs\.py: ",
+    ),
+}
+
+
+@pytest.mark.parametrize("check", [False, True], ids=["make docs", "--check"])
+@pytest.mark.parametrize("case", DOCS_CASES)
+def test_make_docs_names_the_file_it_cannot_render(case, check, tmp_path, monkeypatch, capsys):
+    from scripts import render_docs
+
+    block, source, text, message = DOCS_CASES[case]
+    trigger = _docs_with(tmp_path, block, source, text, monkeypatch)(check)
+    check_one_line(trigger, message, tmp_path, capsys)
+    assert (tmp_path / "docs" / "a.md").read_text().count("old") == 1  # nothing written
+    render_docs._load.cache_clear()
+
+
+def test_make_docs_still_renders_a_good_source(tmp_path, monkeypatch):
+    from scripts import render_docs
+
+    _docs_with(tmp_path, "toy", "r.json", '{"x": 0.25}', monkeypatch)
+    assert render_docs.main([], root=tmp_path) == 0
+    assert "x = 0.250" in (tmp_path / "docs" / "a.md").read_text()
+    assert render_docs.main(["--check"], root=tmp_path) == 0
+    render_docs._load.cache_clear()
