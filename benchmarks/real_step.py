@@ -79,7 +79,11 @@ ALL_POSITIONS = "all_positions"
 EAGER = "eager"
 #: A part ``:shared_prompt`` sets ``share_prompt_forward`` (each group's prompt forwarded once in the loss).
 SHARED_PROMPT = "shared_prompt"
-PARTS = (ALL_POSITIONS, EAGER, SHARED_PROMPT)
+#: A part ``:cpu_flash`` keeps SDPA's own pick (its fused flash kernel on a CPU) in the loss's forward, the code before
+#: issue 49, as does a variant ``:all_positions`` (TRL's own loss path); every other variant's loss attends through
+#: SDPA's math backend on a CPU (``grpo_ext.shared_prompt.CPU_MATH_ATTENTION``).
+CPU_FLASH = "cpu_flash"
+PARTS = (ALL_POSITIONS, EAGER, SHARED_PROMPT, CPU_FLASH)
 #: The recipe before issue 37 first (the baseline of the speed-ups), then the shipped code's six variants, then the
 #: shipped recipe (configs/real/cpu.yaml: the sampler, a bf16 base, share_prompt_forward).
 DEFAULT_VARIANTS = (
@@ -99,9 +103,10 @@ BACKEND_FIELDS = {
 }
 
 
-def parse_variants(text: str) -> list[tuple[str, str, bool, str | None, bool]]:
-    """``backend:dtype[:all_positions][:eager][:shared_prompt]`` items -> ``(backend, dtype, compact scoring,
-    attention, shared prompt forward)`` (attention: None, the model's default (``sdpa``), or ``eager``)."""
+def parse_variants(text: str) -> list[tuple[str, str, bool, str | None, bool, bool]]:
+    """``backend:dtype[:all_positions][:eager][:shared_prompt][:cpu_flash]`` items -> ``(backend, dtype, compact
+    scoring, attention, shared prompt forward, the loss's SDPA flash kernel on a CPU)`` (attention: None, the model's
+    default (``sdpa``), or ``eager``)."""
     out = []
     for item in (s.strip() for s in text.split(",")):
         if not item:
@@ -115,19 +120,31 @@ def parse_variants(text: str) -> list[tuple[str, str, bool, str | None, bool]]:
             or len(set(rest)) != len(rest)
         ):
             raise SystemExit(
-                f"--variants: {item!r} is not <backend>:<dtype>[:{ALL_POSITIONS}][:{EAGER}][:{SHARED_PROMPT}] with "
+                f"--variants: {item!r} is not <backend>:<dtype>[:{ALL_POSITIONS}][:{EAGER}][:{SHARED_PROMPT}]"
+                f"[:{CPU_FLASH}] with "
                 "backend in "
                 f"{', '.join(BACKENDS)} and dtype in {', '.join(DTYPES)}"
             )
-        out.append((backend, dtype, ALL_POSITIONS not in rest, EAGER if EAGER in rest else None, SHARED_PROMPT in rest))
+        out.append(
+            (
+                backend,
+                dtype,
+                ALL_POSITIONS not in rest,
+                EAGER if EAGER in rest else None,
+                SHARED_PROMPT in rest,
+                CPU_FLASH in rest,
+            )
+        )
     if not out:
         raise SystemExit("--variants: name at least one <backend>:<dtype>")
     return out
 
 
-def variant_name(backend: str, dtype: str, compact: bool, attention: str | None = None, shared: bool = False) -> str:
+def variant_name(
+    backend: str, dtype: str, compact: bool, attention: str | None = None, shared: bool = False, flash: bool = False
+) -> str:
     parts = ("" if compact else f":{ALL_POSITIONS}") + (f":{attention}" if attention else "")
-    return f"{backend}:{dtype}{parts}" + (f":{SHARED_PROMPT}" if shared else "")
+    return f"{backend}:{dtype}{parts}" + (f":{SHARED_PROMPT}" if shared else "") + (f":{CPU_FLASH}" if flash else "")
 
 
 def parse_recipe(config: str, overrides: list[str], out_dir: str):
@@ -196,12 +213,14 @@ def generation_batches(trainer, count: int) -> list[list[dict]]:
     return [[row for row in rows[b * prompts : (b + 1) * prompts] for _ in range(group)] for b in range(count)]
 
 
-def one_step(trainer, clock: PhaseClock, batch: list[dict], compact: bool = True) -> dict:
+def one_step(trainer, clock: PhaseClock, batch: list[dict], compact: bool = True, math_attention: bool = True) -> dict:
     """One optimizer step (all micro-batches) on ``batch``; its phase times, mean completion length and reward.
-    ``compact``: grpo-ext's compact CPU scoring (False: TRL's own, every position)."""
-    from grpo_ext import policy_loading
+    ``compact``: grpo-ext's compact CPU scoring (False: TRL's own, every position); ``math_attention``: the loss's
+    attention through SDPA's math backend on a CPU (False: SDPA's pick, its flash kernel)."""
+    from grpo_ext import policy_loading, shared_prompt
 
     policy_loading.CPU_COMPACT_LOG_PROBS = compact
+    shared_prompt.CPU_MATH_ATTENTION = math_attention
     device = clock.device
     _synchronize(device)
     start, cpu = time.perf_counter(), time.process_time()
@@ -250,7 +269,7 @@ def precision_facts(trainer) -> dict:
 def run(
     config: str,
     overrides: list[str],
-    variants: list[tuple[str, str, bool, str | None, bool]],
+    variants: list[tuple[str, str, bool, str | None, bool, bool]],
     device: str,
     reps: int,
     warmup: int,
@@ -261,10 +280,12 @@ def run(
 
     names = [variant_name(*v) for v in variants]
     compact = {name: v[2] for name, v in zip(names, variants, strict=True)}
+    # TRL's own loss path (:all_positions, the baseline) attends as SDPA picks, as before issue 49
+    math_attention = {name: v[2] and not v[5] for name, v in zip(names, variants, strict=True)}
     trainers, warmups, built, errors = {}, {}, {}, {}
     with tempfile.TemporaryDirectory(prefix="grpo_ext_real_step_") as tmp:
         batches = None
-        for (backend, dtype, _, attention, shared), name in zip(variants, names, strict=True):
+        for (backend, dtype, _, attention, shared, _), name in zip(variants, names, strict=True):
             print(f"building {name}", file=sys.stderr, flush=True)
             start = time.perf_counter()
             try:
@@ -277,7 +298,7 @@ def run(
                 warmups[name] = []
                 for w in range(warmup):
                     set_seed(w)
-                    warmups[name].append(one_step(trainer, clock, batches[w], compact[name]))
+                    warmups[name].append(one_step(trainer, clock, batches[w], compact[name], math_attention[name]))
                     print(f"  {name} warm-up {w + 1}: {warmups[name][-1]['step']:.3g}s", file=sys.stderr, flush=True)
             except Exception as err:  # one variant failing keeps the others (the table says why)
                 errors[name] = f"{type(err).__name__}: {err}"
@@ -295,7 +316,9 @@ def run(
                     return
                 set_seed(1000 + r)
                 try:
-                    steps[name].append(one_step(trainer, clock, batches[warmup + r], compact[name]))
+                    steps[name].append(
+                        one_step(trainer, clock, batches[warmup + r], compact[name], math_attention[name])
+                    )
                 except Exception as err:
                     errors[name] = f"{type(err).__name__}: {err}"
                     print(f"  {name} failed: {errors[name]}", file=sys.stderr, flush=True)

@@ -39,6 +39,15 @@ logger = logging.getLogger(__name__)
 #: own token count, which depends on which rows share it.
 CUT_INVARIANT_LOSSES = ("dapo", "cispo", "vespo", "grpo", "sapo", "luspo", "dr_grpo")
 
+#: On a CPU the loss's forward (the one back-propagated) attends through SDPA's math backend (matmuls and a softmax,
+#: differentiated by autograd) instead of the fused flash kernel SDPA picks on a CPU, whose backward is slow at these
+#: shapes (issue 49's profile of configs/real/cpu.yaml: 3.2 of ~16 CPU s of the loss, ~4x its forward; a step ~15%
+#: faster, benchmarks/real_step.py part ``:cpu_flash``). The same attention up to float rounding. False: SDPA's pick.
+CPU_MATH_ATTENTION = True
+#: ... while the attention probabilities the math backend keeps for the backward (rows x heads x queries x keys x
+#: layers, float32) stay under this many bytes; above, SDPA's pick (its memory does not grow with them).
+MATH_ATTENTION_BYTES = 1 << 30
+
 
 def group_shuffle_changes_loss(loss_type: str, top_entropy_quantile: float, entropy_bonus: bool) -> str | None:
     """Why keeping groups together in micro-batches would change the optimizer step's expected gradient (None: it
@@ -134,6 +143,25 @@ def shared_prompt_log_probs(
     return log_probs, entropies
 
 
+def loss_attention(model, input_ids: torch.Tensor, keys: int | None = None):
+    """The attention the loss's forward of `input_ids` runs with: SDPA's math backend on a CPU with the gradient on
+    (:data:`CPU_MATH_ATTENTION`) where its saved probabilities fit :data:`MATH_ATTENTION_BYTES`, else SDPA's own pick
+    (a null context). `keys`: the keys a query attends to (default: the sequence's length)."""
+    if not (CPU_MATH_ATTENTION and input_ids.device.type == "cpu" and torch.is_grad_enabled()):
+        return contextlib.nullcontext()
+    config = getattr(model, "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    heads, layers = getattr(text, "num_attention_heads", None), getattr(text, "num_hidden_layers", None)
+    if not isinstance(heads, int) or not isinstance(layers, int):
+        return contextlib.nullcontext()
+    rows, queries = input_ids.shape
+    if rows * heads * queries * (keys or queries) * layers * 4 > MATH_ATTENTION_BYTES:
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.MATH])
+
+
 class SharedPromptForwardMixin:
     """`share_prompt_forward` on a TRL `GRPOTrainer` subclass: the loss's log-probs with each group's prompt forwarded
     once (:func:`shared_prompt_log_probs`) and generation batches shuffled group by group (:func:`grouped_shuffle`),
@@ -174,19 +202,22 @@ class SharedPromptForwardMixin:
             if reason != "off" and reason not in self._unshared_reasons:
                 self._unshared_reasons.add(reason)
                 logger.warning("share_prompt_forward: TRL's unshared forward used (%s)", reason)
-            return super()._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, **kwargs
-            )
+            rows = min(batch_size or input_ids.size(0), input_ids.size(0))
+            with loss_attention(model, input_ids[:rows]):
+                return super()._get_per_token_logps_and_entropies(
+                    model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, **kwargs
+                )
         batch_size = batch_size or input_ids.size(0)  # TRL's chunks, each shared within itself
         log_probs, entropies = [], []
         for start in range(0, input_ids.size(0), batch_size):
             ids, mask = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
-            with self.accelerator.autocast():
+            with self.accelerator.autocast(), loss_attention(model, ids):  # keys: at most the whole row
                 got = shared_prompt_log_probs(model, ids, mask, logits_to_keep, compute_entropy)
             if got is None:  # nothing shared in this chunk
-                got = super()._get_per_token_logps_and_entropies(
-                    model, ids, mask, logits_to_keep, compute_entropy=compute_entropy
-                )[:2]
+                with loss_attention(model, ids):
+                    got = super()._get_per_token_logps_and_entropies(
+                        model, ids, mask, logits_to_keep, compute_entropy=compute_entropy
+                    )[:2]
             log_probs.append(got[0])
             entropies.append(got[1])
         return torch.cat(log_probs), torch.cat(entropies) if compute_entropy else None, None

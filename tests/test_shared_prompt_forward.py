@@ -279,3 +279,64 @@ def test_trains_a_step_device_strict_with_a_grouped_shuffle(tmp_path):
         trainer.train()
     assert trainer.state.global_step == 1 and trainer._group_shuffle
     assert torch.isfinite(torch.tensor([h["loss"] for h in trainer.state.log_history if "loss" in h])).all()
+
+
+def _attention_ops(fn) -> set[str]:
+    """The SDPA kernels `fn()` runs (forward and backward)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return {e.key for e in prof.key_averages() if "attention" in e.key or "_softmax" in e.key}
+
+
+def test_the_losss_math_attention_on_a_cpu_gives_trls_flash_log_probs_and_gradients():
+    """Issue 49: on a CPU the loss attends through SDPA's math backend (its flash kernel's backward is slow there);
+    log-probs, entropies and LoRA gradients equal TRL's (SDPA's own pick, the flash kernel) up to float rounding."""
+    model = _tiny_lora_llama()
+    ids, mask = _batch()
+    completion_mask = mask[:, -COMPLETION:].float()
+    got = {}
+
+    def trl():
+        logps, entropies = _trl_log_probs(model, ids, mask)
+        ((logps * completion_mask).sum() + (entropies * completion_mask).sum()).backward()
+        got["trl"] = logps, entropies, _lora_grads(model)
+        model.zero_grad(set_to_none=True)
+
+    def ours():
+        with sp.loss_attention(model, ids):
+            logps, entropies = sp.shared_prompt_log_probs(model, ids, mask, COMPLETION, compute_entropy=True)
+        ((logps * completion_mask).sum() + (entropies * completion_mask).sum()).backward()
+        got["ours"] = logps, entropies, _lora_grads(model)
+        model.zero_grad(set_to_none=True)
+
+    trl_ops, our_ops = _attention_ops(trl), _attention_ops(ours)
+    assert any("flash" in op for op in trl_ops), trl_ops  # what SDPA picks on a CPU, forward and backward
+    assert not any("flash" in op for op in our_ops) and any("_softmax" in op for op in our_ops), our_ops
+    (ref_logps, ref_entropies, ref_grads), (logps, entropies, grads) = got["trl"], got["ours"]
+    torch.testing.assert_close(logps, ref_logps, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(entropies, ref_entropies, rtol=1e-5, atol=1e-5)
+    assert grads.keys() == ref_grads.keys() and len(grads) > 0
+    for name in grads:
+        assert ref_grads[name].abs().max() > 0, name
+        torch.testing.assert_close(grads[name], ref_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_the_math_attention_only_where_it_helps(monkeypatch):
+    """SDPA's own pick without a gradient (old/reference log-probs), off a CPU's tensors, when turned off, and where
+    the probabilities the math backend keeps for the backward would pass MATH_ATTENTION_BYTES."""
+    model = _tiny_lora_llama()
+    ids, _ = _batch()
+    assert not isinstance(sp.loss_attention(model, ids), contextlib.nullcontext)
+    with torch.no_grad():
+        assert isinstance(sp.loss_attention(model, ids), contextlib.nullcontext)
+    assert isinstance(sp.loss_attention(types.SimpleNamespace(), ids), contextlib.nullcontext)  # no config
+    config = model.config
+    size = ids.size(0) * config.num_attention_heads * ids.size(1) ** 2 * config.num_hidden_layers * 4
+    monkeypatch.setattr(sp, "MATH_ATTENTION_BYTES", size - 1)
+    assert isinstance(sp.loss_attention(model, ids), contextlib.nullcontext)
+    monkeypatch.setattr(sp, "MATH_ATTENTION_BYTES", size)
+    assert not isinstance(sp.loss_attention(model, ids), contextlib.nullcontext)
+    monkeypatch.setattr(sp, "CPU_MATH_ATTENTION", False)
+    assert isinstance(sp.loss_attention(model, ids), contextlib.nullcontext)
