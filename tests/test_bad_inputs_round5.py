@@ -425,7 +425,9 @@ def test_committed_results_name_no_folder_of_the_machine_that_wrote_them(root):
 def test_a_partial_of_the_users_own_reward_function_is_accepted(tmp_path, monkeypatch):
     """`functools.partial(score, scale=0.5)` in the user's module is the user's function (it was refused as "part of
     Python itself", the partial's class living in functools); a partial of a standard-library function still is not."""
-    (tmp_path / "my_rewards.py").write_text(
+    # a module name no other test imports: sys.modules keeps a module for the rest of the session
+    monkeypatch.delitem(sys.modules, "partial_rewards", raising=False)
+    (tmp_path / "partial_rewards.py").write_text(
         "import functools, os\n\n"
         "def score(prompts, completions, scale=1.0, **kwargs):\n"
         "    return [scale * ('#' in c) for c in completions]\n\n"
@@ -433,7 +435,7 @@ def test_a_partial_of_the_users_own_reward_function_is_accepted(tmp_path, monkey
         "system = functools.partial(os.system)\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    config = default_config_with(tmp_path, "reward_funcs: [my_rewards.half]\n")
+    config = default_config_with(tmp_path, "reward_funcs: [partial_rewards.half]\n")
     run_train(config=config)(tmp_path)
     assert json.loads((tmp_path / "out" / "grpo_ext_run.json").read_text())["status"] == "complete"
 
@@ -441,7 +443,7 @@ def test_a_partial_of_the_users_own_reward_function_is_accepted(tmp_path, monkey
     from grpo_ext.rewards import load_callable
 
     with pytest.raises(UserError, match=r"part of Python itself \((os|posix|nt)\)"):
-        load_callable("my_rewards.system", "reward_funcs")
+        load_callable("partial_rewards.system", "reward_funcs")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """Remote code stays off unless asked; training loads weights from safetensors only."""
 
+import sys
+
 from trl import ModelConfig
 
 from grpo_ext.config import GRPOExtConfig
@@ -192,6 +194,7 @@ def test_dotted_reward_paths_to_python_itself_or_without_trls_signature_are_refu
     from scripts import train
 
     monkeypatch.chdir(tmp_path)  # the working directory comes first on the import path: a user module there
+    monkeypatch.delitem(sys.modules, "my_rewards", raising=False)  # another test's my_rewards may be imported
     (tmp_path / "my_rewards.py").write_text(
         "import os\nfrom os import system\n"
         "def positional(completions):\n    return [1.0] * len(completions)\n"
