@@ -27,7 +27,9 @@ the sampler's CPU decode steps attend with ``grpo_ext/sampler/decode_attention.p
 ``:shared_prompt`` turns on ``share_prompt_forward`` (``grpo_ext/shared_prompt.py``: the loss's forward and backward
 compute each group's prompt once, and micro-batches hold whole groups); every other variant runs with it off, whatever
 the recipe says (``sampler:bfloat16:shared_prompt`` against ``sampler:bfloat16``: 45 against 64 CPU s a step, the
-baseline 142, on 2026-11-27; ``sampler:bfloat16:shared_prompt`` is the shipped recipe). TRL's continuous batching
+baseline 142, on 2026-11-27; ``sampler:bfloat16:shared_prompt`` is the shipped recipe).
+A part ``:cpu_flash`` keeps SDPA's flash kernel in the loss's attention on a CPU (the code before issue 49; see
+``CPU_FLASH``). TRL's continuous batching
 gets a bounded KV cache on a CPU (``CPU_CONTINUOUS_BATCHING``; by default it takes most of the free RAM).
 
 A step is what ``Trainer.train`` does per optimizer step: ``gradient_accumulation_steps`` calls of ``training_step``
