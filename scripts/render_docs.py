@@ -427,6 +427,16 @@ def real_step_earlier(b: dict) -> str:
     return f"Measured {b['date'][:10]}:\n\n{b['table']}"
 
 
+@renderer("real_step_issue49", "benchmarks/results/real_step_issue49.json")
+def real_step_issue49(b: dict) -> str:
+    return f"Measured {b['date'][:10]}:\n\n{b['table']}"
+
+
+@renderer("lora_sampling", "benchmarks/results/lora_sampling.json")
+def lora_sampling(b: dict) -> str:
+    return f"Measured {b['date'][:10]}:\n\n{b['table']}"
+
+
 @renderer("eval_real", "benchmarks/results/eval_real.json")
 def eval_real(b: dict) -> str:
     return f"Measured {b['date'][:10]}:\n\n{b['table']}"
