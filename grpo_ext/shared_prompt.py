@@ -149,6 +149,13 @@ def loss_attention(model, input_ids: torch.Tensor, keys: int | None = None):
     (a null context). `keys`: the keys a query attends to (default: the sequence's length)."""
     if not (CPU_MATH_ATTENTION and input_ids.device.type == "cpu" and torch.is_grad_enabled()):
         return contextlib.nullcontext()
+    # activation checkpointing recomputes the forward in the backward, outside this context: the recompute would run
+    # another kernel than the forward and save other tensors (torch.utils.checkpoint refuses that)
+    checkpointing = getattr(model, "is_activation_checkpointing", None)  # transformers 5's name
+    if checkpointing is None:
+        checkpointing = getattr(model, "is_gradient_checkpointing", False)
+    if checkpointing:
+        return contextlib.nullcontext()
     config = getattr(model, "config", None)
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     heads, layers = getattr(text, "num_attention_heads", None), getattr(text, "num_hidden_layers", None)
@@ -203,7 +210,10 @@ class SharedPromptForwardMixin:
                 self._unshared_reasons.add(reason)
                 logger.warning("share_prompt_forward: TRL's unshared forward used (%s)", reason)
             rows = min(batch_size or input_ids.size(0), input_ids.size(0))
-            with loss_attention(model, input_ids[:rows]):
+            # with share_prompt_forward off the forward is TRL's to the bit (the extensions-off parity); the math
+            # attention is part of the extension's loss path
+            attention = contextlib.nullcontext() if reason == "off" else loss_attention(model, input_ids[:rows])
+            with attention:
                 return super()._get_per_token_logps_and_entropies(
                     model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, **kwargs
                 )

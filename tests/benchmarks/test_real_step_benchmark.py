@@ -77,11 +77,21 @@ def test_real_step_refuses_an_unknown_variant():
     with pytest.raises(SystemExit, match="--variants: 'vllm:float32'"):
         real_step.parse_variants("generate:float32,vllm:float32")
     assert real_step.parse_variants("continuous:bfloat16,generate:float32:all_positions,sampler:bfloat16:eager") == [
-        ("continuous", "bfloat16", True, None, False),
-        ("generate", "float32", False, None, False),
-        ("sampler", "bfloat16", True, "eager", False),
+        ("continuous", "bfloat16", True, None, False, False),
+        ("generate", "float32", False, None, False, False),
+        ("sampler", "bfloat16", True, "eager", False, False),
     ]
-    assert real_step.parse_variants("sampler:bfloat16:shared_prompt") == [("sampler", "bfloat16", True, None, True)]
+    assert real_step.parse_variants("sampler:bfloat16:shared_prompt") == [
+        ("sampler", "bfloat16", True, None, True, False)
+    ]
+    # the loss's attention as before issue 49 (the CPU flash kernel), named so in the variant
+    assert real_step.parse_variants("sampler:bfloat16:shared_prompt:cpu_flash") == [
+        ("sampler", "bfloat16", True, None, True, True)
+    ]
+    assert (
+        real_step.variant_name("sampler", "bfloat16", True, None, True, True)
+        == "sampler:bfloat16:shared_prompt:cpu_flash"
+    )
     assert real_step.variant_name("sampler", "bfloat16", True, None, True) == "sampler:bfloat16:shared_prompt"
     assert real_step.variant_name("sampler", "bfloat16", True, "eager") == "sampler:bfloat16:eager"
     with pytest.raises(SystemExit, match="all_positions"):
