@@ -417,29 +417,20 @@ def iterative(r: dict) -> str:
 # ---- performance ------------------------------------------------------------------------------------------------
 
 
-@renderer("real_step", "benchmarks/results/real_step.json")
-def real_step(b: dict) -> str:
+def measured_table(b: dict) -> str:
+    """A benchmark's own table under the date it was measured (its JSON's `date` and `table`)."""
     return f"Measured {b['date'][:10]}:\n\n{b['table']}"
 
 
-@renderer("real_step_2026_11_26", "benchmarks/results/real_step_2026-11-26.json")
-def real_step_earlier(b: dict) -> str:
-    return f"Measured {b['date'][:10]}:\n\n{b['table']}"
-
-
-@renderer("real_step_issue49", "benchmarks/results/real_step_issue49.json")
-def real_step_issue49(b: dict) -> str:
-    return f"Measured {b['date'][:10]}:\n\n{b['table']}"
-
-
-@renderer("lora_sampling", "benchmarks/results/lora_sampling.json")
-def lora_sampling(b: dict) -> str:
-    return f"Measured {b['date'][:10]}:\n\n{b['table']}"
-
-
-@renderer("eval_real", "benchmarks/results/eval_real.json")
-def eval_real(b: dict) -> str:
-    return f"Measured {b['date'][:10]}:\n\n{b['table']}"
+# the benchmarks that write their own table: one block each, the same rendering
+for _name, _source in [
+    ("real_step", "benchmarks/results/real_step.json"),
+    ("real_step_2026_11_26", "benchmarks/results/real_step_2026-11-26.json"),
+    ("real_step_issue49", "benchmarks/results/real_step_issue49.json"),
+    ("lora_sampling", "benchmarks/results/lora_sampling.json"),
+    ("eval_real", "benchmarks/results/eval_real.json"),
+]:
+    renderer(_name, _source)(measured_table)
 
 
 #: Rows of `summary.json` timed on the first design's 1 M-parameter base, left out until re-run on the shipped one.
