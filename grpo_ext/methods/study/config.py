@@ -85,6 +85,13 @@ def _numbers(data: dict, key: str, where: str, kind: type | None) -> list:
         raise UserError(f"{where}: {expected}") from None
 
 
+def _check_fields(spec: dict, known, where: str) -> None:
+    """`spec` names only `known` fields, else a `UserError` listing the unknown ones and the expected ones."""
+    unknown = sorted(set(spec) - set(known))
+    if unknown:
+        raise UserError(f"{where}: unknown field(s) {unknown}; expected {', '.join(known)}")
+
+
 def _mapping(value, where: str) -> dict:
     if not value:  # absent or empty
         return {}
@@ -182,9 +189,7 @@ def _signal(spec, arms: list[Arm], configs: Path, where: str) -> Signal | None:
     if spec is None:
         return None
     spec = _mapping(spec, where)
-    unknown = sorted(set(spec) - set(SIGNAL_FIELDS))
-    if unknown:
-        raise UserError(f"{where}: unknown field(s) {unknown}; expected {', '.join(SIGNAL_FIELDS)}")
+    _check_fields(spec, SIGNAL_FIELDS, where)
     by_name = {arm.name: arm for arm in arms}
     arm = spec.get("arm", Signal.arm)
     if not isinstance(arm, str) or arm not in by_name:
@@ -223,9 +228,7 @@ def _baselines(spec, arms: list[Arm], where: str, with_start: bool) -> list[Base
         at = f"{where}.{name}"
         path_part(name, at)  # the baseline's name is a folder under --out (baselines/<name>), never a path out of it
         entry = _mapping(entry, at)
-        unknown = sorted(set(entry) - set(BASELINE_FIELDS))
-        if unknown:
-            raise UserError(f"{at}: unknown field(s) {unknown}; expected {', '.join(BASELINE_FIELDS)}")
+        _check_fields(entry, BASELINE_FIELDS, at)
         if name == BASE or name in {a.name for a in arms}:
             raise UserError(f"{at}: the name {name!r} is taken (the base or an arm); rename the baseline")
         task_kwargs = _mapping(entry.get("task_kwargs"), f"{at}.task_kwargs")
@@ -245,9 +248,7 @@ def _start(spec, where: str) -> Start | None:
     if spec is None:
         return None
     spec = _mapping(spec, where)
-    unknown = sorted(set(spec) - set(START_FIELDS))
-    if unknown:
-        raise UserError(f"{where}: unknown field(s) {unknown}; expected {', '.join(START_FIELDS)}")
+    _check_fields(spec, START_FIELDS, where)
     method = _require(spec, "method", where)
     try:
         if get_method(method).online:
@@ -312,9 +313,7 @@ def load_study(path: str | Path) -> Study:
         path_part(name, where)  # the arm's name is a folder under --out (runs/<arm>/...), never a path out of it
         if not isinstance(spec, dict):
             raise UserError(f"{where}: expected a mapping with `method`")
-        unknown = sorted(set(spec) - set(ARM_FIELDS))
-        if unknown:
-            raise UserError(f"{where}: unknown field(s) {unknown}; expected {', '.join(ARM_FIELDS)}")
+        _check_fields(spec, ARM_FIELDS, where)
         if name == BASE:
             raise UserError(f"{where}: `{BASE}` names the base model (in reports and expectations); rename the arm")
         method = _require(spec, "method", where)
