@@ -53,7 +53,8 @@ def add_learning_curve(
     trainer, task, method_name: str, method_args, training_args, generated: Callable[[], int] | None = None
 ) -> LearningCurve | None:
     """A :class:`LearningCurve` on the first ``curve_prompts`` prompts of the task's ``validation`` split
-    (:data:`CURVE_SPLIT`), added to ``trainer``; None when ``curve_every`` is 0. ``generated()`` returns the samples
+    (:data:`CURVE_SPLIT`), sampled as the harness samples them (the task's stop strings end a sample), added to
+    ``trainer``; None when ``curve_every`` is 0. ``generated()`` returns the samples
     generated so far (recorded at every point)."""
     if method_args.curve_every <= 0:
         return None
@@ -68,6 +69,9 @@ def add_learning_curve(
         max_new_tokens=method_args.sample_max_new_tokens,
         seed=0,
         batch_size=method_args.sample_batch_size,
+        # the task's stop strings, as the study's evaluations cut samples: without them every sample ran to the
+        # length cap writing further questions (2-3x the tokens of an answer), and was scored on that longer text
+        stop=tuple(getattr(task, "stop_strings", ())),
     )
     curve = LearningCurve(
         task,

@@ -4,7 +4,6 @@ prompt's format (a chat message after a chat prompt). Pure functions but the dra
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import random
 import time
@@ -25,13 +24,6 @@ def cut_at_stop(text: str, stops) -> str:
     """`text` up to the first of the stop strings `stops` (lm-eval's ``until``: the stop string itself is cut too)."""
     found = [i for i in (text.find(s) for s in stops) if i >= 0]
     return text[: min(found)] if found else text
-
-
-def _sampler_stops(stops: tuple[str, ...]) -> dict:
-    """``{"stop": stops}`` when the harness's sampler ends a sample at stop strings (saves the tokens after them),
-    else ``{}``: the draw is cut at them afterwards either way (:func:`cut_at_stop`), so the samples are the same."""
-    fields = {f.name for f in dataclasses.fields(SamplingParams)}
-    return {"stop": tuple(stops)} if stops and "stop" in fields else {}
 
 
 def draw_from_base(ctx) -> tuple[list[str], list[str], list[list[str]]]:
@@ -63,7 +55,7 @@ def draw_from_base(ctx) -> tuple[list[str], list[str], list[list[str]]]:
         max_new_tokens=method_args.sample_max_new_tokens,
         seed=ctx.training_args.seed,
         batch_size=method_args.sample_batch_size,
-        **_sampler_stops(stops),
+        stop=stops,
     )
     samples = sample(model, tokenizer, prompts, params, progress=not ctx.training_args.disable_tqdm)
     samples = [[cut_at_stop(text, stops) for text in row] for row in samples]
