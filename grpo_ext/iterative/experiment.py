@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict
@@ -23,6 +22,7 @@ from grpo_ext.iterative.args import IterativeArguments
 from grpo_ext.iterative.arms import USES_RM
 from grpo_ext.iterative.iteration_zero import START_DIR, START_STATE_FILE
 from grpo_ext.iterative.state import LOOP_STATE_FILE, load_state
+from grpo_ext.workers import end_with
 
 __all__ = ["Experiment", "run_experiment", "seed_dir"]
 
@@ -212,7 +212,7 @@ class Experiment:
     def _run_parallel(self, workers: int) -> None:
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(
-            max_workers=workers, mp_context=context, initializer=exit_with_parent, initargs=(os.getpid(),)
+            max_workers=workers, mp_context=context, initializer=_worker_start, initargs=(os.getpid(),)
         ) as pool:
             pending = {pool.submit(run_job, self, "start", seed): ("start", seed) for seed in self.seeds}
             while pending:
@@ -227,19 +227,13 @@ class Experiment:
                         self.write_report()
 
 
-def exit_with_parent(parent_pid: int, poll_seconds: float = 1.0) -> None:
-    """A worker's initializer: end the worker when the experiment's process is gone (killed), so a restarted
-    experiment never shares its folders with the orphans of a killed one; no weight-loading progress bars."""
+def _worker_start(parent_pid: int) -> None:
+    """A worker's initializer: no weight-loading progress bars, and the worker ends with the experiment's process
+    (a restarted experiment never shares its folders with the orphans of a killed one)."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-
-    def watch():
-        while os.getppid() == parent_pid:
-            time.sleep(poll_seconds)
-        os._exit(1)
-
-    threading.Thread(target=watch, daemon=True).start()
+    end_with(parent_pid)
 
 
 def run_job(experiment: Experiment, kind: str, seed: int) -> None:

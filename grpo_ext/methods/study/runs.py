@@ -10,6 +10,7 @@ no-op.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from grpo_ext.methods.study.provenance import (
     record_training,
     training_record,
 )
+from grpo_ext.workers import end_with
 
 __all__ = [
     "Job",
@@ -329,7 +331,14 @@ def run_jobs(jobs: list[Job], out: Path, study: Study, options: StudyOptions, wo
     context = multiprocessing.get_context(method)
     if method == "forkserver":
         context.set_forkserver_preload(["grpo_ext.methods.study.preload"])
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context, max_tasks_per_child=1) as pool:
+    # Each worker ends with this process (grpo_ext.workers): a study killed mid-run leaves no worker training on.
+    with ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=context,
+        max_tasks_per_child=1,
+        initializer=end_with,
+        initargs=(os.getpid(),),
+    ) as pool:
         futures = [pool.submit(_run_job, job, out, study, options) for job in pending]
         for future in futures:
             print(f"done: {future.result()}", flush=True)
