@@ -33,7 +33,8 @@ def test_the_real_config_is_the_studys_stage_with_three_arms_and_its_expectation
     assert training_args.stop_strings == ["Question:"] and training_args.max_completion_length == 64
     assert training_args.temperature == 0.7 and it_args.train_offset == 1536  # after the start's prompts
     assert model_args.model_name_or_path == "results/sft_study/start/model" and model_args.use_peft
-    assert it_args.reward_model_type == "process" and it_args.rm_lora_r > 0 and it_args.rm_dtype == "bfloat16"
+    assert it_args.reward_model_type == "process" and it_args.rm_lora_r > 0
+    assert it_args.rm_dtype == model_args.dtype == "float32"  # as the SFT study's arms
     wanted = {("iterative", "frozen"), ("verifier", "iterative"), ("iterative", "base")}
     assert {(e["arm"], e["against"]) for e in it_args.expectations.values()} == wanted
 
