@@ -79,9 +79,10 @@ def cpu_bf16_support() -> dict:
     """Whether this CPU computes in bf16 natively: ``{"supported", "flags", "mkldnn_bf16"}``.
 
     ``supported`` needs one of :data:`BF16_CPU_FLAGS` in ``/proc/cpuinfo``: there oneDNN multiplies bf16 matrices with
-    bf16 instructions (measured on AMD EPYC with ``avx512_bf16``: 4.7x float32 for a 4096x576 @ 576x1536 matmul, one
-    thread). ``torch.ops.mkldnn._is_mkldnn_bf16_supported()`` is recorded beside it but does not decide: it is also
-    true on AVX512 CPUs without bf16 instructions, where bf16 is emulated (converted to float32 and back) and slower.
+    bf16 instructions (measured on an AMD EPYC with ``avx512_bf16``: 4.7x float32 for a 4096x576 @ 576x1536 matmul, one
+    thread; on an AMD EPYC without AVX-512, 1/6 of float32). ``torch.ops.mkldnn._is_mkldnn_bf16_supported()`` is
+    recorded beside it but does not decide: it is also true on AVX512 CPUs without bf16 instructions, where bf16 is
+    emulated (converted to float32 and back) and slower.
     """
     flags = sorted(_cpu_flags() & set(BF16_CPU_FLAGS))
     try:
@@ -103,12 +104,21 @@ def resolve_cpu_bf16(model_args, training_args) -> str | None:
     """Apply `cpu_bf16` (a `GRPOExtConfig` field): the base weights' dtype on a CPU, set in ``model_args.dtype`` (so
     the run's record says what ran) and returned; says in the log what was chosen and why.
 
-    `off` (or a config without the field, or a GPU run) leaves `dtype` as given. `auto`: bfloat16 where
+    `off` (or a config without the field, or a GPU run) leaves `dtype` as given (a warning for bfloat16 on a CPU
+    without native bf16, where it is emulated and slow). `auto`: bfloat16 where
     :func:`cpu_bf16_support` finds native bf16, else float32. `on`: bfloat16 (a warning where it is emulated). Only
     for a LoRA policy on a full-precision base: a `UserError` naming the field otherwise.
     """
     mode = getattr(training_args, "cpu_bf16", "off")
     if mode == "off":
+        if model_args.dtype == "bfloat16" and not on_gpu(training_args) and not cpu_bf16_support()["supported"]:
+            # kept as given (a study compares arms in one arithmetic), but said: measured on an AMD EPYC without
+            # AVX-512, a bf16 matmul ran at 1/6 of float32's and a real-model GRPO step took 220 s instead of ~30
+            _LOG.warning(
+                "dtype: bfloat16 on a CPU without native bf16 (none of %s in /proc/cpuinfo): bf16 is emulated here, "
+                "several times slower than float32 (cpu_bf16: auto picks float32 on such a CPU)",
+                ", ".join(BF16_CPU_FLAGS),
+            )
         return model_args.dtype
     if on_gpu(training_args):
         _say(f"cpu_bf16: `{mode}` is for CPU training and is ignored on a GPU; dtype {model_args.dtype} as given")

@@ -49,7 +49,8 @@ def test_support_needs_a_native_bf16_flag_not_mkldnn(native_bf16, monkeypatch):
         ("auto", False, "bfloat16", "float32"),  # auto decides on a CPU: emulated bf16 falls back to float32
         ("on", False, "float32", "bfloat16"),
         ("off", True, "float32", "float32"),
-        ("off", False, "bfloat16", "bfloat16"),  # off keeps TRL's dtype as given
+        ("off", False, "bfloat16", "bfloat16"),  # off keeps TRL's dtype as given (with a warning: emulated here)
+        ("off", True, "bfloat16", "bfloat16"),
     ],
 )
 def test_the_choice_and_its_log_line(native_bf16, capsys, caplog, mode, native, given, chosen):
@@ -60,7 +61,9 @@ def test_the_choice_and_its_log_line(native_bf16, capsys, caplog, mode, native, 
     assert model_args.dtype == chosen  # the run's record says what ran
     said = caplog.text + capsys.readouterr().out
     if mode == "off":
-        assert "cpu_bf16" not in said
+        assert "cpu_bf16: off" not in said  # no choice made
+        # bf16 kept as given on a CPU that emulates it: said, as a warning
+        assert ("emulated" in caplog.text) == (given == "bfloat16" and not native)
     else:
         assert f"cpu_bf16: {mode}:" in said and f"base weights in {chosen}" in said
         assert ("no native bf16" in said) == (not native)
