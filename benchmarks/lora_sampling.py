@@ -44,7 +44,7 @@ from grpo_ext.evaluation.bootstrap import bootstrap_mean_ci, bootstrap_paired_di
 from grpo_ext.evaluation.harness import load_problems
 from grpo_ext.rollouts import SamplerSettings, sample_completions
 from grpo_ext.sampler import slot_cache
-from grpo_ext.sampler.decoder import LoraSampling
+from grpo_ext.sampler.lora_sampling import LoraSampling
 from grpo_ext.sampler.sampling import SamplingParams, encode_prompt_ids
 from grpo_ext.tasks import get_task
 

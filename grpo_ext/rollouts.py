@@ -51,8 +51,9 @@ class SamplerSettings:
     decode: str
     #: None: no stop strings (EOS and the length budget end a row, TRL's behaviour)
     stop: StopChecker | None = field(default=None, compare=False)
-    #: How a PEFT LoRA policy computes while it samples (grpo_ext.sampler.decoder.LoraSampling): its product in the base
-    #: weights' dtype (``base_dtype``), or PEFT's own forward (``peft``). The loss's log-probs are PEFT's either way.
+    #: How a PEFT LoRA policy computes while it samples (grpo_ext.sampler.lora_sampling.LoraSampling): its product in
+    #: the base weights' dtype (``base_dtype``), or PEFT's own forward (``peft``). The loss's log-probs are PEFT's
+    #: either way.
     lora: str = "base_dtype"
 
 

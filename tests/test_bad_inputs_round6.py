@@ -146,7 +146,7 @@ def _docs_with(tmp, block: str, source: str, text: str | None, monkeypatch):
     if text is not None:
         (tmp / source).write_text(text)
     monkeypatch.setitem(render_docs.RENDERERS, "toy", (lambda r: f"x = {r['x']:.3f}", (source,)))
-    render_docs._load.cache_clear()
+    render_docs.load_source.cache_clear()
     return lambda check: lambda t: render_docs.main(["--check"] if check else [], root=tmp)
 
 
@@ -187,7 +187,7 @@ def test_make_docs_names_the_file_it_cannot_render(case, check, tmp_path, monkey
     trigger = _docs_with(tmp_path, block, source, text, monkeypatch)(check)
     check_one_line(trigger, message, tmp_path, capsys)
     assert (tmp_path / "docs" / "a.md").read_text().count("old") == 1  # nothing written
-    render_docs._load.cache_clear()
+    render_docs.load_source.cache_clear()
 
 
 def test_make_docs_still_renders_a_good_source(tmp_path, monkeypatch):
@@ -197,4 +197,4 @@ def test_make_docs_still_renders_a_good_source(tmp_path, monkeypatch):
     assert render_docs.main([], root=tmp_path) == 0
     assert "x = 0.250" in (tmp_path / "docs" / "a.md").read_text()
     assert render_docs.main(["--check"], root=tmp_path) == 0
-    render_docs._load.cache_clear()
+    render_docs.load_source.cache_clear()

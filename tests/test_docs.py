@@ -37,14 +37,14 @@ def test_every_renderer_is_used_by_a_doc_and_every_block_names_one():
 def test_a_block_is_rewritten_from_its_source_and_an_unknown_name_is_refused(tmp_path, monkeypatch):
     (tmp_path / "r.json").write_text(json.dumps({"x": 0.25}))
     monkeypatch.setitem(RENDERERS, "toy", (lambda r: f"x = {r['x']:.3f}", ("r.json",)))
-    render_docs._load.cache_clear()
+    render_docs.load_source.cache_clear()
     doc = "before\n<!-- render: toy -->\nx = 9.999 (typed by hand)\n<!-- /render -->\nafter\n"
     out = render_text(doc, tmp_path)
     assert "x = 0.250\n\n*Rendered by `make docs` from `r.json`.*\n<!-- /render -->\nafter" in out
     assert render_text(out, tmp_path) == out  # idempotent
     with pytest.raises(KeyError, match="no renderer named 'nope'"):
         render_text("<!-- render: nope -->\n<!-- /render -->", tmp_path)
-    render_docs._load.cache_clear()
+    render_docs.load_source.cache_clear()
 
 
 def test_check_mode_lists_a_stale_block(tmp_path, monkeypatch):
@@ -52,9 +52,9 @@ def test_check_mode_lists_a_stale_block(tmp_path, monkeypatch):
     (tmp_path / "r.json").write_text("{}")
     (tmp_path / "docs" / "a.md").write_text("<!-- render: toy -->\nold\n<!-- /render -->\n")
     monkeypatch.setitem(RENDERERS, "toy", (lambda r: "new", ("r.json",)))
-    render_docs._load.cache_clear()
+    render_docs.load_source.cache_clear()
     assert render_docs.stale(tmp_path) == ["docs/a.md: toy"]
-    render_docs._load.cache_clear()
+    render_docs.load_source.cache_clear()
 
 
 def _slug(heading: str) -> str:

@@ -1,6 +1,6 @@
 """Publishing to the Hugging Face Hub: what a checkpoint's training was (`training`: the card's reading of the run's
-record, which `grpo_ext.run_record` writes), its model card (`card`), and the folder that is uploaded (`export`,
-behind scripts/publish.py).
+record, which `grpo_ext.run_record` writes), its model card (`card`), the folder that is uploaded (`upload_folder`),
+and its publication as a dry run's folder or on the Hub (`export`, behind scripts/publish.py).
 
 The names below are loaded on first use: reading how a checkpoint was trained does not load the model card's report
 stack.

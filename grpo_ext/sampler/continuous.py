@@ -100,7 +100,7 @@ def continuous_sample(
     ``stop``: called with a sample's new token ids after each token (:class:`~grpo_ext.sampler.stops.StopChecker`);
     True ends the sample there, its last token kept (the caller cuts the text), as ``generate`` with
     ``stop_strings`` ends a row. The sample's tokens up to there are those it draws without ``stop``.
-    ``lora``: how PEFT LoRA layers compute while decoding (:class:`~grpo_ext.sampler.decoder.LoraSampling`):
+    ``lora``: how PEFT LoRA layers compute while decoding (:class:`~grpo_ext.sampler.lora_sampling.LoraSampling`):
     ``base_dtype``, the adapter's product in the base weights' dtype, or ``peft``, PEFT's own forward.
     """
     for name, value in (("max_new_tokens", max_new_tokens), ("slots", slots), ("prefill_batch", prefill_batch)):

@@ -28,7 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 from grpo_ext.sampler.continuous import ContinuousUnsupported, continuous_sample, left_pad
-from grpo_ext.sampler.decoder import LORA_MODES
+from grpo_ext.sampler.lora_sampling import LORA_MODES
 from grpo_ext.sampler.static_step import DECODE_MODES
 from grpo_ext.sampler.stops import StopChecker, check_stop, cut_at_stop, stop_criteria
 
@@ -60,7 +60,7 @@ class SamplingParams:
     ``compiled``. ``stop``: stop strings (:mod:`grpo_ext.sampler.stops`): a sample ends as soon as its text holds
     one, and its text is cut before the one completed first, as lm-eval's ``until`` cuts it (empty: EOS and
     ``max_new_tokens`` only). ``lora``: how a PEFT LoRA adapter computes while the continuous sampler decodes
-    (:class:`~grpo_ext.sampler.decoder.LoraSampling`): ``base_dtype`` (default), its product in the base weights'
+    (:class:`~grpo_ext.sampler.lora_sampling.LoraSampling`): ``base_dtype`` (default), its product in the base weights'
     dtype, A and B cast once a call; ``peft``, PEFT's own forward (a float32 adapter beside a bf16 base computes in
     float32).
     """

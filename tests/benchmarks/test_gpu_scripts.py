@@ -180,7 +180,7 @@ def test_gpu_step_rehearsal_times_every_variant(tiny_model):
 # ---- gpu_check ---------------------------------------------------------------------------------------------------
 
 
-def test_gpu_check_plan_runs_what_the_issue_names(tmp_path):
+def test_gpu_check_plan_runs_the_main_job_the_harness_each_extension_on_qlora_and_the_gpu_config(tmp_path):
     steps = {step.name: step for step in gpu_check.plan(tmp_path, cpu=False)}
     assert list(steps) == ["main_job", "harness", *gpu_check.EXTENSIONS, "gpu_config"]
     main_job = steps["main_job"].argv

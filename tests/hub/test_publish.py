@@ -267,7 +267,7 @@ def test_crash_while_writing_leaves_no_folder_that_looks_complete(checkpoint, tm
     def explode(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr("grpo_ext.hub.export.build_model_card", explode)
+    monkeypatch.setattr("grpo_ext.hub.upload_folder.build_model_card", explode)
     with pytest.raises(RuntimeError, match="disk full"):
         publish.main([str(checkpoint), "--repo-id", "me/x", "--dry-run", "--output-dir", str(tmp_path / "out")])
     assert leftovers(tmp_path, "out") == []

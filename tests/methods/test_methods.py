@@ -73,7 +73,7 @@ def test_online_rft_coefficient_by_hand():
 # ---- the registry and the generated table ---------------------------------------------------------------------
 
 
-def test_registry_holds_the_six_methods_of_the_issue():
+def test_registry_holds_six_methods_and_only_the_online_ones_have_a_gradient_coefficient():
     assert tuple(METHODS) == EXPECTED
     online = {name for name, m in METHODS.items() if m.online}
     assert online == {"online_rft", "grpo_outcome", "grpo_process"}

@@ -1,6 +1,6 @@
 """A LoRA adapter samples at its base's speed (issue 49): the prefill's LM head gets a contiguous input (a frozen head
 otherwise copies its weight once a row), and PEFT LoRA layers compute their product in the base's dtype while the
-sampler decodes (grpo_ext.sampler.decoder.LoraSampling), PEFT's own forward everywhere else."""
+sampler decodes (grpo_ext.sampler.lora_sampling.LoraSampling), PEFT's own forward everywhere else."""
 
 import copy
 
@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from grpo_ext.model_paths import resolve_model_path
 from grpo_ext.sampler.continuous import continuous_sample
-from grpo_ext.sampler.decoder import LoraSampling
+from grpo_ext.sampler.lora_sampling import LoraSampling
 from grpo_ext.sampler.sampling import SamplingParams, derive_seed, encode_prompt_ids
 from grpo_ext.sampler.slot_cache import last_position_only, prefill
 from grpo_ext.tasks import get_task

@@ -319,7 +319,7 @@ def test_rebuilt_offline_counts_end_at_the_epoch_the_run_logged(folder):
     assert counts["trained_sequences"] / counts["unique_sequences"] == pytest.approx(counts["epochs"])
 
 
-def test_the_real_picks_trained_on_what_the_issue_counted_by_hand():
+def test_each_real_pick_trained_on_the_sequences_and_epochs_counted_by_hand():
     """Issue 48: SFT trained on 288, RFT on 96-276 (12 epochs over 8-23 unique samples), DPO on 312-336 sequences;
     the online arms on the 384 they generated (refill: 96-128 in its 3-4 steps)."""
     study, picks = _real_study()

@@ -32,7 +32,7 @@ BETTER = [_result([3, 4, 3, 4] * 10), _result([4, 3, 4, 3] * 10)]
 WORSE = [_result([2] * 40), _result([2] * 40)]
 
 
-def test_shipped_expectations_are_the_issue_targets():
+def test_shipped_expectations_are_outcome_above_base_majk_over_passk_and_each_extension_against_its_baseline():
     expectations = load_study(STUDY).expectations
     outcome = expectations["outcome_above_base"]
     assert (outcome.arm, outcome.against, outcome.metric, outcome.min_difference) == (
