@@ -24,7 +24,7 @@ validation beside the base (search.json) and on test beside the picks (baselines
 committed: no weights needed) and trains, samples and scores nothing; a missing test result is named.
 
 --estimate prints what the study will cost (every run and evaluation at the planning rates of its `budget` section,
-grpo_ext.methods.study.budget) and exits. --quick on a study whose base is not the embedded model rehearses it on a
+grpo_ext.experiments.study.budget) and exits. --quick on a study whose base is not the embedded model rehearses it on a
 tiny random model with the base's tokenizer pipeline and chat template, its vocabulary retrained on the task's text
 (outputs/tiny_models/; --rehearsal-tokenizer: another tokenizer's), every path of the real study in a minute; its
 numbers mean nothing.
@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from grpo_ext.methods.study.options import StudyOptions
+    from grpo_ext.experiments.study.options import StudyOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -110,8 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
 def search_stage(study, out: Path, options: StudyOptions, jobs: int, reference_picks: dict | None, also=()) -> tuple:
     """One stage of the search (see the module's doc): train and score its runs on validation (with the jobs `also`,
     side by side), then pick. Returns the grids, validation scores and picks of the stage's arms, by arm name."""
-    from grpo_ext.methods.study.config import pick_settings
-    from grpo_ext.methods.study.runs import Job, read_score, run_jobs
+    from grpo_ext.experiments.study.config import pick_settings
+    from grpo_ext.experiments.study.runs import Job, read_score, run_jobs
 
     search = [Job(arm, setting, seed, study.validation) for arm, setting, seed in study.search(reference_picks)]
     run_jobs([*also, *search], out, study, options, jobs)
@@ -125,10 +125,10 @@ def search_stage(study, out: Path, options: StudyOptions, jobs: int, reference_p
 
 
 def with_start(study, out: Path, options: StudyOptions) -> tuple[StudyOptions, dict]:
-    """The study's start built (or reused) in `out` (:func:`grpo_ext.methods.study.start.build_start`), and the
+    """The study's start built (or reused) in `out` (:func:`grpo_ext.experiments.study.start.build_start`), and the
     options every run then takes: the start as their model, named by its hash, its train prompts skipped."""
-    from grpo_ext.methods.study.runs import quick_flags
-    from grpo_ext.methods.study.start import build_start, start_identity
+    from grpo_ext.experiments.study.runs import quick_flags
+    from grpo_ext.experiments.study.start import build_start, start_identity
 
     model, record = build_start(
         study.start, options.base, options.configs, out, quick_flags(study.start.method, options)
@@ -146,9 +146,9 @@ def with_start(study, out: Path, options: StudyOptions) -> tuple[StudyOptions, d
 def write_expectations(study, out: Path, picks: dict) -> dict:
     """expectations.json / expectations.md: every expectation judged with the baselines' test results too (an
     expectation against a baseline, the slice expectations), the rows :func:`judge_expectations` returns."""
+    from grpo_ext.experiments.study.expectations import judge_expectations, render_expectations
+    from grpo_ext.experiments.study.report import collect
     from grpo_ext.io import atomic_write_json, atomic_write_text
-    from grpo_ext.methods.study.expectations import judge_expectations, render_expectations
-    from grpo_ext.methods.study.report import collect
 
     data = collect(study, out, picks)
     results = {name: entry["results"] for name, entry in data["arms"].items()}
@@ -165,7 +165,7 @@ def write_expectations(study, out: Path, picks: dict) -> dict:
 
 def write_reports(study, out: Path, picks: dict, options: StudyOptions | None, command: str) -> dict:
     """report.md / report.json / plots, and expectations.json / .md where report.py does not judge them all."""
-    from grpo_ext.methods.study.report import write_study_report
+    from grpo_ext.experiments.study.report import write_study_report
 
     paths = write_study_report(study, out, picks, options, command=command)
     if study.baselines or any(e.slice or e.slices for e in study.expectations.values()):
@@ -197,8 +197,8 @@ def report_only(study, out: Path, options: StudyOptions, command: str) -> dict:
     """--report-only: the report of the finished study in `out`, from the picks in search.json and every test result;
     the anatomy of the test groups only where the sample caches it reads are there (they are not committed)."""
     from grpo_ext.errors import UserError
-    from grpo_ext.methods.study.runs import Job, evaluation_file, job_dir
-    from grpo_ext.methods.study.spec import Setting
+    from grpo_ext.experiments.study.runs import Job, evaluation_file, job_dir
+    from grpo_ext.experiments.study.spec import Setting
 
     found = out / "search.json"
     if not found.is_file():
@@ -257,7 +257,7 @@ def check_test_results(study, out: Path, options, jobs) -> None:
     scored it or a start's hash), and one model fingerprint per model: the results of one folder, and the base's with
     those of the baselines scored on it, were drawn from the same weights."""
     from grpo_ext.errors import UserError
-    from grpo_ext.methods.study.runs import _evaluation_plan, evaluation_file, job_dir
+    from grpo_ext.experiments.study.runs import _evaluation_plan, evaluation_file, job_dir
 
     fingerprints: dict[str, tuple[Path, str]] = {}
     for job in jobs:
@@ -317,11 +317,11 @@ def check_test_results(study, out: Path, options, jobs) -> None:
 
 
 def rehearsal_model(study, tokenizer: str | None, out: Path) -> str:
-    """The --quick rehearsal's base: a tiny random model (grpo_ext.methods.study.rehearsal) with the base's tokenizer
-    pipeline and chat template (or `tokenizer`'s), retrained on the study's task text (its baselines' prompts too) to
-    a small vocabulary. Kept in outputs/tiny_models/ (in the output folder when `tokenizer` is given)."""
-    from grpo_ext.methods.study.rehearsal import REHEARSAL_VOCAB, tiny_model_like
-    from grpo_ext.methods.study.runs import method_config_path, task_of
+    """The --quick rehearsal's base: a tiny random model (grpo_ext.experiments.study.rehearsal) with the base's
+    tokenizer pipeline and chat template (or `tokenizer`'s), retrained on the study's task text (its baselines' prompts
+    too) to a small vocabulary. Kept in outputs/tiny_models/ (in the output folder when `tokenizer` is given)."""
+    from grpo_ext.experiments.study.rehearsal import REHEARSAL_VOCAB, tiny_model_like
+    from grpo_ext.experiments.study.runs import method_config_path, task_of
     from grpo_ext.tasks import get_task
 
     name, kwargs = task_of(method_config_path(study.arms[0].method, study.configs_dir))
@@ -353,9 +353,9 @@ def check_values_once(study, path) -> None:
 def main(argv: list[str]) -> dict:
     args = build_parser().parse_args(argv)
     from grpo_ext.errors import UserError
+    from grpo_ext.experiments.study.config import load_study
+    from grpo_ext.experiments.study.options import StudyOptions
     from grpo_ext.io import portable_path
-    from grpo_ext.methods.study.config import load_study
-    from grpo_ext.methods.study.options import StudyOptions
     from grpo_ext.model_paths import resolve_model_path
 
     study = load_study(args.study)
@@ -383,15 +383,15 @@ def main(argv: list[str]) -> dict:
         study.base = args.model
         resolve_model_path(study.base)  # a missing base model fails before any training
     if args.estimate:
-        from grpo_ext.methods.study.budget import estimate, render_estimate
+        from grpo_ext.experiments.study.budget import estimate, render_estimate
 
         result = estimate(study)
         print(render_estimate(result))
         # the spend of a study under way, in the folder named (the default folder holds another study's runs)
         if args.out is not None and (Path(args.out, "search.json").is_file() or Path(args.out, "runs").is_dir()):
-            from grpo_ext.methods.study.spent import render_spent, spent
+            from grpo_ext.experiments.study.spent import render_spent, spent
 
-            print(f"\nMeasured in {args.out} (one core a job; see grpo_ext.methods.study.spent):\n")
+            print(f"\nMeasured in {args.out} (one core a job; see grpo_ext.experiments.study.spent):\n")
             print(render_spent(spent(study, args.out), result))
         return {"estimate": result}
     args.out = args.out or "results/compare"
@@ -413,7 +413,7 @@ def main(argv: list[str]) -> dict:
         quick_flags=QUICK_COMMON,
         quick_method_flags=quick_method_flags(args.quick and rehearsal),
     )
-    from grpo_ext.methods.study.runs import check_arms, check_stop_support
+    from grpo_ext.experiments.study.runs import check_arms, check_stop_support
     from grpo_ext.run_folder import OutputFolder
 
     if args.start_only and study.start is None:
@@ -438,8 +438,8 @@ def is_study_folder(out: Path) -> bool:
 
 def run_study(study, args, options, out: Path, command: str) -> dict:
     """The study's stages (the module's doc) in `out`, which `main` holds; returns the picks, scores, report paths."""
+    from grpo_ext.experiments.study.runs import Job, read_score, run_jobs
     from grpo_ext.io import atomic_write_json, portable_path
-    from grpo_ext.methods.study.runs import Job, read_score, run_jobs
 
     start_record = None
     if study.start is not None:  # stage 0: the SFT model every arm trains from, made once (grpo_ext...study.start)
@@ -449,7 +449,7 @@ def run_study(study, args, options, out: Path, command: str) -> dict:
             return {"start": start_record}
     start = time.perf_counter()
     if study.signal is not None:  # stage 0: the learning signal at the base, before the search spends any budget
-        from grpo_ext.methods.study.signal.stage_zero import run_signal_stage
+        from grpo_ext.experiments.study.signal.stage_zero import run_signal_stage
 
         run_signal_stage(study, out, options)
     signal_done = time.perf_counter()

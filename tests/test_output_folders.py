@@ -148,7 +148,7 @@ def test_an_earlier_harness_folder_without_the_record_is_taken_over(tmp_path):
 
 
 def test_the_iterative_report_dir_is_refused_before_anything_trains(tmp_path, root, monkeypatch):
-    from grpo_ext.iterative import Experiment
+    from grpo_ext.experiments.iterative import Experiment
     from scripts import iterative
 
     monkeypatch.chdir(root)
@@ -164,7 +164,7 @@ def test_the_iterative_report_dir_is_refused_before_anything_trains(tmp_path, ro
 
 def test_the_iterative_report_is_written_only_into_its_own_folder(tmp_path):
     """The writer itself refuses too (a report_dir filled while the experiment trained)."""
-    from grpo_ext.iterative.arms_report import write_experiment_report
+    from grpo_ext.experiments.iterative.arms_report import write_experiment_report
 
     users = tmp_path / "mine"
     users.mkdir()
