@@ -237,13 +237,14 @@ def test_an_output_folder_of_another_writer_is_refused(tmp_path):
 
 def test_a_study_never_writes_into_a_folder_of_other_files(tmp_path, root, monkeypatch):
     """The study's --out is owned like every other writer's: a folder of the user's files is refused before any run."""
+    from grpo_ext.experiments.study import stages
     from scripts import run_methods
 
     monkeypatch.chdir(root)
     users = tmp_path / "mine"
     users.mkdir()
     (users / "report.md").write_text("my report")
-    monkeypatch.setattr(run_methods, "run_study", lambda *a: (_ for _ in ()).throw(AssertionError("the study ran")))
+    monkeypatch.setattr(stages, "run_study", lambda *a: (_ for _ in ()).throw(AssertionError("the study ran")))
     with pytest.raises(UserError, match=r"--out: .*mine is not empty \(report\.md\) and holds no output of scripts"):
         run_methods.main(["--study", "configs/compare.yaml", "--out", str(users), "--quick"])
     assert sorted(os.listdir(users)) == ["report.md"]

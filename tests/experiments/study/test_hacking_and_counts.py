@@ -32,7 +32,8 @@ from grpo_ext.experiments.study.hacking import (
     signals,
     window,
 )
-from grpo_ext.experiments.study.report import _budget_text, carried_anatomy, read_hacking
+from grpo_ext.experiments.study.report import carried_anatomy, read_hacking
+from grpo_ext.experiments.study.report_md import _budget_text
 from grpo_ext.methods.cost import COST_FILE, LOG_FILE, RUN_FILE, offline_trained_examples
 from grpo_ext.methods.paradigm import get_method
 

@@ -9,7 +9,7 @@ import pytest
 
 from grpo_ext.experiments.study.config import load_study
 from grpo_ext.experiments.study.expectations import Expectation, judge_expectations, render_expectations
-from grpo_ext.experiments.study.report import rate_text, render
+from grpo_ext.experiments.study.report_md import rate_text, render
 
 ROOT = Path(__file__).resolve().parents[3]
 STUDY = ROOT / "configs" / "compare.yaml"

@@ -244,7 +244,7 @@ def test_the_section_marks_the_arms_row_and_states_its_cosine():
 
 
 def test_the_report_shows_the_section_between_the_design_and_the_search_and_only_with_a_signal(tmp_path):
-    from grpo_ext.experiments.study.report import render
+    from grpo_ext.experiments.study.report_md import render
 
     study = load_study(STUDY)
     stats = {

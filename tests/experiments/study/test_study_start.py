@@ -176,7 +176,7 @@ def test_arms_skip_the_start_prompts_and_records_name_the_start_by_hash(tmp_path
 
 
 def test_report_design_names_the_start_with_the_counts_its_records_give():
-    from grpo_ext.experiments.study.report import _design
+    from grpo_ext.experiments.study.report_md import _design
 
     study = load_study(SFT_STUDY)
     record = {
