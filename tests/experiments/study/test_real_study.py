@@ -277,8 +277,10 @@ def test_driver_scores_the_baselines_beside_the_base_and_trains_nothing_for_them
     monkeypatch.setattr(runs, "check_stop_support", lambda study, options: [])
     monkeypatch.setattr(runs, "read_score", lambda job, out, study: 0.5 if job.arm is None else 0.1)
     driver = fresh_driver()
-    monkeypatch.setattr(driver, "write_expectations", lambda *args: {})
     import grpo_ext.experiments.study.report as report
+    import grpo_ext.experiments.study.stages as stages
+
+    monkeypatch.setattr(stages, "write_expectations", lambda *args: {})
 
     monkeypatch.setattr(report, "write_study_report", lambda *args, **kwargs: {"md": tmp_path / "report.md"})
     driver.main(["--study", str(STUDY), "--out", str(tmp_path), "--model", "embedded"])
