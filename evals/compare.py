@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 
 from grpo_ext.cli import run_cli
-from grpo_ext.methods.compare.cli import build_parser, main
+from grpo_ext.experiments.compare.cli import build_parser, main
 
 __all__ = ["build_parser", "main"]
 

@@ -1,6 +1,7 @@
 """How every report writes a number, an interval and a table: the harness report (:mod:`grpo_ext.evaluation`), the
-study (:mod:`grpo_ext.methods.study`), the method comparison (:mod:`grpo_ext.methods.compare`) and the iterative
-reports (:mod:`grpo_ext.iterative`). One formatter per concept; a floor-1 room (it imports nothing of the project)."""
+study (:mod:`grpo_ext.experiments.study`), the method comparison (:mod:`grpo_ext.experiments.compare`) and the iterative
+reports (:mod:`grpo_ext.experiments.iterative`). One formatter per concept; a floor-1 room (it imports nothing of the
+project)."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ MAX_TRAIN_SIZE = 1_000_000
 @dataclass
 class TaskFields:
     """Which task supplies the prompts and the verifier, and how many of its train prompts to use: the fields every
-    runner's arguments share (`TaskArguments` here, `grpo_ext.iterative.args.IterativeArguments`)."""
+    runner's arguments share (`TaskArguments` here, `grpo_ext.experiments.iterative.args.IterativeArguments`)."""
 
     task: str = field(default="arithmetic", metadata={"help": "Task name (see grpo_ext.tasks.TASKS)."})
     task_kwargs: dict | str | None = field(

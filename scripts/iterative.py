@@ -10,9 +10,9 @@ A killed run started again with the same command resumes: no finished iteration 
 
     --estimate   print the experiment's cost from the config's planning rates (and what the saved runs spent); runs
                  nothing
-    --quick      rehearse a real-model config on a tiny random model with the real tokenizer (grpo_ext.iterative.
-                 rehearsal), in <output_dir>_quick unless --output_dir is given; --rehearsal-tokenizer: another
-                 tokenizer's folder (the tests', without `make real-model`)
+    --quick      rehearse a real-model config on a tiny random model with the real tokenizer
+                 (grpo_ext.experiments.iterative.rehearsal), in <output_dir>_quick unless --output_dir is given;
+                 --rehearsal-tokenizer: another tokenizer's folder (the tests', without `make real-model`)
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def parse_args(argv: list[str]):
 
     from grpo_ext.cli import parse_trl_config
     from grpo_ext.config import GRPOExtConfig
-    from grpo_ext.iterative import IterativeArguments
+    from grpo_ext.experiments.iterative import IterativeArguments
 
     return parse_trl_config((IterativeArguments, GRPOExtConfig, ModelConfig), argv)
 
@@ -48,11 +48,11 @@ def estimate(argv: list[str]) -> None:
     """The cost of the experiment ``argv`` describes, and the spend of its saved runs (none run here)."""
     from pathlib import Path
 
-    from grpo_ext.iterative.budget import estimate as price
-    from grpo_ext.iterative.budget import render_estimate, spent_core_hours
-    from grpo_ext.iterative.experiment import seed_dir
-    from grpo_ext.iterative.iteration_zero import START_DIR, START_STATE_FILE
-    from grpo_ext.iterative.state import LOOP_STATE_FILE, load_state
+    from grpo_ext.experiments.iterative.budget import estimate as price
+    from grpo_ext.experiments.iterative.budget import render_estimate, spent_core_hours
+    from grpo_ext.experiments.iterative.experiment import seed_dir
+    from grpo_ext.experiments.iterative.iteration_zero import START_DIR, START_STATE_FILE
+    from grpo_ext.experiments.iterative.state import LOOP_STATE_FILE, load_state
 
     it_args, training_args, _ = parse_args(argv)
     seeds = it_args.seed_list if it_args.seed_list is not None else [int(training_args.seed)]
@@ -73,7 +73,7 @@ def rehearsal_argv(argv: list[str], tokenizer: str | None) -> list[str]:
     quick sizes, its own output folder."""
     from pathlib import Path
 
-    from grpo_ext.iterative.rehearsal import quick_argv, rehearsal_start
+    from grpo_ext.experiments.iterative.rehearsal import quick_argv, rehearsal_start
     from grpo_ext.tasks import get_task
 
     it_args, training_args, _ = parse_args(argv)
@@ -90,8 +90,8 @@ def rehearsal_argv(argv: list[str], tokenizer: str | None) -> list[str]:
 def main(argv: list[str]) -> None:
     from transformers.utils import logging as hf_logging
 
-    from grpo_ext.iterative import Experiment
-    from grpo_ext.iterative.report import report_folder
+    from grpo_ext.experiments.iterative import Experiment
+    from grpo_ext.experiments.iterative.report import report_folder
 
     hf_logging.disable_progress_bar()  # no bar for every model load (policy, RM) of every iteration
     quick, argv = _pop_flag(argv, "--quick")

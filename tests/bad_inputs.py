@@ -148,7 +148,7 @@ def gsm8k_rows(path):
 
 def study_with(old, new):
     """configs/compare.yaml with `old` replaced by `new` (a key given twice is an error of its own)."""
-    from grpo_ext.methods.study.config import load_study
+    from grpo_ext.experiments.study.config import load_study
 
     text = Path("configs/compare.yaml").read_text()
     assert old in text
@@ -162,7 +162,7 @@ def method_config(path):
 
 
 def runs(*specs):
-    from grpo_ext.methods.compare.runs import parse_runs
+    from grpo_ext.experiments.compare.runs import parse_runs
 
     return lambda tmp: parse_runs(list(specs))
 

@@ -101,13 +101,13 @@ CASES = {
 
 
 def compare_runs(*specs):
-    from grpo_ext.methods.compare.runs import parse_runs
+    from grpo_ext.experiments.compare.runs import parse_runs
 
     return parse_runs(list(specs))
 
 
 def run_methods(argv):
-    from tests.methods.study.test_study_driver import fresh_driver
+    from tests.experiments.study.test_study_driver import fresh_driver
 
     return fresh_driver().main(argv)
 

@@ -31,7 +31,7 @@ def yaml_alone(text):
 
 
 def load_study(path):
-    from grpo_ext.methods.study.config import load_study
+    from grpo_ext.experiments.study.config import load_study
 
     return load_study(path)
 

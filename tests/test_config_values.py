@@ -5,7 +5,7 @@ import pytest
 
 from grpo_ext.script_args import parse_train_args
 from tests.bad_inputs import CONFIG, check_one_line, parse, run_train, written
-from tests.methods.study.test_study_driver import STUDY, fresh_driver
+from tests.experiments.study.test_study_driver import STUDY, fresh_driver
 from tests.test_bad_inputs_silent import study_edit, yaml_alone
 
 

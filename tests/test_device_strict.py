@@ -105,7 +105,7 @@ def test_the_accelerator_follows_the_config_whatever_set_the_process_state_up(tm
 
 
 def test_the_iterative_policy_trainer_keeps_one_device(tmp_path, gpu_like_default_device):
-    from grpo_ext.iterative.policy import build_policy_trainer
+    from grpo_ext.experiments.iterative.policy import build_policy_trainer
     from grpo_ext.model_paths import EMBEDDED_MODEL_DIR
 
     args = _copied_config_in_a_fresh_process(tmp_path)

@@ -70,8 +70,8 @@ def test_a_weight_0_reward_does_not_count_as_scored(tmp_path):
 def test_an_iteration_that_scored_no_reward_fails(tmp_path, monkeypatch, capsys):
     """The iterative loop's GRPO step: a reward source that scored nothing ends the run with one line, the
     iteration's record says `failed` and no iteration is saved as done (it was recorded `complete` before)."""
-    from grpo_ext.iterative import Experiment
-    from tests.iterative.test_loop import quick_args
+    from grpo_ext.experiments.iterative import Experiment
+    from tests.experiments.iterative.test_loop import quick_args
     from tests.rewards.test_reward_models import make_tiny_policy
 
     def unscored(self, prompts, completions, **kwargs):

@@ -19,7 +19,7 @@ LAYOUT_DOC = ROOT / "docs" / "layout.md"  # the layout drawn for readers (it lef
 #: Lowest first. A unit is a top-level module or a subpackage of grpo_ext (a subpackage's modules import each other
 #: freely; that is its own business).
 FLOORS: list[set[str]] = [
-    {"__init__", "errors", "io", "report_format", "char_tokenizer", "workers"},
+    {"__init__", "errors", "io", "report_format", "char_tokenizer"},
     {"real_model_fetch", "model_paths", "model_files", "prompt_fit", "stand_ins"},
     {"registration", "advantage_math", "advantages", "kl_control", "reasoning_steps", "batching"},
     {"checkpoints", "run_folder", "run_record"},
@@ -30,8 +30,14 @@ FLOORS: list[set[str]] = [
     {"evaluation"},
     {"hub"},
     {"trainer", "trainer_state", "assembly"},
-    {"methods", "iterative"},
+    {"methods"},
+    # The experiments (study, compare, iterative): orchestration beside the library, the top floor. Nothing below
+    # imports them (`test_the_library_never_imports_the_experiments` says it in so many words).
+    {"experiments"},
 ]
+
+#: The package of the experiments; every other unit of grpo_ext is the library a TRL user imports.
+EXPERIMENTS = "experiments"
 
 
 def _module_name(path: Path, package_root: Path) -> str:
@@ -145,11 +151,73 @@ def test_the_readme_layout_names_every_module_of_a_subpackage(module):
     assert re.search(rf"(?<![\w/.]){re.escape(name)}(?![\w.])", layout), f"docs/layout.md: {module} missing"
 
 
+def library_imports_of_the_experiments(package_root: Path) -> dict[str, list[str]]:
+    """The library's files (grpo_ext outside grpo_ext/experiments) that import the experiments: file -> the modules.
+    An import anywhere counts (function level, TYPE_CHECKING), and so does a module named in a string that is not a
+    docstring (``importlib.import_module("grpo_ext.experiments...")``, a forkserver preload list)."""
+    package = package_root.name
+    prefix = f"{package}.{EXPERIMENTS}"
+    found: dict[str, list[str]] = {}
+    for path in sorted(package_root.rglob("*.py")):
+        if path.relative_to(package_root).parts[0] == EXPERIMENTS:
+            continue
+        source = path.read_text()
+        tree = ast.parse(source)
+        named = imported_modules(source, _module_name(path, package_root), path.name == "__init__.py")
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        named |= {
+            node.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+        }
+        hits = sorted(m for m in named if m == prefix or m.startswith(prefix + "."))
+        if hits:
+            found[str(path.relative_to(package_root.parent))] = hits
+    return found
+
+
+def test_the_library_never_imports_the_experiments():
+    """The two parts of the house: the library (what a TRL user imports: the trainer, its config, the rewards, the
+    harness, the sampler, the hub export, the method registry and its runners) and the experiments
+    (grpo_ext/experiments: the study, the comparison, iterative RL). The experiments import the library; the library
+    never imports them, not even lazily. scripts/, evals/, benchmarks/ and tests/ may import both."""
+    assert library_imports_of_the_experiments(PACKAGE) == {}
+
+
+def test_the_experiments_rule_sees_every_kind_of_import(tmp_path):
+    pkg = tmp_path / "grpo_ext"
+    (pkg / "experiments" / "study").mkdir(parents=True)
+    for init in (pkg, pkg / "experiments", pkg / "experiments" / "study"):
+        (init / "__init__.py").write_text("")
+    (pkg / "experiments" / "study" / "runs.py").write_text("from grpo_ext.trainer import T\n")  # down: allowed
+    (pkg / "trainer.py").write_text('"""Named in a docstring: grpo_ext.experiments.study is no import."""\nT = 1\n')
+    (pkg / "low.py").write_text("def f():\n    from grpo_ext.experiments.study import runs\n")
+    (pkg / "lazy.py").write_text('import importlib\nm = importlib.import_module("grpo_ext.experiments.study.runs")\n')
+    (pkg / "top.py").write_text("from grpo_ext import experiments\n")
+    assert library_imports_of_the_experiments(pkg) == {
+        "grpo_ext/lazy.py": ["grpo_ext.experiments.study.runs"],
+        "grpo_ext/low.py": ["grpo_ext.experiments.study.runs"],
+        "grpo_ext/top.py": ["grpo_ext.experiments"],
+    }
+
+
 def test_the_study_core_imports_no_diagnostic():
-    """grpo_ext/methods/study: the learning signal (signal/), the anatomy and the training dynamics import the study's
-    core, never the other way; only the report imports them (the study package's doc)."""
-    study = PACKAGE / "methods" / "study"
-    diagnostics = ("grpo_ext.methods.study.signal", "grpo_ext.methods.study.anatomy", "grpo_ext.methods.study.dynamics")
+    """grpo_ext/experiments/study: the learning signal (signal/), the anatomy and the training dynamics import the
+    study's core, never the other way; only the report (report, report_md) and the stages (which run stage 0, the
+    signal) import them (the study package's doc)."""
+    study = PACKAGE / "experiments" / "study"
+    diagnostics = (
+        "grpo_ext.experiments.study.signal",
+        "grpo_ext.experiments.study.anatomy",
+        "grpo_ext.experiments.study.dynamics",
+    )
     found = {
         path.name: sorted(
             m
@@ -157,6 +225,6 @@ def test_the_study_core_imports_no_diagnostic():
             if m.startswith(diagnostics)
         )
         for path in sorted(study.glob("*.py"))
-        if path.stem not in ("anatomy", "dynamics", "report")
+        if path.stem not in ("anatomy", "dynamics", "report", "report_md", "stages")
     }
     assert {name: modules for name, modules in found.items() if modules} == {}

@@ -148,7 +148,7 @@ def test_an_earlier_harness_folder_without_the_record_is_taken_over(tmp_path):
 
 
 def test_the_iterative_report_dir_is_refused_before_anything_trains(tmp_path, root, monkeypatch):
-    from grpo_ext.iterative import Experiment
+    from grpo_ext.experiments.iterative import Experiment
     from scripts import iterative
 
     monkeypatch.chdir(root)
@@ -164,7 +164,7 @@ def test_the_iterative_report_dir_is_refused_before_anything_trains(tmp_path, ro
 
 def test_the_iterative_report_is_written_only_into_its_own_folder(tmp_path):
     """The writer itself refuses too (a report_dir filled while the experiment trained)."""
-    from grpo_ext.iterative.arms_report import write_experiment_report
+    from grpo_ext.experiments.iterative.arms_report import write_experiment_report
 
     users = tmp_path / "mine"
     users.mkdir()
@@ -237,13 +237,14 @@ def test_an_output_folder_of_another_writer_is_refused(tmp_path):
 
 def test_a_study_never_writes_into_a_folder_of_other_files(tmp_path, root, monkeypatch):
     """The study's --out is owned like every other writer's: a folder of the user's files is refused before any run."""
+    from grpo_ext.experiments.study import stages
     from scripts import run_methods
 
     monkeypatch.chdir(root)
     users = tmp_path / "mine"
     users.mkdir()
     (users / "report.md").write_text("my report")
-    monkeypatch.setattr(run_methods, "run_study", lambda *a: (_ for _ in ()).throw(AssertionError("the study ran")))
+    monkeypatch.setattr(stages, "run_study", lambda *a: (_ for _ in ()).throw(AssertionError("the study ran")))
     with pytest.raises(UserError, match=r"--out: .*mine is not empty \(report\.md\) and holds no output of scripts"):
         run_methods.main(["--study", "configs/compare.yaml", "--out", str(users), "--quick"])
     assert sorted(os.listdir(users)) == ["report.md"]

@@ -3,8 +3,8 @@ benchmarks' JSON, written from states and payloads that hold absolute paths."""
 
 import json
 
+from grpo_ext.experiments.iterative.report import write_report
 from grpo_ext.io import REPO_ROOT
-from grpo_ext.iterative.report import write_report
 
 EMBEDDED = str(REPO_ROOT / "grpo_ext" / "assets" / "embedded")
 

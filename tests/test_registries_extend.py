@@ -364,7 +364,7 @@ def test_a_registered_method_is_parsed_trained_recorded_and_tabled(tmp_path, toy
     assert record["method"]["runner"] == "toy" and "build" not in record["method"]
     assert "| Toy SFT | q, o ~ P_sft(Q, O) | - | 1 |" in paradigm_markdown()
 
-    from tests.methods.study.test_study_driver import fresh_driver
+    from tests.experiments.study.test_study_driver import fresh_driver
 
     # the study's --quick flags (scripts/run_methods.py) come from the entry
     assert fresh_driver().quick_method_flags(rehearsal=False)["toy"] == "--per_device_train_batch_size 2"
@@ -396,7 +396,7 @@ def test_a_registered_metric_is_scored_reported_read_and_paired(tmp_path, fail_m
     from grpo_ext.evaluation.analysis import BootstrapSettings
     from grpo_ext.evaluation.report import write_reports
     from grpo_ext.evaluation.results import EvalResult
-    from grpo_ext.methods.study.stats import per_problem
+    from grpo_ext.experiments.study.stats import per_problem
     from tests.harness_results import harness_result
     from tests.trainer_utils import TASK
 

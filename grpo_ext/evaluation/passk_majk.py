@@ -1,7 +1,7 @@
 """The harness command's library half (``python evals/passk_majk.py``): its parser and its run, so that scripts
 (``scripts/search.py``, ``scripts/real_result.py``, ``scripts/gpu_check.py``) parse and run a harness command through
 the library; ``evals/passk_majk.py`` is the command line around it, as ``evals/compare.py`` is around
-:mod:`grpo_ext.methods.compare.cli`."""
+:mod:`grpo_ext.experiments.compare.cli`."""
 
 from __future__ import annotations
 

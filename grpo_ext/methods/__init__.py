@@ -1,7 +1,7 @@
 """SFT, RFT, online RFT, DPO and GRPO under DeepSeekMath's unified paradigm (section 5.2.1).
 
 `METHODS` describes each method once (data source, reward function, gradient coefficient); `run_method` trains
-one from its config (`configs/methods/<name>.yaml`), thin over TRL's trainers; `grpo_ext.methods.compare` compares
+one from its config (`configs/methods/<name>.yaml`), thin over TRL's trainers; `grpo_ext.experiments.compare` compares
 the trained runs. Names are imported on first use: the paradigm table needs no trainer, and the command lines'
 `--help` needs no torch.
 """

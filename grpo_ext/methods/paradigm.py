@@ -64,7 +64,7 @@ class Method:
             implies (SFT: 1; DPO: the sigmoid of the implicit reward margin).
         trainer: the TRL trainer the runner is thin over (the table's text).
         runner: the name of the way it trains, shared by the methods that train alike (the online ones): the key of
-            the study's cost rates (`grpo_ext.methods.study.budget`) and ``--quick`` flags.
+            the study's cost rates (`grpo_ext.experiments.study.budget`) and ``--quick`` flags.
         build: ``build(ctx: RunContext) -> trainer`` (:mod:`grpo_ext.methods.trainers`), trained by
             :func:`grpo_ext.methods.runners.train_method`.
         config_class: ``() -> type``, the TRL config dataclass its config file is parsed into.

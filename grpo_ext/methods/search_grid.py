@@ -29,6 +29,7 @@ __all__ = [
     "check_train_args",
     "parse_grid",
     "pick",
+    "pick_best",
     "settings_of",
     "slug_of",
 ]
@@ -105,10 +106,15 @@ def slug_of(setting: dict[str, str]) -> str:
     return ",".join(f"{name}={value}" for name, value in setting.items())
 
 
-def pick(settings: list[dict[str, str]], scores: dict[str, float]) -> dict[str, str]:
-    """The setting with the highest validation score; ties go to the earlier one of the grid (the study's picker)."""
-    from grpo_ext.methods.study.config import pick_best
+def pick_best(slugs: list[str], scores: dict[str, float]) -> int:
+    """The position in ``slugs`` (a grid, in order) of the highest validation score; ties go to the earlier setting.
+    The one picker of the project: scripts/search.py's grid and the study's arms (grpo_ext.experiments.study) both
+    pick with it."""
+    return max(range(len(slugs)), key=lambda i: (scores[slugs[i]], -i))
 
+
+def pick(settings: list[dict[str, str]], scores: dict[str, float]) -> dict[str, str]:
+    """The setting with the highest validation score; ties go to the earlier one of the grid (`pick_best`)."""
     return settings[pick_best([slug_of(s) for s in settings], scores)]
 
 

@@ -2,7 +2,7 @@
 
 The model is an ``AutoModelForSequenceClassification`` with one logit, read at the last token of
 ``prompt + completion`` (tokenized together, right-padded, as TRL feeds a model reward); its score is
-``sigmoid(logit)``. The iterative loop trains such models (``grpo_ext.iterative.rm_training``) with binary
+``sigmoid(logit)``. The iterative loop trains such models (``grpo_ext.experiments.iterative.rm_training``) with binary
 cross-entropy against the verifier's 0/1 label, so the score is a probability and 0.5 is its threshold.
 """
 

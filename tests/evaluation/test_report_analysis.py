@@ -158,8 +158,8 @@ def test_models_are_paired_by_problem_id():
 
 
 def test_study_stats_read_the_same_per_problem_values():
-    """methods/study/stats.py takes its per-problem values and bootstrap settings from analysis (one source)."""
-    from grpo_ext.methods.study.stats import BOOTSTRAP, per_problem
+    """experiments/study/stats.py takes its per-problem values and bootstrap settings from analysis (one source)."""
+    from grpo_ext.experiments.study.stats import BOOTSTRAP, per_problem
 
     result = {
         "n": 4,

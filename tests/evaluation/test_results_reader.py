@@ -9,9 +9,9 @@ import pytest
 from grpo_ext.evaluation.registry import METRICS, metric_at
 from grpo_ext.evaluation.results import EvalResult
 from grpo_ext.evaluation.scoring import summarize
-from grpo_ext.methods.compare.findings import run_metrics
-from grpo_ext.methods.compare.runs import RESULTS, Run
-from grpo_ext.methods.study.stats import headline_metrics
+from grpo_ext.experiments.compare.findings import run_metrics
+from grpo_ext.experiments.compare.runs import RESULTS, Run
+from grpo_ext.experiments.study.stats import headline_metrics
 
 # two problems, n = 4: right 3 times and once (pass@1 = 0.5, pass@2 = mean(1, 0.5) = 0.75, pass^2 = mean(0.5, 0))
 RECORDS = [

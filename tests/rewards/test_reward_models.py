@@ -1,5 +1,5 @@
 """Learned reward models (issue 7, part 1): built from the policy's weights, trained on verifier labels
-(grpo_ext.iterative.rm_training), used as TRL reward functions (grpo_ext.rewards.orm) and through
+(grpo_ext.experiments.iterative.rm_training), used as TRL reward functions (grpo_ext.rewards.orm) and through
 ProcessRewardModel (grpo_ext.rewards.prm, TRL's PRM format)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from grpo_ext.char_tokenizer import build_char_tokenizer
-from grpo_ext.iterative.rm_training import (
+from grpo_ext.experiments.iterative.rm_training import (
     IGNORE_INDEX,
     encode_process,
     evaluate_reward_model,
