@@ -212,7 +212,7 @@ def test_sft_study_estimate_prices_the_start_and_fits_its_budget():
     result = estimate(study)
     rows = {r["what"]: r for r in result["rows"]}
     assert rows["start (SFT start)"]["runs"] == 1 and rows["start (SFT start)"]["steps"] == 48
-    assert rows["grpo_outcome (online)"]["runs"] == 4 + 3  # 2 rates x 2 search seeds, then 3 test seeds
+    assert rows["grpo_outcome (online)"]["runs"] == 6 + 3  # 3 rates x 2 search seeds, then 3 test seeds
     assert rows["more_sft (sft)"]["runs"] == 3  # one setting: no search run
     # the raw base rambles to the cap: priced at the base's rate, the start at a trained model's
     budget = study.budget["eval_samples_per_second"]
