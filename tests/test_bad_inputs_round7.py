@@ -123,6 +123,19 @@ def test_a_base_grpo_ext_names_is_no_hub_model_on_the_card(tmp_path):
         assert "base_model:" not in adapter.split("---")[1]
 
 
+def test_the_card_counts_the_steps_the_run_recorded_not_the_planned_ones(tmp_path):
+    """A study's refill arm stops when its sample budget is spent (results/compare: 6 of 12 planned steps, complete);
+    its folder keeps no trainer_state.json, and the card took `max_steps` for the steps trained."""
+    run = method_run(tmp_path / "run", "grpo_outcome")
+    (run / "grpo_ext_run.json").write_text(json.dumps({"status": "complete", "global_step": 1}))
+    dry_run(run, tmp_path / "up")
+    _, text = card(tmp_path / "up")
+    assert "- training steps: 1 of 2 planned: the run finished there" in text and "intermediate checkpoint" not in text
+    (run / "grpo_ext_run.json").write_text(json.dumps({"status": "complete", "global_step": 2}))
+    dry_run(run, tmp_path / "up", "--overwrite")
+    assert "- training steps: 2\n" in card(tmp_path / "up")[1]
+
+
 # ---- the eval report's numbers against its own per-problem records -------------------------------------------------
 
 

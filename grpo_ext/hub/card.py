@@ -183,7 +183,12 @@ def _training_section(summary: dict | None, checkpoint_type: str) -> str:
         lines.append("- grpo-ext extensions: " + ("; ".join(summary["extensions"]) if summary["extensions"] else none))
     lines += [f"- {label}: {value}" for label, value in summary["hyperparameters"].items()]
     steps, planned = summary.get("steps"), summary.get("planned_steps")
-    if steps is not None and planned is not None and steps < planned:
+    if steps is not None and planned is not None and steps < planned and summary.get("finished"):
+        lines.append(
+            f"- training steps: {steps} of {planned} planned: the run finished there (recorded complete; e.g. a "
+            "sample budget spent before the last planned step)"
+        )
+    elif steps is not None and planned is not None and steps < planned:
         lines.append(
             f"- training steps: {steps} of {planned} planned: **an intermediate checkpoint or an unfinished run** "
             "(training had not reached its last step when this was saved)"

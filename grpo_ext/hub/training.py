@@ -324,14 +324,23 @@ def trained_with(checkpoint_dir: str | os.PathLike) -> dict | None:
     """Summary of how `checkpoint_dir` was trained, from its `grpo_ext_config.yaml` (or its parent's) and, for a run of
     a method runner (a study's), its `method_run.json`; None without a resolved config.
 
-    The step count comes from `trainer_state.json` when there is one, else from `max_steps`.
+    The step count comes from `trainer_state.json` when there is one, else from the run's record
+    (`grpo_ext_run.json`: a study's run stopped by its sample budget before `max_steps`), else from `max_steps`;
+    `finished` says whether that record says `complete`.
     """
     resolved = resolved_config(checkpoint_dir)
     if resolved is None:
         return None
+    from grpo_ext.checkpoints import read_run_status
+
     steps = _global_step(Path(checkpoint_dir))
+    status = read_run_status(checkpoint_dir)  # the run's own record (a checkpoint-N folder has its trainer state)
+    if steps is None and status is not None and isinstance(status.get("global_step"), int):
+        steps = status["global_step"]  # a method runner's folder keeps no trainer_state.json: its record counts
     method = method_of(checkpoint_dir)
-    return summarize_training(resolved, steps=steps, hardware=resolved.get("hardware"), method=method)
+    summary = summarize_training(resolved, steps=steps, hardware=resolved.get("hardware"), method=method)
+    summary["finished"] = status is not None and status["status"] == "complete"
+    return summary
 
 
 def trainer_summary(trainer, dataset_name: str | None = None) -> dict:
