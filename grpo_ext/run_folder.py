@@ -50,7 +50,8 @@ FOLDER_RECORD = ".grpo_ext_folder.json"
 
 class OutputFolderLock:
     """`with OutputFolderLock(folder):` the one run writing into `folder` (created if needed), else a `UserError`
-    naming the run that holds it (and `field_name`, the flag that named the folder)."""
+    naming the run that holds it (and `field_name`, the flag that named the folder). The lock file is never opened
+    through a symbolic link (a `UserError` naming it): it is truncated and written, and so would be its target."""
 
     def __init__(self, folder: str | os.PathLike, field_name: str = "output_dir"):
         self.folder = Path(folder)
@@ -61,7 +62,7 @@ class OutputFolderLock:
     def acquire(self) -> OutputFolderLock:
         self.folder.mkdir(parents=True, exist_ok=True)
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = self._open()
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -80,6 +81,22 @@ class OutputFolderLock:
         os.write(fd, (json.dumps(holder) + "\n").encode())
         self._fd = fd
         return self
+
+    def _open(self) -> int:
+        """The lock file, opened (created if missing) without following a symbolic link: the lock is truncated and
+        written, and through a link that would be any file of the machine."""
+        if self.path.is_symlink():
+            raise UserError(
+                f"{self.field_name}: {self.path} is a symbolic link (to {os.readlink(self.path)}); a lock is never "
+                "opened through one (it would overwrite what the link points at): remove the link"
+            )
+        try:
+            return os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        except OSError as err:  # a link put there since (ELOOP), a folder of that name, no permission
+            raise UserError(
+                f"{self.field_name}: {self.path} cannot be opened as the folder's lock ({err.strerror or err}); "
+                "remove it or choose another folder"
+            ) from None
 
     def _holder(self) -> str:
         try:

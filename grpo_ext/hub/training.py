@@ -17,14 +17,18 @@ from typing import Any
 
 from grpo_ext.advantages import GradientCoefficient, get_gradient_coefficient
 from grpo_ext.batching import ZERO_STD_STRATEGIES, get_zero_std_strategy
+from grpo_ext.errors import UserError, user_file
 from grpo_ext.kl_control import KLControllerSpec, get_kl_controller
 from grpo_ext.run_record import resolved_config
 
 __all__ = [
+    "METHOD_RECORD",
     "TRAINER_STATE_FILE",
     "hardware_summary",
     "is_embedded",
+    "is_grpo_ext_model",
     "is_hub_id",
+    "method_of",
     "summarize_training",
     "task_dataset",
     "trained_with",
@@ -32,6 +36,9 @@ __all__ = [
 ]
 
 TRAINER_STATE_FILE = "trainer_state.json"
+#: What a method runner of the unified paradigm (every run of a study) records of the method that trained the run
+#: (`grpo_ext.methods.cost.RUN_FILE`: the method's `Method.description()` under "method"), beside the resolved config.
+METHOD_RECORD = "method_run.json"
 
 # Training fields shown in the card when set (label, key); the grpo-ext ones are listed only when not at TRL's default.
 _GRPO_FIELDS = (
@@ -53,10 +60,20 @@ _GRPO_FIELDS = (
 
 
 def is_hub_id(name: str | None) -> bool:
-    """`org/name` (or `name`) that is not an existing local path."""
+    """`org/name` (or `name`) that is not an existing local path, nor a model grpo-ext names itself (`embedded`,
+    `smollm2-135m-instruct`: `is_grpo_ext_model`), which no Hub repository is."""
     if not name or os.path.exists(os.path.expanduser(name)) or name.startswith((".", "/", "~")):
         return False
-    return name.count("/") <= 1 and " " not in name
+    return name.count("/") <= 1 and " " not in name and not is_grpo_ext_model(name)
+
+
+def is_grpo_ext_model(name: str | None) -> bool:
+    """Whether `name` is a model grpo-ext resolves by its own name (`grpo_ext.model_paths.resolve_model_path`): the
+    embedded base or a real model it builds offline (`grpo_ext.real_model_fetch.REAL_MODELS`)."""
+    from grpo_ext.model_paths import EMBEDDED_NAME
+    from grpo_ext.real_model_fetch import REAL_MODELS
+
+    return name == EMBEDDED_NAME or name in REAL_MODELS
 
 
 def is_embedded(name: str | None) -> bool:
@@ -154,12 +171,60 @@ def _lora(model: dict) -> dict | None:
     }
 
 
-def summarize_training(resolved: dict, steps: int | None = None, hardware: str | None = None) -> dict:
-    """The card's view of a run from its resolved config (`{task, training, model}` sections, any may be missing)."""
+# The training fields a card lists for an offline method of the paradigm (SFT, RFT, DPO: no group, no sampling).
+_OFFLINE_FIELDS = (
+    ("learning rate", "learning_rate"),
+    ("LR schedule", "lr_scheduler_type"),
+    ("warm-up steps", "warmup_steps"),
+    ("per-device batch", "per_device_train_batch_size"),
+    ("gradient accumulation", "gradient_accumulation_steps"),
+    ("loss type", "loss_type"),
+    ("beta", "beta"),
+    ("seed", "seed"),
+)
+#: The fields of a method record a card reads (`grpo_ext.methods.paradigm.Method.description`).
+_METHOD_FIELDS = ("name", "title", "data_source", "reward_function", "gradient_coefficient", "online", "trainer")
+
+
+def method_of(checkpoint_dir: str | os.PathLike) -> dict | None:
+    """The method that trained `checkpoint_dir`, from the method runner's record beside it (`METHOD_RECORD`, or its
+    parent's for a `checkpoint-N` folder): its paradigm fields (`name`, `title`, `data_source`, `reward_function`,
+    `gradient_coefficient`, `online`, `trainer`); None for a run without one (scripts/train.py's). A record that is
+    not a method runner's, or a link out of its folder, is a `UserError` naming it: it is read into a public card."""
+    from grpo_ext.run_folder import inside
+
+    folder = Path(checkpoint_dir)
+    for where in (folder, folder.parent):
+        path = where / METHOD_RECORD
+        if not path.exists() and not path.is_symlink():
+            continue
+        inside(where, METHOD_RECORD, field_name="CHECKPOINT")
+        with user_file(path, "CHECKPOINT"):
+            record = json.loads(path.read_text())
+        method = record.get("method") if isinstance(record, dict) else None
+        if not isinstance(method, dict) or not all(isinstance(method.get(k), str) for k in _METHOD_FIELDS[:-2]):
+            raise UserError(
+                f"CHECKPOINT: {path} is not a method runner's record (expected a 'method' object with the fields "
+                f"{', '.join(_METHOD_FIELDS)})"
+            )
+        if not isinstance(method.get("online"), bool):
+            raise UserError(f"CHECKPOINT: {path}: method.online is {method.get('online')!r}, expected true or false")
+        return {k: method.get(k) for k in _METHOD_FIELDS}
+    return None
+
+
+def summarize_training(
+    resolved: dict, steps: int | None = None, hardware: str | None = None, method: dict | None = None
+) -> dict:
+    """The card's view of a run from its resolved config (`{task, training, model}` sections, any may be missing) and,
+    for a run of a method runner, its method (`method_of`): an offline method (SFT, RFT, DPO) is described as that
+    method, never as GRPO."""
     task = resolved.get("task") or {}
     training = resolved.get("training") or {}
     model = resolved.get("model") or {}
     use_peft = bool(model.get("use_peft"))
+    if method is not None and not method["online"]:
+        return _offline_summary(method, task, training, model, steps, hardware)
 
     mode = training.get("advantage_mode") or "outcome"
     record = _registry_record(mode)
@@ -208,6 +273,40 @@ def summarize_training(resolved: dict, steps: int | None = None, hardware: str |
         "planned_steps": planned,
         "hardware": hardware,
         "tags": tags,
+        "method": method,
+    }
+
+
+def _offline_summary(method: dict, task: dict, training: dict, model: dict, steps, hardware) -> dict:
+    """`summarize_training` of an offline method's run: the method's own paradigm fields (data, reward, gradient
+    coefficient) and the training fields it has; no GRPO extension, KL controller or group setting applies."""
+    tags = ["trl", "grpo-ext", method["name"].replace("_", "-")]
+    if model.get("use_peft"):
+        tags.append("lora")
+        if model.get("load_in_4bit"):
+            tags.append("qlora")
+    planned = training.get("max_steps") if isinstance(training.get("max_steps"), int) else None
+    planned = planned if planned is not None and planned > 0 else None
+    return {
+        "advantage_mode": None,
+        "gradient_coefficient": method["gradient_coefficient"],
+        "keeps_trl_advantages": False,
+        "base_model": model.get("model_name_or_path"),
+        "task": task.get("task"),
+        "task_kwargs": task.get("task_kwargs") or {},
+        "dataset": task_dataset(task.get("task"), task.get("task_kwargs")),
+        "reward_funcs": None,  # the task's reward field is the config's default: the method's own reward is below
+        "quantization": _quantization(model),
+        "lora": _lora(model),
+        "dtype": model.get("dtype"),
+        "precision": "bf16" if training.get("bf16") else "fp16" if training.get("fp16") else "fp32",
+        "extensions": [],
+        "hyperparameters": {label: training[key] for label, key in _OFFLINE_FIELDS if training.get(key) is not None},
+        "steps": steps if steps is not None else planned,
+        "planned_steps": planned,
+        "hardware": hardware or ("CPU" if training.get("use_cpu") else "GPU"),
+        "tags": tags,
+        "method": method,
     }
 
 
@@ -222,14 +321,26 @@ def _global_step(folder: Path) -> int | None:
 
 
 def trained_with(checkpoint_dir: str | os.PathLike) -> dict | None:
-    """Summary of how `checkpoint_dir` was trained, from its `grpo_ext_config.yaml` (or its parent's); None if absent.
+    """Summary of how `checkpoint_dir` was trained, from its `grpo_ext_config.yaml` (or its parent's) and, for a run of
+    a method runner (a study's), its `method_run.json`; None without a resolved config.
 
-    The step count comes from `trainer_state.json` when there is one, else from `max_steps`.
+    The step count comes from `trainer_state.json` when there is one, else from the run's record
+    (`grpo_ext_run.json`: a study's run stopped by its sample budget before `max_steps`), else from `max_steps`;
+    `finished` says whether that record says `complete`.
     """
     resolved = resolved_config(checkpoint_dir)
     if resolved is None:
         return None
-    return summarize_training(resolved, steps=_global_step(Path(checkpoint_dir)), hardware=resolved.get("hardware"))
+    from grpo_ext.checkpoints import read_run_status
+
+    steps = _global_step(Path(checkpoint_dir))
+    status = read_run_status(checkpoint_dir)  # the run's own record (a checkpoint-N folder has its trainer state)
+    if steps is None and status is not None and isinstance(status.get("global_step"), int):
+        steps = status["global_step"]  # a method runner's folder keeps no trainer_state.json: its record counts
+    method = method_of(checkpoint_dir)
+    summary = summarize_training(resolved, steps=steps, hardware=resolved.get("hardware"), method=method)
+    summary["finished"] = status is not None and status["status"] == "complete"
+    return summary
 
 
 def trainer_summary(trainer, dataset_name: str | None = None) -> dict:

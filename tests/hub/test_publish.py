@@ -241,7 +241,7 @@ def test_full_model_checkpoint_publishes_without_merge(tmp_path):
         (lambda d: (d / "config.json").write_text("{}"), [], "has config.json but no model weights"),
         (lambda d: shutil.copytree(MODEL, d, dirs_exist_ok=True), ["--merge"], "--merge: .* holds full model weights"),
         ("checkpoint", ["--eval-report", "/nonexistent/eval"], "--eval-report: no such file or folder"),
-        ("checkpoint", ["--eval-report", "EMPTY"], r"eval report: no report\.json in"),
+        ("checkpoint", ["--eval-report", "EMPTY"], r"--eval-report: .*empty holds no report\.json"),
         ("checkpoint", ["--eval-report", "BAD"], "not valid JSON"),
         ("checkpoint", ["--repo-id", "not a/valid/repo"], "--repo-id"),
     ],
