@@ -27,12 +27,17 @@ if str(ROOT) not in sys.path:  # `python scripts/render_docs.py` puts scripts/ o
     sys.path.insert(0, str(ROOT))
 
 from grpo_ext.errors import UserError  # noqa: E402
+from grpo_ext.io import atomic_write_text  # noqa: E402
 from scripts.doc_blocks import RENDERERS, load_source, renderer  # noqa: E402  (importing it registers every renderer)
 
-__all__ = ["BLOCK", "RENDERERS", "blocks", "doc_files", "load_source", "main", "render_block", "render_text",
-           "renderer", "stale"]  # fmt: skip
+__all__ = ["BLOCK", "RENDERERS", "blocks", "check_markers", "doc_files", "load_source", "main", "read_doc",
+           "render_block", "render_text", "renderer", "stale"]  # fmt: skip
 
 BLOCK = re.compile(r"(<!-- render: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /render -->)", re.DOTALL)
+#: A line that looks like a block marker, well-formed or not (``<!- /render -->``, ``<!-- render: a.b -->``).
+_MARKER_LIKE = re.compile(r"<!-+\s*/?\s*render\b")
+_OPEN = re.compile(r"<!-- render: [\w-]+ -->")
+_CLOSE = "<!-- /render -->"
 
 
 class UnknownRenderer(UserError, KeyError):
@@ -58,8 +63,38 @@ def render_block(name: str, root: Path = ROOT) -> str:
     return f"{body}\n\n*Rendered by `make docs` from {', '.join(f'`{s}`' for s in sources)}.*\n"
 
 
+def check_markers(text: str, where: str = "the doc") -> None:
+    """Every block marker well-formed and every block closed before the next opens, else a `UserError` naming the
+    line. A marker with a typo is not one to the block pattern: a mistyped close let its block run on to the next
+    block's close, and the build replaced the prose between them (and the next opening marker) with a table. Markers
+    inside a fenced code block are examples, not blocks."""
+    open_line, fenced = None, False
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        if fenced or not _MARKER_LIKE.search(line):
+            continue
+        marker = line.strip()
+        if _OPEN.fullmatch(marker):
+            if open_line is not None:
+                raise UserError(f"{where}:{number}: a block opens before the block of line {open_line} is closed")
+            open_line = number
+        elif marker == _CLOSE:
+            if open_line is None:
+                raise UserError(f"{where}:{number}: {_CLOSE} closes no block")
+            open_line = None
+        else:
+            raise UserError(
+                f"{where}:{number}: not a block marker: {marker!r} (expected a line `<!-- render: NAME -->`, NAME of "
+                f"letters, digits, _ or -, or a line `{_CLOSE}`)"
+            )
+    if open_line is not None:
+        raise UserError(f"{where}:{open_line}: the block is never closed ({_CLOSE})")
+
+
 def render_text(text: str, root: Path = ROOT) -> str:
-    """The doc with every marked block's body replaced by its renderer's output."""
+    """The doc with every marked block's body replaced by its renderer's output (its markers checked first)."""
+    check_markers(text)
     return BLOCK.sub(lambda m: m.group(1) + render_block(m.group("name"), root) + m.group(4), text)
 
 
@@ -68,10 +103,25 @@ def blocks(text: str) -> list[str]:
 
 
 def doc_files(root: Path = ROOT) -> list[Path]:
-    """The files that may hold blocks: the README, docs/, results/**/README.md, benchmarks/README.md."""
+    """The files that may hold blocks: the README, docs/, results/**/README.md, benchmarks/README.md; a `UserError`
+    for one that is a symbolic link (the build would rewrite the file it points at, wherever that is)."""
     found = [root / "README.md", *sorted((root / "docs").rglob("*.md")), *sorted((root / "results").rglob("README.md"))]
     found.append(root / "benchmarks" / "README.md")
+    for path in found:
+        if path.is_symlink():
+            raise UserError(f"{path.relative_to(root)}: a symbolic link; make docs rewrites docs in place, not links")
     return [p for p in found if p.is_file()]
+
+
+def read_doc(path: Path, root: Path = ROOT) -> str:
+    """The doc's text (UTF-8), its block markers checked; a `UserError` naming it otherwise."""
+    where = str(path.relative_to(root))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise UserError(f"{where}: not UTF-8 ({err.reason} at byte {err.start})") from None
+    check_markers(text, where)
+    return text
 
 
 def _in_doc(path: Path, root: Path, render, *args):
@@ -87,7 +137,7 @@ def stale(root: Path = ROOT) -> list[str]:
     """``path: block`` for every block whose body differs from what its files render now."""
     out = []
     for path in doc_files(root):
-        text = path.read_text()
+        text = read_doc(path, root)
         for m in BLOCK.finditer(text):
             rendered = _in_doc(path, root, render_block, m.group("name"), root)
             if m.group("body") != rendered:
@@ -103,12 +153,15 @@ def main(argv: list[str] | None = None, root: Path = ROOT) -> int:
         found = stale(root)
         print("\n".join(found) if found else "every rendered block is up to date")
         return 1 if found else 0
+    rendered = []  # every doc rendered before any is written: a failure leaves no doc half-built
     for path in doc_files(root):
-        text = path.read_text()
+        text = read_doc(path, root)
         new = _in_doc(path, root, render_text, text, root)
         if new != text:
-            path.write_text(new)
-            print(f"rendered {path.relative_to(root)}: {', '.join(blocks(text))}")
+            rendered.append((path, new, blocks(text)))
+    for path, new, names in rendered:
+        atomic_write_text(path, new)
+        print(f"rendered {path.relative_to(root)}: {', '.join(names)}")
     return 0
 
 
