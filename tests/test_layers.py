@@ -19,7 +19,7 @@ LAYOUT_DOC = ROOT / "docs" / "layout.md"  # the layout drawn for readers (it lef
 #: Lowest first. A unit is a top-level module or a subpackage of grpo_ext (a subpackage's modules import each other
 #: freely; that is its own business).
 FLOORS: list[set[str]] = [
-    {"__init__", "errors", "io", "report_format", "char_tokenizer"},
+    {"__init__", "errors", "io", "report_format", "char_tokenizer", "workers"},
     {"real_model_fetch", "model_paths", "model_files", "prompt_fit", "stand_ins"},
     {"registration", "advantage_math", "advantages", "kl_control", "reasoning_steps", "batching"},
     {"checkpoints", "run_folder", "run_record"},
