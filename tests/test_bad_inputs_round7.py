@@ -226,13 +226,14 @@ def linked_lock(folder, victim):
 def test_a_linked_lock_file_is_never_opened_through_the_link(tmp_path, root, monkeypatch):
     """Through the study (--out) and the training script (output_dir): refused before anything runs, and the file the
     link points at is left as it was."""
+    from grpo_ext.experiments.study import stages
     from scripts import run_methods, train
 
     monkeypatch.chdir(root)
     victim = tmp_path / "victim.txt"
     out = tmp_path / "study"
     linked_lock(out, victim)
-    monkeypatch.setattr(run_methods, "run_study", lambda *a: (_ for _ in ()).throw(AssertionError("the study ran")))
+    monkeypatch.setattr(stages, "run_study", lambda *a: (_ for _ in ()).throw(AssertionError("the study ran")))
     with pytest.raises(UserError, match=r"--out: .*study/\.grpo_ext\.lock is a symbolic link"):
         run_methods.main(["--study", "configs/compare.yaml", "--out", str(out), "--quick"])
     assert victim.read_text() == "precious" and (out / ".grpo_ext.lock").is_symlink()
