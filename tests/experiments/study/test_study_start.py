@@ -21,10 +21,10 @@ def test_sft_study_trains_every_arm_from_its_start_at_one_searched_rate():
     assert study.start is not None and study.start.method == "sft" and study.reference_label == "SFT start"
     assert study.search_seeds == (100, 101) and not set(study.search_seeds) & set(study.seeds)
     searched = study.search()
-    # grpo_outcome alone searches: 2 rates x 2 search seeds; every other arm trains at its pick (one setting)
-    assert sorted((a.name, s.slug, seed) for a, s, seed in searched) == [
-        ("grpo_outcome", f"lr{lr:g}", seed) for lr in (1e-4, 3e-4) for seed in (100, 101)
-    ]
+    # grpo_outcome alone searches: 3 rates x 2 search seeds; every other arm trains at its pick (one setting)
+    assert sorted((a.name, s.slug, seed) for a, s, seed in searched) == sorted(
+        ("grpo_outcome", f"lr{lr:g}", seed) for lr in (1e-4, 3e-4, 1e-3) for seed in (100, 101)
+    )
     picks = {"grpo_outcome": Setting((("lr", 3e-4),))}
     assert study.search(picks) == []  # stage 2: the rate_of arms have nothing to pick
     assert {a.name for a in study.arms if a.rate_of} == {a.name for a in study.arms} - {"grpo_outcome"}
