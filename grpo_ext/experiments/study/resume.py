@@ -97,11 +97,13 @@ def resume_point(folder: Path, record: dict, online: bool) -> Path | None:
     return None
 
 
-def clear_checkpoints(folder: Path) -> None:
-    """Remove every checkpoint of ``folder`` (whole or not, and the staging folders of saves cut half-way): before a
-    run starts again from step 0 (no later sitting may take another command's checkpoint for its own), and once a
-    run has finished (its model and records are saved)."""
+def clear_checkpoints(folder: Path, keep: Path | None = None) -> None:
+    """Remove every checkpoint of ``folder`` but ``keep`` (whole or not, and the staging folders of saves cut
+    half-way): before a run starts again from step 0 (no later sitting may take another command's checkpoint for its
+    own), before it resumes from ``keep`` (the ones passed over are never looked at again), and once it has finished
+    (its model and records are saved)."""
     for _, path in _checkpoints(folder):
-        shutil.rmtree(path, ignore_errors=True)
+        if keep is None or path != Path(keep):
+            shutil.rmtree(path, ignore_errors=True)
     for path in Path(folder).glob(".checkpoint-*.partial"):
         shutil.rmtree(path, ignore_errors=True)

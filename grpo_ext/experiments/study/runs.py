@@ -160,8 +160,8 @@ def _checkpointing(job: Job, folder: Path, record: dict, study: Study) -> list[s
     from grpo_ext.methods import get_method
 
     checkpoint = resume_point(folder, record, get_method(job.arm.method).online)
+    clear_checkpoints(folder, keep=checkpoint)
     if checkpoint is None:
-        clear_checkpoints(folder)
         return checkpoint_flags(study.checkpoint_steps)
     print(f"=== resuming {job.name} from step {checkpoint.name.split('-')[-1]} ({checkpoint})", flush=True)
     return [*checkpoint_flags(study.checkpoint_steps), "--resume_from_checkpoint", str(checkpoint)]

@@ -276,6 +276,7 @@ def test_a_corrupt_checkpoint_is_skipped_for_the_one_before_it(tmp_path, trained
     assert f"ignoring {folder / 'checkpoint-8'}: its trainer_state.json is at step 7, not 8" in out
     assert f"ignoring {folder / 'checkpoint-6'}: " in out and "optimizer.pt is torn" in out
     assert f"ignoring {folder / 'checkpoint-4'}: no trainer_state.json" in out
+    assert [name for name in trained[0]["held"] if "checkpoint" in name] == ["checkpoint-2"]  # the rest removed
 
     (folder / "training_cost.json").unlink()  # the same folder, cut again, every checkpoint now broken
     (whole_checkpoint(folder, 2) / "rng_state.pth").unlink()
