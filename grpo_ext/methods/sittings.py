@@ -19,6 +19,8 @@ import logging
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
+from grpo_ext.errors import UserError
+
 __all__ = ["PROGRESS_KEY", "RunProgress", "TrainerTokens"]
 
 logger = logging.getLogger(__name__)
@@ -66,7 +68,11 @@ class RunProgress(TrainerCallback, ExportableState):
             return
         for name, part in self.parts.items():
             if name not in saved["parts"]:
-                raise ValueError(f"{PROGRESS_KEY}: the checkpoint keeps no {name!r} (the run it resumes was another)")
+                raise UserError(
+                    f"resume_from_checkpoint: the checkpoint keeps no {name!r} of the run's bookkeeping "
+                    f"({PROGRESS_KEY}): it was saved by a run of other settings (e.g. curve_every, reward_funcs); "
+                    "resume with those"
+                )
             part.load_state_dict(saved["parts"][name])
         self.sittings = int(saved.get("sittings", 1)) + 1
         self.resumed_from = [*saved.get("resumed_from", []), state.global_step]

@@ -9,8 +9,8 @@ is this study's command for the run (:func:`~grpo_ext.experiments.study.provenan
 of another command is never resumed. A checkpoint that is not whole (a save killed half-way, a file missing or
 torn) is skipped with a printed line, for the one before it or step 0; so is a run's last checkpoint, saved once it
 had stopped training (killed in the second before its records were written): transformers trains at least one step
-after a resume, which would take the run past its end. These flags are not part of the run's
-record: a run trained whole and one resumed are the same command, and they train the same model.
+after a resume, which would take the run past its end. The checkpoint flags are no part of the run's record: a run
+trained whole and one resumed are the same command, and they train the same model.
 """
 
 from __future__ import annotations
