@@ -12,7 +12,10 @@
   samples that were trained on), and ``trained_tokens``, the tokens the TRL trainer reports it processed (prompts
   included). Records written before ``unique_sequences`` counted every offline step as a full batch;
 - ``sampling_seconds``, ``train_seconds`` (learning-curve evaluations excluded), ``curve_seconds`` and
-  ``wall_seconds`` = sampling + training: the cost of the method, not of measuring it.
+  ``wall_seconds`` = sampling + training: the cost of the method, not of measuring it;
+- ``sittings`` and ``resumed_from_steps``: a run resumed from its checkpoints (:mod:`grpo_ext.methods.sittings`)
+  trained in several sittings; its seconds add each sitting's up to the checkpoint the next resumed from, and its
+  counts are the whole run's.
 """
 
 from __future__ import annotations
@@ -65,6 +68,12 @@ class CountingReward:
 
         self.fn = counted
 
+    def state_dict(self) -> dict:
+        return {"samples": self.samples, "tokens": self.tokens}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.samples, self.tokens = int(state["samples"]), int(state["tokens"])
+
 
 class SampleBudget(TrainerCallback):
     """Stops training before a step would take the generated samples past ``budget``.
@@ -87,10 +96,12 @@ class SampleBudget(TrainerCallback):
 
 
 class TrainTimer(TrainerCallback):
-    """Wall time of ``trainer.train()`` (begin to end), and the optimizer steps taken."""
+    """Wall time of ``trainer.train()`` (begin to end; a resumed run's earlier sittings added, `load_state_dict`), and
+    the optimizer steps taken."""
 
     def __init__(self):
         self.start: float | None = None
+        self.before = 0.0  # the earlier sittings' seconds, up to the checkpoint this one resumed from
         self.seconds = 0.0
         self.steps = 0
 
@@ -98,9 +109,15 @@ class TrainTimer(TrainerCallback):
         self.start = time.perf_counter()
 
     def on_train_end(self, args, state, control, **kwargs):
-        if self.start is not None:
-            self.seconds = time.perf_counter() - self.start
+        self.seconds = self.state_dict()["seconds"]
         self.steps = state.global_step
+
+    def state_dict(self) -> dict:
+        now = time.perf_counter() - self.start if self.start is not None else 0.0
+        return {"seconds": self.before + now}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.before = float(state["seconds"])
 
 
 def trained_tokens(trainer) -> int | None:

@@ -42,6 +42,25 @@ class LearningCurve(PassKMajKCallback):
         finally:
             self.seconds += time.perf_counter() - start
 
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.global_step == 0:  # resumed: the first sitting drew the start's point (restored by load_state_dict)
+            super().on_train_begin(args, state, control, **kwargs)
+
+    def state_dict(self) -> dict:
+        """The points so far, for a checkpoint (:mod:`grpo_ext.methods.sittings`)."""
+        return {
+            "history": [dict(h) for h in self.history],
+            "samples_generated": list(self.samples_generated),
+            "seconds": self.seconds,
+            "last_step": self.last_step,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.history = [dict(h) for h in state["history"]]
+        self.samples_generated = [int(n) for n in state["samples_generated"]]
+        self.seconds = float(state["seconds"])
+        self.last_step = state["last_step"]
+
     def points(self) -> list[dict]:
         points = [{**h, "trained_sequences": h["step"] * self.sequences_per_step} for h in self.history]
         for point, generated in zip(points, self.samples_generated, strict=False):

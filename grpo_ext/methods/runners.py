@@ -8,6 +8,11 @@ SFT, RFT, DPO, or ``GRPOExtTrainer`` for the online methods); :func:`train_metho
 Every run writes, next to the saved model: ``training_cost.json`` (:mod:`grpo_ext.methods.cost`),
 ``learning_curve.json`` when ``curve_every > 0`` (pass@1 on held-out prompts against training samples), and
 ``method_run.json`` (the method, its paradigm description and the resolved config).
+
+``--resume_from_checkpoint OUTPUT_DIR/checkpoint-N`` (a checkpoint of a run of the same command, saved with
+``--save_strategy steps --save_steps K``) continues that run through TRL's own resume; the runner's bookkeeping (reward
+counts, learning-curve points, seconds) comes back from the checkpoint too (:mod:`grpo_ext.methods.sittings`), so the
+resumed run's records are the uninterrupted run's.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from grpo_ext.methods.cost import (
 )
 from grpo_ext.methods.curve import add_learning_curve
 from grpo_ext.methods.paradigm import get_method
+from grpo_ext.methods.sittings import RunProgress, TrainerTokens
 from grpo_ext.methods.trainers import NoTrainingData, RunContext
 
 logger = logging.getLogger(__name__)
@@ -64,6 +70,9 @@ def train_method(method_args, task_args, training_args, model_args) -> dict:
             f"`{training_args.advantage_mode}`"
         )
     budget = check_budget(method.name, method_args, task_args, training_args)
+    resume = training_args.resume_from_checkpoint or None
+    if resume:  # checked whole before anything is drawn or loaded
+        _check_resume(resume, training_args)
     task = get_task(task_args.task, **task_args.task_kwargs)
     train_dataset = require_prompt_column(task_args.train_prompts(task), f"task {task.name!r}")
     ctx = RunContext(method, method_args, task_args, training_args, model_args, task, train_dataset)
@@ -88,11 +97,15 @@ def train_method(method_args, task_args, training_args, model_args) -> dict:
         training_args,
         generated=(lambda: counters[0].samples) if counters else (lambda: ctx.cost.get("samples_generated", 0)),
     )
+    # what a checkpoint keeps of the runner's own bookkeeping, restored on resume
+    rewards = {f"reward{i}": c for i, c in enumerate(counters or [])}
+    progress = RunProgress({"timer": timer, "curve": curve, "tokens": TrainerTokens(trainer), **rewards})
+    trainer.add_callback(progress)
     from grpo_ext.run_record import training_run
 
     # the run's record (status, resolved config), as every runner writes it
     with training_run(trainer, task_args, model_args):
-        trainer.train()
+        trainer.train(resume_from_checkpoint=resume)
         if hasattr(trainer, "check_rewards_were_scored"):  # GRPO-family: no reward ever scored fails the run
             trainer.check_rewards_were_scored()
         out = Path(training_args.output_dir)
@@ -115,6 +128,7 @@ def train_method(method_args, task_args, training_args, model_args) -> dict:
             curve_seconds=curve_seconds,
             details=ctx.details,
         )
+        cost.update(progress.record())
         if trainer.accelerator.is_main_process:
             trainer.processing_class.save_pretrained(str(out))
             write_json_file(out, COST_FILE, cost)
@@ -147,6 +161,19 @@ def train_method(method_args, task_args, training_args, model_args) -> dict:
     del trainer
     gc.collect()
     return cost
+
+
+def _check_resume(checkpoint: str, training_args) -> None:
+    from grpo_ext.checkpoints import check_resumable
+    from grpo_ext.errors import UserError
+
+    check_resumable(checkpoint, training_args.max_steps)
+    if training_args.restore_callback_states_from_checkpoint:  # it would replace the runner's callbacks by blank ones
+        raise UserError(
+            "restore_callback_states_from_checkpoint: the method runners restore their own callbacks' state on resume; "
+            "leave it false"
+        )
+    logger.info("resuming from %s", checkpoint)
 
 
 def _trained_counts(trainer, method, training_args, steps: int) -> tuple[int, int]:

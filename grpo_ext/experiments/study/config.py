@@ -269,6 +269,17 @@ def _start(spec, where: str) -> Start | None:
     return Start(str(method), float(rate), int(seed), overrides, label)
 
 
+def _checkpoint_steps(data: dict, where: str) -> int:
+    """`checkpoint_steps`: every run saves a checkpoint every this many optimizer steps, the newest kept, so a run cut
+    by a stop resumes from it (:mod:`.resume`); 0 saves none. Default 10."""
+    value = data.get("checkpoint_steps", Study.checkpoint_steps)
+    try:
+        check_number("checkpoint_steps", value, low=0, integer=True)
+    except UserError as err:
+        raise UserError(f"{where}: {err}") from None
+    return int(value)
+
+
 def _check_n_by(evaluations, names: list[str], where: str) -> None:
     """Every name of an evaluation's `n_by` is a run of the study (before the expectations are checked against it)."""
     for evaluation in evaluations:
@@ -293,6 +304,7 @@ STUDY_FIELDS = (
     "expectations",
     "budget",
     "signal",
+    "checkpoint_steps",
 )
 
 
@@ -388,6 +400,7 @@ def load_study(path: str | Path) -> Study:
         budget=dict(_mapping(data.get("budget"), f"{path}: budget")),
         search_seeds=tuple(search_seeds),
         start=start,
+        checkpoint_steps=_checkpoint_steps(data, str(path)),
     )
     study.signal = _signal(data.get("signal"), arms, study.configs_dir, f"{path}: signal")
     for name, ext in study.extensions.items():

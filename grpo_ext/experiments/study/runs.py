@@ -29,6 +29,7 @@ from grpo_ext.experiments.study.provenance import (
     record_training,
     training_record,
 )
+from grpo_ext.experiments.study.resume import checkpoint_flags, clear_checkpoints, resume_point
 from grpo_ext.experiments.workers import end_with
 
 __all__ = [
@@ -147,8 +148,23 @@ def _train(job: Job, folder: Path, study: Study, options: StudyOptions) -> None:
         check_training(folder, record)  # a finished run of another command (--quick, another base) is never reused
         return  # trained; a folder whose weights were not kept (only its JSON records are committed) trains again
     print(f"=== training {job.name} into {folder}", flush=True)
+    argv += _checkpointing(job, folder, record, study)  # before the record is written anew
     record_training(folder, record)
     run_method(argv)
+    clear_checkpoints(folder)  # finished: its model and records are saved
+
+
+def _checkpointing(job: Job, folder: Path, record: dict, study: Study) -> list[str]:
+    """The run's checkpoint flags (:mod:`.resume`; not part of its record), and ``--resume_from_checkpoint`` when the
+    folder holds a whole checkpoint of this command (else its checkpoints are removed: it trains from step 0)."""
+    from grpo_ext.methods import get_method
+
+    checkpoint = resume_point(folder, record, get_method(job.arm.method).online)
+    clear_checkpoints(folder, keep=checkpoint)
+    if checkpoint is None:
+        return checkpoint_flags(study.checkpoint_steps)
+    print(f"=== resuming {job.name} from step {checkpoint.name.split('-')[-1]} ({checkpoint})", flush=True)
+    return [*checkpoint_flags(study.checkpoint_steps), "--resume_from_checkpoint", str(checkpoint)]
 
 
 def _trained(folder: Path) -> bool:

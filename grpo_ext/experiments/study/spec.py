@@ -188,6 +188,7 @@ class Study:
     budget: dict = field(default_factory=dict)  # the planning rates of the cost estimate (study.budget)
     search_seeds: tuple[int, ...] = ()  # every seed a search run is trained with (a pick is the mean over them)
     start: Start | None = None  # the SFT model every arm trains from (:mod:`.start`); None: the base itself
+    checkpoint_steps: int = 10  # each run saves a checkpoint every this many steps, to resume from (0: none)
 
     def __post_init__(self):
         if not self.search_seeds:
