@@ -19,7 +19,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["UserError", "one_line", "read_yaml", "user_file", "user_input"]
+__all__ = ["UserError", "one_line", "read_json_object", "read_yaml", "user_file", "user_input"]
 
 
 class UserError(ValueError):
@@ -69,6 +69,17 @@ def user_file(path: str | Path, what: str) -> Iterator[None]:
         if _is_file_format_error(err):
             raise UserError(f"{what}: {path} is not a valid file ({type(err).__name__}: {err})") from err
         raise
+
+
+def read_json_object(path: str | os.PathLike, what: str, holds: str = "a JSON object") -> dict:
+    """The JSON object in `path`, else a `UserError` naming `what` (the flag or field that led to it) and the file:
+    unreadable, not UTF-8 or not JSON (`user_file`), or JSON that is not an object (`[]`, `3`: a record of ours is
+    always an object, and reading a key of a list was a traceback). `holds`: what the file should be (the message)."""
+    with user_file(path, what):
+        value = json.loads(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(value, dict):
+        raise UserError(f"{what}: {path} is not {holds}: expected a JSON object, got {type(value).__name__}")
+    return value
 
 
 def _is_file_format_error(err: BaseException) -> bool:

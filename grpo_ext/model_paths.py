@@ -58,3 +58,32 @@ def known_model_name(path: str) -> str | None:
     if folder == EMBEDDED_MODEL_DIR.resolve():
         return EMBEDDED_NAME
     return next((name for name in REAL_MODELS if folder == real_model_dir(name).resolve()), None)
+
+
+def model_record_name(name_or_path: str) -> str:
+    """How a record that is compared later (a study's provenance, an iterative run's settings) names a model, the same
+    from every clone and machine: a name grpo-ext knows (`embedded`, `smollm2-135m-instruct`) for its folder, a folder
+    inside the repository relative to it, another local folder resolved, a hub id as given.
+
+    Records written before this kept the resolved folder (`/work/<clone>/grpo_ext/assets/embedded`,
+    `/root/.cache/grpo-ext/models/smollm2-135m-instruct`); read through this they name the same model: the shipped base
+    of any clone is `embedded`, and a real model's cache folder (`<cache>/models/<name>`, converted from the pinned
+    file) is its name on any machine, so a study or loop recorded in another clone, or by another user, resumes."""
+    from grpo_ext.io import portable_path
+    from grpo_ext.real_model_fetch import cache_root
+
+    if name_or_path == EMBEDDED_NAME or name_or_path in REAL_MODELS:
+        return name_or_path
+    path = Path(name_or_path).expanduser()
+    if path.exists() and (known := known_model_name(str(path))):
+        return known
+    if path.is_absolute():
+        parts = path.parts
+        if parts[-3:] == EMBEDDED_MODEL_DIR.parts[-3:]:  # .../grpo_ext/assets/embedded: another clone's shipped base
+            return EMBEDDED_NAME
+        in_cache = parts[-3:-1] == ("grpo-ext", "models") or path.parent == cache_root() / "models"
+        if in_cache and parts[-1] in REAL_MODELS:  # a real model's cache folder of another machine or user
+            return parts[-1]
+    if path.exists():
+        return portable_path(path.resolve())
+    return name_or_path

@@ -31,9 +31,10 @@ from grpo_ext.io import atomic_write_text  # noqa: E402
 from scripts.doc_blocks import RENDERERS, load_source, renderer  # noqa: E402  (importing it registers every renderer)
 
 __all__ = ["BLOCK", "RENDERERS", "blocks", "check_markers", "doc_files", "load_source", "main", "read_doc",
-           "render_block", "render_text", "renderer", "stale"]  # fmt: skip
+           "render_block", "render_text", "rendered_body", "renderer", "stale"]  # fmt: skip
 
-BLOCK = re.compile(r"(<!-- render: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /render -->)", re.DOTALL)
+# The opening marker's line ends with LF or CRLF: a doc keeps its line endings (`rendered_body`).
+BLOCK = re.compile(r"(<!-- render: (?P<name>[\w-]+) -->\r?\n)(?P<body>.*?)(<!-- /render -->)", re.DOTALL)
 #: A line that looks like a block marker, well-formed or not (``<!- /render -->``, ``<!-- render: a.b -->``).
 _MARKER_LIKE = re.compile(r"<!-+\s*/?\s*render\b")
 _OPEN = re.compile(r"<!-- render: [\w-]+ -->")
@@ -92,10 +93,17 @@ def check_markers(text: str, where: str = "the doc") -> None:
         raise UserError(f"{where}:{open_line}: the block is never closed ({_CLOSE})")
 
 
+def rendered_body(match: re.Match, root: Path = ROOT) -> str:
+    """The body block `match` renders to, in the line endings of its opening marker's line: a doc written with CRLF
+    stays CRLF (renderers write LF; the doc was read as its bytes are, not with newlines translated)."""
+    body = render_block(match.group("name"), root)
+    return body.replace("\n", "\r\n") if match.group(1).endswith("\r\n") else body
+
+
 def render_text(text: str, root: Path = ROOT) -> str:
     """The doc with every marked block's body replaced by its renderer's output (its markers checked first)."""
     check_markers(text)
-    return BLOCK.sub(lambda m: m.group(1) + render_block(m.group("name"), root) + m.group(4), text)
+    return BLOCK.sub(lambda m: m.group(1) + rendered_body(m, root) + m.group(4), text)
 
 
 def blocks(text: str) -> list[str]:
@@ -117,7 +125,7 @@ def read_doc(path: Path, root: Path = ROOT) -> str:
     """The doc's text (UTF-8), its block markers checked; a `UserError` naming it otherwise."""
     where = str(path.relative_to(root))
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_bytes().decode("utf-8")  # line endings as written (read_text would make CRLF LF)
     except UnicodeDecodeError as err:
         raise UserError(f"{where}: not UTF-8 ({err.reason} at byte {err.start})") from None
     check_markers(text, where)
@@ -139,7 +147,7 @@ def stale(root: Path = ROOT) -> list[str]:
     for path in doc_files(root):
         text = read_doc(path, root)
         for m in BLOCK.finditer(text):
-            rendered = _in_doc(path, root, render_block, m.group("name"), root)
+            rendered = _in_doc(path, root, rendered_body, m, root)
             if m.group("body") != rendered:
                 out.append(f"{path.relative_to(root)}: {m.group('name')}")
     return out

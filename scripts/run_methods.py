@@ -116,14 +116,21 @@ def rehearsal_model(study, tokenizer: str | None, out: Path) -> str:
     name, kwargs = task_of(method_config_path(study.arms[0].method, study.configs_dir))
     tasks = [get_task(name, **kwargs), *(get_task(name, **{**kwargs, **b.task_kwargs}) for b in study.baselines)]
     source = tokenizer or study.base
-    folder = out / "rehearsal_model" if tokenizer else TINY_MODELS / f"{Path(str(source)).name}-{REHEARSAL_VOCAB}"
-    path = str(tiny_model_like(source, folder, tasks=tasks))
+    path = str(tiny_model_like(source, rehearsal_folder(study, tokenizer, out), tasks=tasks))
     print(
         f"--quick: rehearsing on {path} (random weights; {Path(str(source)).name}'s tokenizer and chat template, "
         f"retrained on the task's text to <= {REHEARSAL_VOCAB} tokens)",
         flush=True,
     )
     return path
+
+
+def rehearsal_folder(study, tokenizer: str | None, out: Path) -> Path:
+    """Where the --quick rehearsal's base lives (`rehearsal_model` builds it there; --report-only only names it)."""
+    from grpo_ext.experiments.study.rehearsal import REHEARSAL_VOCAB
+
+    source = tokenizer or study.base
+    return out / "rehearsal_model" if tokenizer else TINY_MODELS / f"{Path(str(source)).name}-{REHEARSAL_VOCAB}"
 
 
 def check_values_once(study, path) -> None:
@@ -190,20 +197,24 @@ def main(argv: list[str]) -> dict:
     command = "python scripts/run_methods.py " + shlex.join(
         portable_path(a) if a.startswith("/") else a for a in argv if a not in ("--no-progress", "--report-only")
     )
-    if args.report_only:
-        options = StudyOptions(base=study.base, configs=str(study.configs_dir), quick=args.quick, progress=False)
-        return report_only(study, Path(args.out), options, command)
     if rehearsal:  # a rehearsal of a real study: a tiny model with its tokenizer, retrained on the task's text
-        study.base = rehearsal_model(study, args.rehearsal_tokenizer, Path(args.out))
-    resolve_model_path(study.base)  # a missing base model fails before any training
+        study.base = (
+            str(rehearsal_folder(study, args.rehearsal_tokenizer, Path(args.out)))  # its runs' base, named only
+            if args.report_only
+            else rehearsal_model(study, args.rehearsal_tokenizer, Path(args.out))
+        )
+    # the options the runs took (--report-only checks every run's command with them: --quick's flags included)
     options = StudyOptions(
         base=study.base,
         configs=str(study.configs_dir),
         quick=args.quick,
-        progress=not (args.no_progress or args.quick),
+        progress=not (args.no_progress or args.quick or args.report_only),
         quick_flags=QUICK_COMMON,
         quick_method_flags=quick_method_flags(args.quick and rehearsal),
     )
+    if args.report_only:
+        return report_only(study, Path(args.out), options, command)
+    resolve_model_path(study.base)  # a missing base model fails before any training
     from grpo_ext.experiments.study.runs import check_arms, check_stop_support
     from grpo_ext.run_folder import OutputFolder
 

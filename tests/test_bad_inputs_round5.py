@@ -394,9 +394,11 @@ def test_sigterm_stops_the_search_and_its_training_child(python, root, tmp_path)
 
 # An absolute path of a user's or the system's folders (a checkout, a home, a temporary folder).
 MACHINE_PATH = re.compile(r"(?<![A-Za-z0-9_./~-])/(?:work|root|home|tmp|Users)/[^\s\"'`)|,]*")
-# Left, with reasons: the real model's cache folder is how a study recorded its base (study_evaluation.settings.model,
-# study_run.json, adapter_config.json) and a study resuming compares those records
-# (grpo_ext.experiments.study.provenance); the README describes how temporary paths were rewritten.
+# Left, with reasons: the real model's cache folder is how a study recorded its base before its records named it
+# (study_evaluation.settings.model, study_run.json, start.json; beside them PEFT's adapter_config.json and the runner's
+# method_run.json): the committed records of results/real_study and results/sft_study are left as written (a study
+# resuming reads them as the model's name, grpo_ext.model_paths.model_record_name); the README describes how temporary
+# paths were rewritten.
 MACHINE_PATH_LEFT = (re.compile(r"^/root/\.cache/grpo-ext/models/[a-z0-9.-]+$"),)
 NARRATIVE = {"benchmarks/results/gpu_2026-11-24/README.md"}
 

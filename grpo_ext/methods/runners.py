@@ -22,6 +22,7 @@ import gc
 import logging
 from pathlib import Path
 
+from grpo_ext.checkpoints import write_run_status
 from grpo_ext.methods.config import check_budget, parse_method_args, trained_sequences_per_step
 from grpo_ext.methods.cost import (
     COST_FILE,
@@ -220,6 +221,9 @@ def _save_untrained(ctx: RunContext, why: str, budget: int) -> dict:
     )
     write_json_file(out, COST_FILE, cost)
     write_json_file(out, LOG_FILE, [])
+    # last, as `training_run` records a trained run: a finished run is one whose record says `complete` (a study
+    # reuses only such a run, grpo_ext.experiments.study.provenance.finished_run)
+    write_run_status(out, "complete", global_step=0, log_history=[])
     del model
     gc.collect()
     return cost

@@ -32,12 +32,35 @@ def renderer(name: str, *sources: str):
     return register
 
 
+class _NotFinite(str):
+    """What the JSON parser makes of `NaN`, `Infinity` or `-Infinity` (Python's json reads them; they are no JSON)."""
+
+
+def _not_finite(value, where: str = "") -> tuple[str, str] | None:
+    """(key path, constant) of the first `_NotFinite` in a parsed source, or None."""
+    if isinstance(value, _NotFinite):
+        return where or "(the whole file)", str(value)
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _not_finite(item, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else key)
+        if found:
+            return found
+    return None
+
+
 @cache
 def load_source(root: Path, source: str):
-    """A source's text (a ``.json`` one parsed); a `UserError` naming the file when it is missing or not JSON."""
+    """A source's text (a ``.json`` one parsed); a `UserError` naming the file when it is missing or not JSON, and the
+    file and key where it holds NaN or an infinity (Python's json reads them: a table printed "nan"). No committed
+    source holds one; a measurement that may be missing is null, which each renderer prints as it documents."""
     try:
         text = (root / source).read_text()
-        return json.loads(text) if source.endswith(".json") else text
+        if not source.endswith(".json"):
+            return text
+        data = json.loads(text, parse_constant=_NotFinite)
+        if found := _not_finite(data):
+            raise UserError(f"{source}: {found[0]} is {found[1]}, not a number a doc prints; record null or a number")
+        return data
     except OSError as err:
         raise UserError(f"{source}: cannot be read ({err.strerror or type(err).__name__})") from err
     except UnicodeDecodeError as err:

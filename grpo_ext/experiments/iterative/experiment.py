@@ -23,6 +23,7 @@ from grpo_ext.experiments.iterative.arms import USES_RM
 from grpo_ext.experiments.iterative.iteration_zero import START_DIR, START_STATE_FILE
 from grpo_ext.experiments.iterative.state import LOOP_STATE_FILE, load_state
 from grpo_ext.experiments.workers import end_with
+from grpo_ext.model_paths import model_record_name
 
 __all__ = ["Experiment", "run_experiment", "seed_dir"]
 
@@ -96,6 +97,21 @@ def check_start(folder: Path, sha256: str | None) -> None:
         )
 
 
+def check_report_dir(report_dir: Path, run_dir: Path) -> None:
+    """The experiment's report folder lies in no seed folder of ``run_dir``: there each run keeps its state, its
+    iterations and its own report (``seed_<s>/<arm>/report``, the same file names), which the combined report would
+    overwrite (and a resume would delete, inside an ``iter_<k>``). A `UserError` naming the field, before any job."""
+    report_dir, run_dir = Path(report_dir).resolve(), Path(run_dir).resolve()
+    if run_dir in report_dir.parents:
+        seed_folder = run_dir / report_dir.relative_to(run_dir).parts[0]
+        if seed_folder.name.startswith("seed_") and seed_folder.name[5:].lstrip("-").isdigit():  # seed_dir's names
+            raise UserError(
+                f"report_dir: {report_dir} lies inside {seed_folder}, where the runs keep their state, iterations and "
+                f"own reports (seed_<s>/<arm>/report): the experiment's report would overwrite them; choose a folder "
+                f"outside the seed folders (default: {run_dir / 'report'})"
+            )
+
+
 def _read_json(path: Path) -> dict:
     import json
 
@@ -157,6 +173,7 @@ class Experiment:
         self.arms = it_args.arm_list
         self.run_dir = Path(training_args.output_dir).resolve()
         self.report_dir = Path(it_args.report_dir).resolve() if it_args.report_dir else self.run_dir / "report"
+        check_report_dir(self.report_dir, self.run_dir)
 
     def config(self, seed: int) -> dict:
         """The settings a resumed run of ``seed`` must share with the saved one."""
@@ -166,7 +183,8 @@ class Experiment:
         snapshot.update({f: getattr(self.training_args, f, None) for f in _LATER_GRPO_FIELDS})
         # a field added after runs were saved is left out at its default, so those runs still resume
         snapshot = {k: v for k, v in snapshot.items() if k not in _LATER_DEFAULTS or v != _LATER_DEFAULTS[k]}
-        return {**snapshot, "base": self.base, "seed": seed}
+        # the base as every clone names it (`embedded`, not this clone's folder): the run resumes from another clone
+        return {**snapshot, "base": model_record_name(self.base), "seed": seed}
 
     def states(self) -> dict:
         """``{arm: {seed: state}}`` of the runs saved so far (a seed's iteration 0 alone counts as a run at 0)."""

@@ -146,6 +146,8 @@ class ArmRun:
         folder = iteration_dir(self.run_dir, k)
         folder.mkdir(parents=True, exist_ok=True)
         row = {"iteration": k, "arm": self.arm, "seed": s.seed}
+        # the replay's history read before anything trains: a record it cannot read fails here, not after (a)
+        history = self._history(state) if self.arm in RETRAINS_RM else None
         clock = Clock()
         policy, info = self._train_policy(state, folder, k)  # (a)
         row.update(policy=policy, **info)
@@ -164,7 +166,7 @@ class ArmRun:
             rm, rm_tokenizer = load_reward_model(rm_type, state["reward_model"], self.args.rm_dtype)
             row.update(rm_metrics(rm_type, rm, rm_tokenizer, eval_sets, sep, "before"))
             if new is not None:  # (c)
-                records, replay = mix_with_replay(new, self._history(state), self.args.replay_ratio, seed=s.seed + k)
+                records, replay = mix_with_replay(new, history, self.args.replay_ratio, seed=s.seed + k)
                 rm_dir = folder / "reward_model"
                 fit = train_rm(s, rm, rm_tokenizer, records, rm_dir, self.args.rm_epochs, s.seed + k)
                 row.update(rm_metrics(rm_type, rm, rm_tokenizer, eval_sets, sep, "after"))

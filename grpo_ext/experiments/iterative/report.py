@@ -3,7 +3,7 @@ policy accuracy per iteration.
 
 Model folders (the base, each iteration's policy and reference) are recorded as :func:`grpo_ext.io.portable_path`
 gives them: relative to the repository when inside it, so a committed report names no folder of the machine that
-ran it. The loop's own state keeps its absolute paths (a resume needs them)."""
+ran it. The loop's state holds them as paths in memory (its files relative to the seed folder, :mod:`.state`)."""
 
 from __future__ import annotations
 

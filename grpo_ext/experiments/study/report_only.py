@@ -1,8 +1,9 @@
 """``scripts/run_methods.py --report-only``: the report of a finished study rewritten from what its runs left in the
 output folder (their JSON records, what is committed: no weights needed), after checking those records are the
-study's: its search.json (the same seeds and validation), and every test result the report reads (a result of the
-study's problems, temperature and samples, scored with its settings, one model fingerprint a model). Nothing is
-trained, sampled or scored; a missing or wrong file is named."""
+study's: its search.json (the same seeds and validation, and the picks its validation records make), every test
+result the report reads (a result of the study's problems, temperature and samples, one model fingerprint a model),
+and every run and evaluation as a resumed study checks them (`runs.check_done`: each run's command, base included,
+each evaluation's settings and run). Nothing is trained, sampled or scored; a missing or wrong file is named."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from grpo_ext.experiments.study.stages import write_reports
 if TYPE_CHECKING:
     from grpo_ext.experiments.study.options import StudyOptions
 
-__all__ = ["check_same_study", "check_test_results", "report_only"]
+__all__ = ["check_picks", "check_same_study", "check_test_results", "recorded_start", "report_only"]
 
 
 def check_same_study(study, search: dict, found: Path) -> None:
@@ -42,7 +43,7 @@ def report_only(study, out: Path, options: StudyOptions, command: str) -> dict:
     """--report-only: the report of the finished study in `out`, from the picks in search.json and every test result;
     the anatomy of the test groups only where the sample caches it reads are there (they are not committed)."""
     from grpo_ext.errors import UserError
-    from grpo_ext.experiments.study.runs import Job, evaluation_file, job_dir
+    from grpo_ext.experiments.study.runs import Job, check_done, evaluation_file, job_dir
     from grpo_ext.experiments.study.spec import Setting
 
     found = out / "search.json"
@@ -69,6 +70,15 @@ def report_only(study, out: Path, options: StudyOptions, command: str) -> dict:
             "run the study without --report-only to finish them"
         )
     check_test_results(study, out, options, jobs)
+    # every run and evaluation the report reads, as a resumed study checks it (another base's run, an evaluation of
+    # another run's folder), the search's too; then the picks those validation records make
+    options = recorded_start(study, out, options)
+    validation = [Job(None, None, None, study.validation), *(Job(None, None, None, study.validation, b) for b in
+                  study.baselines)]  # fmt: skip
+    validation += [Job(arm, setting, seed, study.validation) for arm, setting, seed in study.searched(out, picks)]
+    for job in [*jobs, *validation]:
+        check_done(job, out, study, options)
+    check_picks(study, out, picks, found)
     # the group anatomy reads the base's and each arm's first seed's test samples
     read = [out / "base", *(study.run_dir(out, arm, picks[arm.name], study.seeds[0]) for arm in study.arms)]
     if not all((folder / f"{study.test.split}_samples.jsonl").is_file() for folder in read):
@@ -81,13 +91,50 @@ def report_only(study, out: Path, options: StudyOptions, command: str) -> dict:
 
 def _json_object(path: Path, what: str) -> dict:
     """The JSON object in `path`, else a `UserError` naming the file (junk, empty, a list)."""
-    from grpo_ext.errors import UserError, user_file
+    from grpo_ext.errors import read_json_object
 
-    with user_file(path, "--report-only"):
-        record = json.loads(path.read_text())
-    if not isinstance(record, dict):
-        raise UserError(f"--report-only: {path} is not {what}: expected a JSON object, got {type(record).__name__}")
-    return record
+    return read_json_object(path, "--report-only", what)
+
+
+def recorded_start(study, out: Path, options: StudyOptions) -> StudyOptions:
+    """`options` as the study's runs took them, from its start's record (``<out>/start/start.json``, checked to be of
+    the study's start) and nothing built: the start named by its hash, the raw base kept for the `raw_base` baselines,
+    the start's prompts skipped. A study without a `start`: `options` as they are."""
+    from dataclasses import replace
+
+    from grpo_ext.errors import UserError
+    from grpo_ext.experiments.study.runs import quick_flags
+    from grpo_ext.experiments.study.start import START_RECORD, start_identity, start_record
+
+    if study.start is None:
+        return options
+    record = start_record(study.start, options.base, options.configs, out, quick_flags(study.start.method, options))
+    if record is None:
+        raise UserError(f"--report-only: {out / 'start' / START_RECORD} is missing: the study's start was not made")
+    return replace(
+        options,
+        base=str(out / "start" / "model"),
+        base_identity=start_identity(record),
+        raw_base=options.base,
+        train_offset=int(record["train_prompts"]["size"]),
+    )
+
+
+def check_picks(study, out: Path, picks: dict, found: Path) -> None:
+    """The picks `found` (search.json) records are the ones the search's validation records make (`stage_picks`, as
+    the search made them): a pick edited by hand, or a search record of other runs, is refused naming the arm."""
+    from grpo_ext.errors import UserError
+    from grpo_ext.experiments.study.stages import stage_picks
+
+    first = stage_picks(study, out, None)[2]
+    derived = {**first, **stage_picks(study, out, first)[2]}
+    for arm in study.arms:
+        if derived[arm.name].slug != picks[arm.name].slug:
+            raise UserError(
+                f"--report-only: {found} picks {picks[arm.name].slug} for arm {arm.name!r} where its validation "
+                f"records pick {derived[arm.name].slug}: a pick is the search's, never edited; run the study without "
+                "--report-only to pick again"
+            )
 
 
 # What the report reads of every test result.
@@ -102,7 +149,7 @@ def check_test_results(study, out: Path, options, jobs) -> None:
     scored it or a start's hash), and one model fingerprint per model: the results of one folder, and the base's with
     those of the baselines scored on it, were drawn from the same weights."""
     from grpo_ext.errors import UserError
-    from grpo_ext.experiments.study.runs import _evaluation_plan, evaluation_file, job_dir
+    from grpo_ext.experiments.study.runs import evaluation_file, job_dir
 
     fingerprints: dict[str, tuple[Path, str]] = {}
     for job in jobs:
@@ -132,16 +179,6 @@ def check_test_results(study, out: Path, options, jobs) -> None:
                 f"--report-only: {path} records {', '.join(f'{k} {recorded[k]!r}' for k in differ)} where the study "
                 f"scores {evaluation.split} at {', '.join(f'{k} {expected[k]!r}' for k in differ)}; score it again "
                 "(remove it and run the study without --report-only)"
-            )
-        # the settings it was scored with (sampling, task, limit, dtype), as a resumed study checks them; the model is
-        # checked by its fingerprint below (its recorded name is a path of the machine that scored it, or a hash)
-        plan = _evaluation_plan(job, folder, study, options)["settings"]
-        scored = (result.get("study_evaluation") or {}).get("settings")
-        differ = [k for k in plan if k != "model" and isinstance(scored, dict) and scored.get(k) != plan[k]]
-        if differ:
-            raise UserError(
-                f"--report-only: {path} was scored with another {differ[0]} ({scored.get(differ[0])!r}, this study: "
-                f"{plan[differ[0]]!r}); score it again (remove it and run the study without --report-only)"
             )
         raw = job.baseline is not None and job.baseline.raw_base
         model = str(folder) if job.arm is not None else ("the raw base" if raw else "the base")

@@ -9,7 +9,6 @@ no-op.
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 from concurrent.futures import ProcessPoolExecutor
@@ -26,6 +25,7 @@ from grpo_ext.experiments.study.provenance import (
     check_evaluation,
     check_training,
     evaluation_settings,
+    finished_run,
     record_training,
     training_record,
 )
@@ -122,11 +122,19 @@ def evaluation_file(folder: Path, evaluation: Evaluation) -> Path:
 
 
 def read_score(job: Job, out: Path, study: Study) -> float:
-    """The job's evaluation metric (e.g. validation pass@1) from its results file."""
+    """The job's evaluation metric (e.g. validation pass@1) from its results file; a file without it is named."""
+    from grpo_ext.errors import read_json_object
+
     path = evaluation_file(job_dir(job, out, study), job.evaluation)
-    result = json.loads(path.read_text())
+    result = read_json_object(path, "--out", "an evaluation result of the study")
     metric, k = headline_at(job.evaluation.metric)  # checked when the study was read (`Evaluation.check_metric`)
-    return float(result[metric.name][str(k)])
+    try:
+        return float(result[metric.name][str(k)])
+    except (KeyError, TypeError, ValueError):
+        raise UserError(
+            f"--out: {path} holds no {metric.name} at k = {k} (the study's metric): not an evaluation "
+            "result of the study; remove it to score the run again"
+        ) from None
 
 
 def quick_flags(method: str, options: StudyOptions) -> list[str]:
@@ -168,23 +176,29 @@ def _checkpointing(job: Job, folder: Path, record: dict, study: Study) -> list[s
 
 
 def _trained(folder: Path) -> bool:
-    from grpo_ext.methods.cost import COST_FILE
+    return finished_run(folder)  # weights, cost and a run record saying `complete`: a failed run trains again
 
-    return (folder / COST_FILE).is_file() and any(folder.glob("*.safetensors"))
+
+def scored_folder(job: Job, study: Study) -> str | None:
+    """The folder an arm's evaluation scores, relative to the study's output folder (None for the base and the
+    baselines: their folder is their run's name, which the evaluation records)."""
+    return job_dir(job, Path(), study).as_posix() if job.arm is not None else None
 
 
 def check_done(job: Job, out: Path, study: Study, options: StudyOptions) -> None:
     """What an earlier sitting finished for ``job`` (its run, its evaluation) was made by this study's command and
     settings, else a `UserError` naming the folder (:mod:`grpo_ext.experiments.study.provenance`); run before any
-    job."""
+    job, and by --report-only on every job it reads. A run's record is checked wherever its run is reused: trained,
+    or scored (a folder whose weights were not kept, as committed, is reused through its evaluation)."""
     folder = job_dir(job, out, study)
-    if job.arm is not None and _trained(folder):
+    target = evaluation_file(folder, job.evaluation)
+    if job.arm is not None and (_trained(folder) or target.is_file()):
         argv = train_argv(job.arm, job.setting, job.seed, folder, options)
         config = method_config_path(job.arm.method, options.configs)
         check_training(folder, training_record(argv, config, options.base_identity))
-    target = evaluation_file(folder, job.evaluation)
     if target.is_file():
-        check_evaluation(target, _evaluation_plan(job, folder, study, options)["settings"])
+        settings = _evaluation_plan(job, folder, study, options)["settings"]
+        check_evaluation(target, settings, job.run, scored_folder(job, study))
 
 
 def train_argv(arm: Arm, setting: Setting, seed: int, folder: Path, options: StudyOptions) -> list[str]:
@@ -266,8 +280,8 @@ def _evaluate(job: Job, folder: Path, study: Study, options: StudyOptions) -> No
         plan[k] for k in ("task", "stops", "params", "model", "task_id", "settings")
     )
     limit, n = evaluation.limit, params.n
-    if target.is_file():
-        check_evaluation(target, settings)  # scored with other settings or another base: never reused
+    if target.is_file():  # scored with other settings, another base or in another run's folder: never reused
+        check_evaluation(target, settings, job.run, scored_folder(job, study))
         return
     ks = evaluation_ks(n)
     load = {}

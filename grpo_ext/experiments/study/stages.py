@@ -16,18 +16,28 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from grpo_ext.experiments.study.options import StudyOptions
 
-__all__ = ["run_study", "search_stage", "with_start", "write_expectations", "write_reports"]
+__all__ = ["run_study", "search_stage", "stage_picks", "with_start", "write_expectations", "write_reports"]
 
 
 def search_stage(study, out: Path, options: StudyOptions, jobs: int, reference_picks: dict | None, also=()) -> tuple:
     """One stage of the search (see scripts/run_methods.py's doc): train and score its runs on validation (with the
     jobs `also`, side by side), then pick. Returns the grids, validation scores and picks of the stage's arms, by arm
     name."""
-    from grpo_ext.experiments.study.config import pick_settings
-    from grpo_ext.experiments.study.runs import Job, read_score, run_jobs
+    from grpo_ext.experiments.study.runs import Job, run_jobs
 
     search = [Job(arm, setting, seed, study.validation) for arm, setting, seed in study.search(reference_picks)]
     run_jobs([*also, *search], out, study, options, jobs)
+    return stage_picks(study, out, reference_picks)
+
+
+def stage_picks(study, out: Path, reference_picks: dict | None) -> tuple:
+    """The picks of one search stage from its runs' validation records in `out` (the stage's runs all scored): the
+    grids, validation scores, picks and scores by seed of the stage's arms, by arm name. The search makes its picks so,
+    and --report-only derives them again to check the picks search.json records."""
+    from grpo_ext.experiments.study.config import pick_settings
+    from grpo_ext.experiments.study.runs import Job, read_score
+
+    search = [Job(arm, setting, seed, study.validation) for arm, setting, seed in study.search(reference_picks)]
     by_seed = {}
     for job in search:
         by_seed.setdefault(job.arm.name, {}).setdefault(job.setting.slug, []).append(read_score(job, out, study))

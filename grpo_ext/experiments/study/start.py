@@ -23,7 +23,16 @@ from pathlib import Path
 
 from grpo_ext.errors import UserError
 
-__all__ = ["START_FIELDS", "START_RECORD", "Start", "build_start", "start_argv", "start_identity", "weights_hash"]
+__all__ = [
+    "START_FIELDS",
+    "START_RECORD",
+    "Start",
+    "build_start",
+    "start_argv",
+    "start_identity",
+    "start_record",
+    "weights_hash",
+]
 
 #: The fields of the study's `start` section.
 START_FIELDS = ("method", "learning_rate", "seed", "overrides", "label")
@@ -81,7 +90,7 @@ def build_start(start: Start, base: str, configs: str | Path, out: Path, quick_f
     """The merged start model in ``<out>/start/model`` and its record: trained and merged on the first call, rebuilt
     from the committed adapter (and checked against the recorded hash) on a clone, reused as it is otherwise."""
     from grpo_ext.experiments.study.method_configs import method_config_path
-    from grpo_ext.experiments.study.provenance import check_training, record_training, training_record
+    from grpo_ext.experiments.study.provenance import check_training, finished_run, record_training, training_record
     from grpo_ext.io import atomic_write_json
     from grpo_ext.methods import run_method
     from grpo_ext.methods.config import parse_method_args
@@ -96,13 +105,9 @@ def build_start(start: Start, base: str, configs: str | Path, out: Path, quick_f
     if task_args.train_size is None:
         raise UserError("start: set train_size (its method config or overrides): the arms skip that many prompts")
     record_path = folder / START_RECORD
-    record = _read_record(record_path)
-    if record is not None and record.get("command") != command:
-        raise UserError(
-            f"{record_path}: the start was made by another command (its method config, flags or base differ); "
-            "a study's arms all start from one model: use another --out, or remove that folder"
-        )
-    if not (adapter / COST_FILE).is_file() or not (adapter / "adapter_model.safetensors").is_file():
+    record = start_record(start, base, configs, out, quick_flags)
+    # a finished run (its record `complete`: a run that failed after saving trains again) with its adapter's weights
+    if not finished_run(adapter) or not (adapter / "adapter_model.safetensors").is_file():
         print(f"=== training the study's start ({start.label}) into {adapter}", flush=True)
         record_training(adapter, command)
         run_method(argv)
@@ -134,6 +139,28 @@ def build_start(start: Start, base: str, configs: str | Path, out: Path, quick_f
     return model, record
 
 
+def start_record(start: Start, base: str, configs: str | Path, out: Path, quick_flags: list[str]) -> dict | None:
+    """The start's record in ``<out>/start`` (None before the start is made), checked to be of this study's start: the
+    command that made it (its method config, flags and base; the base as any clone names it) is the one `start` and
+    `base` give, else a `UserError` naming the file. Read by `build_start` and by --report-only (which builds none)."""
+    from grpo_ext.experiments.study.method_configs import method_config_path
+    from grpo_ext.experiments.study.provenance import comparable, training_record
+
+    folder = Path(out) / "start"
+    command = training_record(
+        start_argv(start, base, configs, folder / "adapter", quick_flags), method_config_path(start.method, configs)
+    )
+    record_path = folder / START_RECORD
+    record = _read_record(record_path)
+    recorded = record.get("command") if record is not None else None
+    if record is not None and (not isinstance(recorded, dict) or comparable(recorded) != command):
+        raise UserError(
+            f"{record_path}: the start was made by another command (its method config, flags or base differ); "
+            "a study's arms all start from one model: use another --out, or remove that folder"
+        )
+    return record
+
+
 def _read_record(path: Path) -> dict | None:
     import json
 
@@ -143,8 +170,9 @@ def _read_record(path: Path) -> dict | None:
         record = json.loads(path.read_text())
     except (OSError, ValueError) as err:
         raise UserError(f"{path}: cannot read the start's record ({err})") from None
-    if not isinstance(record, dict) or not {"command", "adapter_sha256", "model_sha256"} <= set(record):
-        raise UserError(f"{path}: not a start record (expected command, adapter_sha256, model_sha256)")
+    fields = ("command", "adapter_sha256", "model_sha256", "train_prompts")
+    if not isinstance(record, dict) or not set(fields) <= set(record) or not isinstance(record["train_prompts"], dict):
+        raise UserError(f"{path}: not a start record (expected {', '.join(fields)})")
     return record
 
 

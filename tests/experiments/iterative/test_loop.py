@@ -152,7 +152,7 @@ def test_every_iteration_leaves_the_training_record_of_any_run(interrupted_run):
 def test_arms_share_iteration_0_and_differ_in_their_reward(interrupted_run):
     final, run_dir = interrupted_run["final"], interrupted_run["run_dir"]
     for seed in (0, 1):
-        start = json.loads((run_dir / f"seed_{seed}" / "start" / "start_state.json").read_text())
+        start = load_state(run_dir / f"seed_{seed}" / "start", "start_state.json")  # its folders as paths
         rows = {arm: final[arm][seed]["history"] for arm in ("iterative", "frozen", "verifier")}
         for arm, history in rows.items():
             assert history[0]["pass@1"] == start["row"]["pass@1"] and history[0]["arm"] == arm

@@ -105,6 +105,9 @@ def test_rft_without_a_correct_sample_keeps_the_base(tiny_chat_model, tmp_path):
     cost = run_method(["--config", str(config), *flags])
     assert cost["optimizer_steps"] == 0 and "no training examples" in cost["details"]["no_training_data"]
     assert cost["samples_generated"] == 8
+    from grpo_ext.checkpoints import read_run_status
+
+    assert read_run_status(tmp_path)["status"] == "complete"  # finished: a study reuses it (provenance.finished_run)
     model, _ = load_model_and_tokenizer(str(tmp_path), device="cpu")  # evaluable as any run
     base, _ = load_model_and_tokenizer(str(tiny_chat_model), device="cpu")
     import torch

@@ -38,7 +38,8 @@ def options(quick: bool, base: str = "embedded") -> StudyOptions:
 
 @pytest.fixture
 def trained(monkeypatch):
-    """`run_method` faked: it records the command and leaves a finished run (a cost record and weights)."""
+    """`run_method` faked: it records the command and leaves a finished run (a cost record, weights and the run's
+    record saying `complete`)."""
     calls = []
 
     def run_method(argv):
@@ -47,6 +48,7 @@ def trained(monkeypatch):
         folder.mkdir(parents=True, exist_ok=True)
         (folder / COST_FILE).write_text("{}")
         (folder / "model.safetensors").write_bytes(b"")
+        (folder / "grpo_ext_run.json").write_text(json.dumps({"status": "complete"}))
 
     monkeypatch.setattr("grpo_ext.methods.run_method", run_method)
     return calls
