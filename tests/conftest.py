@@ -15,6 +15,15 @@ torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`make test` runs `-n 2`): the end-to-end runs (`slow`, minutes each) are handed out first,
+    so that the short tests fill the workers' last minutes instead of one worker running a long test alone at the end.
+    Each worker sorts its own collection the same way (xdist checks that they agree); without xdist the order is the
+    files' own."""
+    if hasattr(config, "workerinput"):
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: the order within each part kept
+
+
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
