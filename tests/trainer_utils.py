@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+from pathlib import Path
+
 from trl import GRPOConfig, GRPOTrainer
 
 from grpo_ext.config import GRPOExtConfig
@@ -29,9 +33,11 @@ TRAIN_ARGV = [
 ]
 
 
-def tiny_args(cls=GRPOExtConfig, tmp_path="/tmp/grpo_ext_test", **overrides):
+def tiny_args(cls=GRPOExtConfig, tmp_path=None, **overrides):
+    """A tiny run's config; its output folder `tmp_path` (a test that saves passes its own), else one of this process
+    (never written by the tests that leave it out; per process, so two pytest-xdist workers never share one)."""
     kwargs = dict(
-        output_dir=str(tmp_path),
+        output_dir=str(tmp_path or Path(tempfile.gettempdir()) / f"grpo_ext_test_{os.getpid()}"),
         use_cpu=True,
         bf16=False,
         seed=0,

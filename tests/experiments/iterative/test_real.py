@@ -173,14 +173,26 @@ def test_merging_a_policy_adapter_keeps_its_update_and_says_what_rounding_lost(t
 
 
 # ---- the rehearsal ----------------------------------------------------------------------------------------------
+def _mtime(path: Path) -> int | None:
+    return path.stat().st_mtime_ns if path.exists() else None
+
+
 @pytest.mark.slow
 def test_the_quick_rehearsal_runs_every_arm_and_reports_the_studys_numbers(tmp_path, python, tiny_chat_tokenizer):
+    from grpo_ext.experiments.study.rehearsal import REHEARSAL_VOCAB
+
+    shared = ROOT / "outputs" / "tiny_models" / f"iterative-{tiny_chat_tokenizer.name}-{REHEARSAL_VOCAB}"
+    shared_before = _mtime(shared / "model.safetensors")  # None: there is none (a checkout's from before may be)
     out = tmp_path / "quick"
     command = [python, "scripts/iterative.py", "--config", str(CONFIG), "--quick", "--output_dir", str(out)]
     command += ["--rehearsal-tokenizer", str(tiny_chat_tokenizer)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads((out / "rehearsal_start" / "start.json").read_text())
+    # the tiny model of a tokenizer given: in the run's own folder, never in the repository's outputs/ (two test
+    # workers, or two rehearsals, on tokenizer folders of one name shared one folder there)
+    assert (out / "rehearsal_start" / shared.name / "model.safetensors").is_file()
+    assert _mtime(shared / "model.safetensors") == shared_before  # not made, nor made again, in outputs/
     report = json.loads((out / "report" / "report.json").read_text())
     assert set(report["rows"]) == {"iterative", "frozen", "verifier"}
     for seeds in report["rows"].values():
