@@ -21,7 +21,8 @@ Baselines (the study's `baselines`: the base at another prompt, e.g. 8 worked ex
 validation beside the base (search.json) and on test beside the picks (baselines/<name>/).
 
 --report-only writes the report of a finished study from what its runs left in --out (their JSON records, what is
-committed: no weights needed) and trains, samples and scores nothing; a missing test result is named.
+committed: no weights needed) and trains, samples and scores nothing; a missing test result is named, and every run
+and evaluation it reads is checked as a resumed study checks it, the picks against its validation records.
 
 --estimate prints what the study will cost (every run and evaluation at the planning rates of its `budget` section,
 grpo_ext.experiments.study.budget) and exits. --quick on a study whose base is not the embedded model rehearses it on a

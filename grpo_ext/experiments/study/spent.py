@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from grpo_ext.errors import read_json_object, user_file
 from grpo_ext.experiments.study.spec import Study
 from grpo_ext.methods.cost import COST_FILE
 from grpo_ext.report_format import fmt, md_header, md_row
@@ -23,7 +24,8 @@ __all__ = ["render_spent", "spent"]
 def _eval_seconds(folder: Path) -> float:
     seconds = 0.0
     for split in sorted(folder.glob("*.json")):
-        record = json.loads(split.read_text())
+        with user_file(split, "--out"):  # junk: one line naming it
+            record = json.loads(split.read_text())
         samples = record.get("samples") if isinstance(record, dict) and "study_evaluation" in record else None
         if samples:
             seconds += float(samples.get("seconds", 0.0)) + float(samples.get("scoring_seconds", 0.0))
@@ -34,7 +36,7 @@ def _train_seconds(folder: Path) -> float:
     cost = folder / COST_FILE
     if not cost.is_file():
         return 0.0
-    record = json.loads(cost.read_text())
+    record = read_json_object(cost, "--out", "a run's training cost record")
     return float(record.get("wall_seconds", 0.0)) + float(record.get("curve_seconds", 0.0))
 
 

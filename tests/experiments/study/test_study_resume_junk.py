@@ -128,6 +128,19 @@ def test_a_junk_record_of_a_finished_run_is_one_line_naming_it(name, text, tmp_p
     assert len(faked["trained"]) == 1 and len(faked["scored"]) == 1  # nothing trained or scored over it
 
 
+@pytest.mark.parametrize("text", ["[]", "{junk"])
+def test_estimate_names_a_junk_cost_record_of_the_study_under_way(text, tmp_path, capsys):
+    """--estimate adds what the study in --out has spent, from its runs' cost records (the real study: it has the
+    planning rates of an estimate)."""
+    from tests.experiments.study.test_study_driver import fresh_driver
+
+    path = tmp_path / "runs" / "sft" / "lr0.001" / "seed0" / COST_FILE
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    argv = ["--study", str(ROOT / "configs" / "real" / "study.yaml"), "--out", str(tmp_path), "--estimate"]
+    assert str(path) in one_line(lambda: fresh_driver().main(argv), capsys)
+
+
 # ---- a run is finished only when its record says so ----------------------------------------------------------------
 
 
