@@ -264,6 +264,7 @@ EPOCHS = [
 ]
 
 
+@pytest.mark.slow
 def test_a_resume_in_a_later_epoch_reproduces_the_uninterrupted_run(python, root, tmp_path):
     """Issue 52: TRL's RepeatSampler draws each epoch's prompt order from one generator seeded once, so a resumed run
     (a fresh sampler) replayed the first epoch's order in the epoch it resumed in, and the weights drifted. Resumed
