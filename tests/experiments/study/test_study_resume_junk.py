@@ -29,23 +29,14 @@ from grpo_ext.experiments.study.config import load_study
 from grpo_ext.experiments.study.options import StudyOptions
 from grpo_ext.experiments.study.provenance import RUN_RECORD
 from grpo_ext.methods.cost import COST_FILE
+from tests.experiments.study.test_study_resume_provenance import options as quick_options
 
 ROOT = Path(__file__).resolve().parents[3]
 STUDY = load_study(ROOT / "configs" / "compare.yaml")
 
 
 def options(base: str = "embedded") -> StudyOptions:
-    from tests.experiments.study.test_study_driver import fresh_driver
-
-    driver = fresh_driver()
-    return StudyOptions(
-        base=base,
-        configs=str(STUDY.configs_dir),
-        quick=True,
-        progress=False,
-        quick_flags=driver.QUICK_COMMON,
-        quick_method_flags=driver.quick_method_flags(rehearsal=False),
-    )
+    return quick_options(True, base)  # the --quick study's options, as the resume-provenance tests build them
 
 
 def finish(folder: Path, status: str = "complete") -> None:
