@@ -188,10 +188,12 @@ def main(argv: list[str]) -> dict:
         print(render_estimate(result))
         # the spend of a study under way, in the folder named (the default folder holds another study's runs)
         if args.out is not None and (Path(args.out, "search.json").is_file() or Path(args.out, "runs").is_dir()):
-            from grpo_ext.experiments.study.spent import render_spent, spent
+            from grpo_ext.experiments.study.spent import measured_rates, render_measured_rates, render_spent, spent
 
             print(f"\nMeasured in {args.out} (one core a job; see grpo_ext.experiments.study.spent):\n")
             print(render_spent(spent(study, args.out), result))
+            rates = measured_rates(study, args.out)
+            print("\n" + render_measured_rates(rates, estimate(study, rates), result))
         return {"estimate": result}
     args.out = args.out or "results/compare"
     # the command that reproduces the report, as a reader on another machine types it (repository-relative paths)

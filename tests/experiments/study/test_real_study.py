@@ -91,6 +91,8 @@ def test_the_estimate_shows_the_spend_of_the_folder_named_only(tmp_path, capsys)
     driver.main(["--study", str(STUDY), "--estimate", "--out", str(ROOT / "results" / "real_study")])
     printed = capsys.readouterr().out
     assert "Measured in" in printed and "| sft | " in printed.split("Measured in", 1)[1]
+    # and the whole study priced at the rates its runs measured (grpo_ext.experiments.study.spent.measured_rates)
+    assert "At the rates measured here (" in printed and " s a sequence (" in printed
 
 
 def _tiny_study(tmp_path: Path, configs: dict[str, dict], body: str) -> Path:
