@@ -254,8 +254,10 @@ class Study:
         ]
 
     def test_runs(self, picks: dict[str, Setting]) -> list[tuple[Arm, Setting, int]]:
-        """Every (arm, picked setting, seed) scored on test: every seed of `seeds` (none is the search seed)."""
-        return [(arm, picks[arm.name], seed) for arm in self.arms for seed in self.seeds]
+        """Every (arm, picked setting, seed) scored on test: every seed of `seeds` (none is the search seed), seed by
+        seed (every arm's first seed, then every arm's second, ...): a study cut by a stop has a whole comparison at one
+        seed before it has a second seed of any arm."""
+        return [(arm, picks[arm.name], seed) for seed in self.seeds for arm in self.arms]
 
     def only(self, names: list[str]) -> Study:
         """The study with the arms `names` only (``--arms``); a `rate_of` arm needs its reference among them. The

@@ -60,6 +60,9 @@ def test_shipped_study_gives_every_arm_the_same_search():
     folders = [study.run_dir("out", arm, setting, seed) for arm, setting, seed in runs]
     assert len(folders) == len(set(folders)) == len(stage1) + len(stage2) + 3 * len(study.arms)
     assert {seed for _, _, seed in study.test_runs(picks)} == set(study.seeds)
+    # seed by seed: every arm's first seed before any arm's second (a study cut short compares every arm)
+    arms = [a.name for a in study.arms]
+    assert [(a.name, seed) for a, _, seed in study.test_runs(picks)] == [(a, s) for s in study.seeds for a in arms]
     # --quick: fewer values and seeds, the search seed still apart, the shared rates kept
     quick = study.trimmed(values_per_axis=2, seeds=2)
     assert quick.seeds == [0, 1] and quick.search_seed == 100 and quick.arm("grpo_process").rate_of == "grpo_outcome"
