@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from grpo_ext.errors import UserError
 from grpo_ext.experiments.study.config import load_study
@@ -29,6 +30,12 @@ def test_sft_study_trains_every_arm_from_its_start_at_one_searched_rate():
     assert study.search(picks) == []  # stage 2: the rate_of arms have nothing to pick
     assert {a.name for a in study.arms if a.rate_of} == {a.name for a in study.arms} - {"grpo_outcome"}
     assert [b.name for b in study.baselines if b.raw_base] == ["raw_base"]
+    # more SFT: one epoch over fresh reference solutions, as many as every arm's gradient samples (not 8 epochs over
+    # the online arms' 400 prompts)
+    arm = study.arm("more_sft")
+    config = {**yaml.safe_load((study.configs_dir / "sft.yaml").read_text()), **arm.overrides}
+    per_step = config["per_device_train_batch_size"] * config["gradient_accumulation_steps"]
+    assert config["train_size"] == config["max_steps"] * per_step == 3200
 
 
 def test_a_pick_is_the_mean_over_search_seeds_and_a_single_setting_is_picked_unscored():
