@@ -36,6 +36,7 @@ from grpo_ext.experiments.study.stats import (
     BOOTSTRAP,
     arm_summary,
     headline_metrics,
+    largest_k,
     paired_difference,
     paper_findings,
     samples_to_reach,
@@ -148,12 +149,18 @@ def _budget(entry: dict) -> list[tuple[int, int]]:
     return [(int(c.get("samples_generated", 0)), int(c.get("trained_sequences", 0))) for c in costs]
 
 
+def _scored_metrics(result: dict, k_max: int) -> list[str]:
+    """The headline metrics of one run beside the arms: at the arms' K, or at its own largest K where it drew fewer
+    samples a problem (a raw base scored at n = 4 beside arms at n = 16 has no maj@16: the table shows "-")."""
+    return headline_metrics(min(k_max, largest_k([result])))
+
+
 def compute(study: Study, data: dict) -> dict:
     """Everything the report shows, JSON-ready."""
     k_max = min(r["n"] for a in data["arms"].values() for r in a["results"])
     metrics = headline_metrics(k_max)
-    base = {m: v for m, v in arm_summary([data["base"]], metrics).items()}
-    baselines = {name: arm_summary([result], metrics) for name, result in data.get("baselines", {}).items()}
+    base = arm_summary([data["base"]], _scored_metrics(data["base"], k_max))
+    baselines = {name: arm_summary([r], _scored_metrics(r, k_max)) for name, r in data.get("baselines", {}).items()}
     arms = {}
     for name, entry in data["arms"].items():
         budgets = _budget(entry)

@@ -49,6 +49,12 @@ def _fmt(entry: dict) -> str:
     return interval(entry["mean"], entry["low"], entry["high"])
 
 
+def _cell(metrics: dict, metric: str) -> str:
+    """A test table's cell: ``-`` for a metric the model was not scored at (a baseline drawn fewer samples a problem
+    than the arms' K)."""
+    return _fmt(metrics[metric]) if metric in metrics else "-"
+
+
 def rate_text(search: dict, arm: str, against: str) -> str:
     """Whether an extension ran at its reference's learning rate, and whose pick that rate was (search.json's
     ``rate_of``; an arm without one picked its own)."""
@@ -227,10 +233,10 @@ def render(
         "## Test results of the picks",
         "",
         *md_header(["arm", "pick", *headline_trio(k), "generated samples", "gradient samples"], "llrrrrr"),
-        md_row([start, "-", *(_fmt(stats["base"][x]) for x in headline), "-", "-"]),
+        md_row([start, "-", *(_cell(stats["base"], x) for x in headline), "-", "-"]),
     ]
     for name, m in stats.get("baselines", {}).items():
-        lines.append(md_row([f"{name} (baseline)", "-", *(_fmt(m[x]) for x in headline), "-", "-"]))
+        lines.append(md_row([f"{name} (baseline)", "-", *(_cell(m, x) for x in headline), "-", "-"]))
     flagged = {}  # an arm's test seeds with a reward-hacking flag (the section below)
     for run in hacking or []:
         if run["role"] == "test":

@@ -1,0 +1,69 @@
+"""The report of configs/real/sft_study.yaml, built from hand-made records: the arms from a start labelled "SFT start"
+(scored at n = 64), arms at n = 16, the raw base as a baseline at n = 4 with a text, a question among the
+expectations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grpo_ext.experiments.study.config import load_study
+from grpo_ext.experiments.study.report import compute
+from grpo_ext.experiments.study.report_md import render
+
+ROOT = Path(__file__).resolve().parents[3]
+SFT_STUDY = ROOT / "configs" / "real" / "sft_study.yaml"
+PROBLEMS = 20
+
+
+def _result(right: list[float], n: int) -> dict:
+    """A harness result at n samples a problem: problem i right in the share right[i % len(right)] of them, half
+    additions and half subtractions, maj@k right where more than half are."""
+    ks = [k for k in (1, 2, 4, 8, 16, 32, 64) if k <= n]
+    rows = []
+    for i in range(PROBLEMS):
+        correct = round(right[i % len(right)] * n)
+        maj = {str(k): float(correct > n / 2) for k in ks}
+        rows.append({"problem_id": i, "n_correct": correct, "n_extracted": n, "maj@k": maj,
+                     "attributes": {"operation": "+-"[i % 2]}})  # fmt: skip
+    return {"n": n, "ks": ks, "n_problems": PROBLEMS, "per_problem": rows}
+
+
+def _arm(*seeds: list[float], online: bool) -> dict:
+    return {"results": [_result(s, 16) for s in seeds], "curves": [None] * len(seeds), "online": online}
+
+
+def _data() -> dict:
+    return {
+        "arms": {
+            "more_sft": _arm([0.5, 0.25], [0.5, 0.5], [0.25, 0.5], online=False),
+            "grpo_outcome": _arm([0.75, 1.0], [1.0, 0.75], [0.75, 0.75], online=True),
+        },
+        "base": _result([0.5, 0.25], 64),
+        "baselines": {"raw_base": _result([0.0, 0.25], 4)},
+        "validation_sizes": {},
+    }
+
+
+SEARCH = {
+    "scores": {"grpo_outcome": {"lr0.0003": 0.6}},
+    "picks": {"grpo_outcome": {"slug": "lr0.0003", "lr": 3e-4}, "more_sft": {"slug": "lr0.0003", "lr": 3e-4}},
+    "rate_of": {"more_sft": {"arm": "grpo_outcome", "lr": 3e-4}},
+}
+
+
+def _report() -> tuple[dict, str]:
+    study = load_study(SFT_STUDY)
+    stats = compute(study, _data())
+    return stats, render(study, SEARCH, stats, None)
+
+
+def test_a_baseline_drawn_fewer_samples_than_the_arms_k_is_scored_at_its_own_k_and_shows_a_dash():
+    stats, md = _report()
+    assert stats["k_max"] == 16 and set(stats["base"]) == {"pass@1", "maj@16", "pass@16"}
+    # the raw base drew 4 samples a problem: maj@4 / pass@4 in report.json, no maj@16 / pass@16 to show
+    assert set(stats["baselines"]["raw_base"]) == {"pass@1", "maj@4", "pass@4"}
+    assert stats["baselines"]["raw_base"]["pass@1"]["mean"] == 0.125
+    row = next(line for line in md.splitlines() if line.startswith("| raw_base (baseline) |"))
+    assert row.endswith("| - | - | - | - |") and "0.125" in row
+    start = next(line for line in md.splitlines() if line.startswith("| SFT start | - |"))
+    assert start.count("[") == 3  # the start at n = 64 has all three at K = 16
