@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from grpo_ext.experiments.study.config import load_study
+from grpo_ext.experiments.study.expectations import Expectation, held_count, judge_expectations, render_expectations
 from grpo_ext.experiments.study.report import compute
 from grpo_ext.experiments.study.report_md import render
 
@@ -67,3 +68,26 @@ def test_a_baseline_drawn_fewer_samples_than_the_arms_k_is_scored_at_its_own_k_a
     assert row.endswith("| - | - | - | - |") and "0.125" in row
     start = next(line for line in md.splitlines() if line.startswith("| SFT start | - |"))
     assert start.count("[") == 3  # the start at n = 64 has all three at K = 16
+
+
+def test_a_question_is_answered_by_the_studys_rule_and_not_counted_as_held():
+    study = load_study(SFT_STUDY)
+    assert [name for name, e in study.expectations.items() if e.question] == ["outcome_vs_more_sft"]
+    stats, md = _report()
+    rows = {row["name"]: row for row in stats["expectations"]}
+    # grpo_outcome above more_sft by the rule: "yes", where it used to read "held" like a prediction
+    assert rows["outcome_vs_more_sft"]["answer"] == "yes" and rows["outcome_vs_more_sft"]["held"] is True
+    assert "| **yes: grpo_outcome is above more_sft** (agrees) |" in md
+    # the two about the start held, the question is out of the count, the other five were not measured
+    assert held_count(stats["expectations"]) == (2, 7) and "2 of 7 expectations held. 1 question is answered" in md
+    # the reverse by the same rule: "no"; a difference the rule cannot call: "cannot tell"
+    arms = {a: entry["results"] for a, entry in _data()["arms"].items()}
+    ask = Expectation("q", "more_sft", "grpo_outcome", "pass@1", "text", question=True)
+    (row,) = judge_expectations({"q": ask}, arms, None)
+    assert (row["verdict"], row["answer"]) == ("disagrees", "no")
+    assert "| **no: grpo_outcome is above more_sft** (disagrees) |" in "\n".join(render_expectations([row]))
+    ask = Expectation("q", "more_sft", "base", "pass@1", "text", question=True)
+    (row,) = judge_expectations({"q": ask}, arms, _data()["base"])
+    assert (row["verdict"], row["answer"]) == ("inconclusive", "cannot tell")
+    text = "\n".join(render_expectations([row], "SFT start"))
+    assert "| **cannot tell** (inconclusive) |" in text and "0 of 0 expectations held" in text
