@@ -261,8 +261,8 @@ def render(
         lines += render_counts(counts)
     if hacking is not None:
         lines += render_hacking(hacking, start)
-    lines += render_seed_spread(stats.get("seeds") or {})  # studies reported before it lack it
-    lines += arm_slices_markdown(stats.get("slices") or {})  # studies reported before slices lack them
+    lines += render_seed_spread(stats.get("seeds") or {}, start)  # studies reported before it lack it
+    lines += arm_slices_markdown(stats.get("slices") or {}, reference_label=start)  # reports before slices lack them
     lines += [
         "## Each extension against its vanilla arm",
         "",
@@ -310,7 +310,7 @@ def render(
     for f in stats["findings"]:
         lines.append(md_row([f["claim"], f"**{f['verdict']}**", finding_text(f)]))
     lines.append("")
-    lines += render_crossovers(stats.get("crossovers") or {})  # studies reported before crossovers lack them
+    lines += render_crossovers(stats.get("crossovers") or {}, start)  # studies reported before crossovers lack them
     answers = {shown_as(name, start): a for name, a in (stats.get("answers") or {}).items()}
     lines += answers_markdown(answers, stats.get("slice_attribute"), stats.get("strict_form"))
     if anatomy is not None:

@@ -41,8 +41,8 @@ def seed_spread(arms: Mapping[str, Sequence[dict]], base: dict, metric: str = PA
     return out
 
 
-def render_seed_spread(spread: Mapping[str, dict]) -> list[str]:
-    """The report's section: one row per arm."""
+def render_seed_spread(spread: Mapping[str, dict], reference_label: str = "base") -> list[str]:
+    """The report's section: one row per arm; the run the records call ``base`` shown as ``reference_label``."""
     if not spread:
         return []
     metric = next(iter(spread.values()))["metric"]
@@ -58,7 +58,7 @@ def render_seed_spread(spread: Mapping[str, dict]) -> list[str]:
                 "arm",
                 f"{metric} per seed",
                 "over seeds and problems",
-                "minus the base, over seeds and problems",
+                f"minus the {reference_label}, over seeds and problems",
             ],
             "llll",
         ),  # fmt: skip

@@ -4,12 +4,15 @@ expectations."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from grpo_ext.experiments.study.config import load_study
 from grpo_ext.experiments.study.expectations import Expectation, held_count, judge_expectations, render_expectations
 from grpo_ext.experiments.study.report import compute
 from grpo_ext.experiments.study.report_md import render
+from grpo_ext.experiments.study.spec import Setting
+from grpo_ext.experiments.study.stages import write_expectations
 
 ROOT = Path(__file__).resolve().parents[3]
 SFT_STUDY = ROOT / "configs" / "real" / "sft_study.yaml"
@@ -91,3 +94,30 @@ def test_a_question_is_answered_by_the_studys_rule_and_not_counted_as_held():
     assert (row["verdict"], row["answer"]) == ("inconclusive", "cannot tell")
     text = "\n".join(render_expectations([row], "SFT start"))
     assert "| **cannot tell** (inconclusive) |" in text and "0 of 0 expectations held" in text
+
+
+def test_every_section_names_the_start_where_it_said_base():
+    _, md = _report()
+    assert "## Pass@k against the SFT start: the crossover" in md
+    assert "| raw_base | 4 | the SFT start leads at k = 1; raw_base's pass@k never reaches the SFT start's" in md
+    assert "2 (the SFT start leads), none, 2 (the SFT start leads)" in md
+    assert "## pass@1 by slice: each arm against the SFT start" in md
+    assert "| operation | problems | SFT start | raw_base | more_sft | grpo_outcome |" in md
+    assert "| minus the SFT start, over seeds and problems |" in md
+    assert "the base" not in md and "| base |" not in md
+
+
+def test_expectations_md_names_the_start(tmp_path):
+    """The file the driver writes beside the report (the baselines' and the slice expectations judged)."""
+    study = load_study(SFT_STUDY).only(["grpo_outcome"])
+    picks = {"grpo_outcome": Setting((("lr", 3e-4),))}
+    data = _data()
+    files = {"base": data["base"], "baselines/raw_base": data["baselines"]["raw_base"]}
+    for seed, result in zip(study.seeds, data["arms"]["grpo_outcome"]["results"], strict=True):
+        files[f"runs/grpo_outcome/lr0.0003/seed{seed}"] = result
+    for folder, result in files.items():
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "test.json").write_text(json.dumps(result))
+    write_expectations(study, tmp_path, picks)
+    text = (tmp_path / "expectations.md").read_text()
+    assert "| pass@1: grpo_outcome - SFT start | +0.100 |" in text and "- base" not in text
