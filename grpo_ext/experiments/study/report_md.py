@@ -119,6 +119,19 @@ def _seeds_text(study: Study) -> str:
     )
 
 
+def _searched_axes(study: Study) -> str:
+    """The axes other than the learning rate that an arm searches (its `grid`, more than one value), e.g. "; dpo
+    also searches beta (0.03, 0.1, 0.3)"; "" when none does."""
+    axes = [
+        f"{arm.name} also searches {axis} ({', '.join(f'{v:g}' for v in values)})"
+        for arm in study.arms
+        if arm.rate_of is None
+        for axis, values in arm.grid.items()
+        if len(values) > 1
+    ]
+    return "".join(f"; {text}" for text in axes)
+
+
 def _design(study: Study, stats: dict | None = None, start: dict | None = None) -> str:
     """The paragraph that says how the arms were searched, picked and tested; its counts come from the records
     (``stats``: :func:`compute`; ``start``: the start's record), the study config's only where a study reported
@@ -146,8 +159,8 @@ def _design(study: Study, stats: dict | None = None, start: dict | None = None) 
     )
     return (
         f"{_start_text(study, start)} {_budget_text(stats)} The arms without `rate_of` get the "
-        f"same learning-rate search ({', '.join(f'{x:g}' for x in study.learning_rates)}; DPO also searches "
-        f"beta).{rates} {_seeds_text(study)} and scored on {scored_on}, at "
+        f"same learning-rate search ({', '.join(f'{x:g}' for x in study.learning_rates)}{_searched_axes(study)})."
+        f"{rates} {_seeds_text(study)} and scored on {scored_on}, at "
         f"T = {validation.temperature} ({validation.metric}). Each arm's best setting on validation is trained with "
         f"seeds {', '.join(map(str, study.seeds))} (the search seed is none of them) and evaluated on {tested_on}, "
         f"at T = {study.test.temperature}; test numbers exist only for picked settings. Learning curves are scored "

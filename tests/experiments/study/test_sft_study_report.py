@@ -10,7 +10,8 @@ from pathlib import Path
 from grpo_ext.experiments.study.config import load_study
 from grpo_ext.experiments.study.expectations import Expectation, held_count, judge_expectations, render_expectations
 from grpo_ext.experiments.study.report import compute
-from grpo_ext.experiments.study.report_md import render
+from grpo_ext.experiments.study.report_md import _design, render
+from grpo_ext.experiments.study.seeds import render_seed_spread
 from grpo_ext.experiments.study.spec import Setting
 from grpo_ext.experiments.study.stages import write_expectations
 
@@ -121,3 +122,17 @@ def test_expectations_md_names_the_start(tmp_path):
     write_expectations(study, tmp_path, picks)
     text = (tmp_path / "expectations.md").read_text()
     assert "| pass@1: grpo_outcome - SFT start | +0.100 |" in text and "- base" not in text
+
+
+def test_the_prose_counts_the_searched_axes_and_the_seed_draws():
+    _, md = _report()
+    # sft_study searches the learning rate alone (DPO trains at grpo_outcome's rate with the config's beta)
+    assert "the same learning-rate search (0.0001, 0.0003, 0.001)." in md and "beta" not in md
+    compare = _design(load_study(ROOT / "configs" / "compare.yaml"))
+    assert "learning-rate search (5e-05, 0.00015, 0.0004; dpo also searches beta (0.03, 0.1, 0.3))." in compare
+    # s seeds drawn with replacement: C(2s - 1, s) distinct draws
+    assert "With 3 seeds the seed level has 10 distinct draws: coarse" in md
+    row = {"metric": "pass@1", "mean": 0.5, "low": 0.4, "high": 0.6, "minus_base": {"difference": 0.1, "low": 0.0,
+           "high": 0.2}}  # fmt: skip
+    text = "\n".join(render_seed_spread({"a": {**row, "per_seed": [0.5] * 2}, "b": {**row, "per_seed": [0.5] * 4}}))
+    assert "With 4 seeds the seed level has 35 distinct draws (with 2 seeds the seed level has 3 distinct" in text
