@@ -265,6 +265,9 @@ def render(
             md_row([f"{name}{note}", search["picks"][name]["slug"], *(_fmt(m[x]) for x in headline), *budgets])
         )
     lines.append("")
+    # what each baseline in the table is (the raw base with worked examples...): the study's words for it
+    described = [b for b in study.baselines if b.text and b.name in stats.get("baselines", {})]
+    lines += [*(f"- {b.name} (baseline): {b.text}" for b in described), *([""] if described else [])]
     counts = {
         name: {"runs": arm["counts"], "online": arm["online"], "num_generations": arm["counts"][0]["num_generations"]}
         for name, arm in stats["arms"].items()

@@ -136,3 +136,13 @@ def test_the_prose_counts_the_searched_axes_and_the_seed_draws():
            "high": 0.2}}  # fmt: skip
     text = "\n".join(render_seed_spread({"a": {**row, "per_seed": [0.5] * 2}, "b": {**row, "per_seed": [0.5] * 4}}))
     assert "With 4 seeds the seed level has 35 distinct draws (with 2 seeds the seed level has 3 distinct" in text
+
+
+def test_each_baseline_is_described_under_the_test_table_in_the_studys_words():
+    _, md = _report()
+    table, after = md.split("## Test results of the picks", 1)[1].split("\n\n", 2)[1:]
+    assert table.splitlines()[-1].startswith("| grpo_outcome |")
+    assert after.startswith(
+        "- raw_base (baseline): the raw base before SFT, with 2 worked examples in its prompt (as the earlier study "
+        "scored it): context\n\n"
+    )
