@@ -20,7 +20,7 @@ from grpo_ext.experiments.study.anatomy import study_anatomy
 from grpo_ext.experiments.study.answers import sample_rows, study_answers
 from grpo_ext.experiments.study.budget import estimate
 from grpo_ext.experiments.study.config import Setting, Study
-from grpo_ext.experiments.study.counts import run_counts
+from grpo_ext.experiments.study.counts import log_counts, run_counts
 from grpo_ext.experiments.study.crossover import arm_crossover
 from grpo_ext.experiments.study.dynamics import plot_dynamics, read_dynamics, training_steps
 from grpo_ext.experiments.study.expectations import judge_expectations
@@ -65,12 +65,14 @@ def carried_anatomy(previous: dict | None, stats: dict) -> dict | None:
 
 def _run_counts(arm, folder: Path, result: dict) -> dict:
     """:func:`~grpo_ext.experiments.study.counts.run_counts` of one run folder (its cost record, else the copy in its
-    test result), with its training config's group size."""
+    test result), with its training config's group size and, for an online run, its training log's prompt passes and
+    lowest learning rate (:func:`~grpo_ext.experiments.study.counts.log_counts`)."""
     method = get_method(arm.method)
     cost = read_json_file(folder, COST_FILE) or result.get("training_cost") or {}
     training = (read_json_file(folder, RUN_FILE) or {}).get("training") or {}
     counts = run_counts(cost, training, method.online, method.sequences_per_example)
-    return {**counts, "num_generations": training.get("num_generations") if method.online else None}
+    log = log_counts(read_json_file(folder, LOG_FILE) if method.online else None)
+    return {**counts, **log, "num_generations": training.get("num_generations") if method.online else None}
 
 
 def _size(result: dict) -> tuple[int, int]:
