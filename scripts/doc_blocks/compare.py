@@ -3,6 +3,7 @@ the expectations; also the expectation rows the real study's block shares."""
 
 from __future__ import annotations
 
+from grpo_ext.experiments.study.expectations import held_count
 from scripts.doc_blocks.formats import ARM_NAMES, ci, count, f3, lr, seeds, table
 from scripts.doc_blocks.registry import renderer
 
@@ -104,13 +105,15 @@ def expectation_rows(r: dict) -> list[list[str]]:
         measured = ci(d) + f" (seeds {seeds(d['per_seed'])})"
         if e.get("minus"):
             measured = f"({e['metric']} gain) - ({e['minus']} gain) " + measured
-        rows.append([e["text"], measured, e["verdict"], "yes" if e["held"] else "no"])
+        # a question (`question: true`) is answered, not held: its answer in the last column
+        held = e["answer"] if e.get("question") else "yes" if e["held"] else "no"
+        rows.append([e["text"], measured, e["verdict"], held])
     return rows
 
 
 @renderer("compare_expectations", "results/compare/report.json")
 def compare_expectations(r: dict) -> str:
-    held = sum(e["held"] for e in r["expectations"])
+    held, expected = held_count(r["expectations"])
     body = table(["expectation", "measured (paired, seeds)", "verdict", "held"], expectation_rows(r))
     findings = "; ".join(
         f"{f['claim']}: {f['verdict']} ("
@@ -118,6 +121,4 @@ def compare_expectations(r: dict) -> str:
         + ")"
         for f in r["findings"]
     )
-    return (
-        f"{held} of {len(r['expectations'])} expectations held.\n\n{body}\n\nDeepSeekMath's findings here: {findings}."
-    )
+    return f"{held} of {expected} expectations held.\n\n{body}\n\nDeepSeekMath's findings here: {findings}."

@@ -4,6 +4,7 @@ trained on, the search's runs on validation) and the withdrawn first result's by
 
 from __future__ import annotations
 
+from grpo_ext.experiments.study.expectations import held_count
 from scripts.doc_blocks.compare import expectation_rows
 from scripts.doc_blocks.formats import ARM_NAMES, ci, count, f3, lr, seeds, table
 from scripts.doc_blocks.registry import ROOT, load_source, renderer
@@ -50,8 +51,8 @@ def real_study_expectations(r: dict) -> str:
     for e, row in zip(r["expectations"], rows, strict=True):
         if e.get("by_slice"):
             row[1] = "; ".join(f"`{s['value']}` {ci(s['difference'])}" for s in e["by_slice"])
-    held = sum(e["held"] for e in r["expectations"])
-    return f"{held} of {len(r['expectations'])} expectations held.\n\n" + table(
+    held, expected = held_count(r["expectations"])
+    return f"{held} of {expected} expectations held.\n\n" + table(
         ["expectation", "difference [95% over problems] (seeds)", "verdict", "held"], rows
     )
 

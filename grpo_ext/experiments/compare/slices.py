@@ -68,24 +68,28 @@ def arm_slices(
     return out
 
 
-def arm_slices_markdown(slices: Mapping[str, list[dict]], metric: str = PASS_AT_1) -> list[str]:
+def arm_slices_markdown(
+    slices: Mapping[str, list[dict]], metric: str = PASS_AT_1, reference_label: str = "base"
+) -> list[str]:
     """One table per attribute: a row per value, the base's ``metric`` and each arm's with its difference to the base
-    (bold: the 95% interval excludes 0); a slice too small for an interval says so."""
+    (bold: the 95% interval excludes 0); a slice too small for an interval says so. The base is shown as
+    ``reference_label`` (a study's start, e.g. "SFT start"); the JSON keeps ``base``."""
     if not slices:
         return []
     lines = [
-        f"## {metric} by slice: each arm against the base",
+        f"## {metric} by slice: each arm against the {reference_label}",
         "",
-        "Per slice of the test problems: the base's value, then each arm's (mean over its seeds) and, in brackets, its "
-        "difference to the base with the 95% bootstrap interval over the slice's problems, paired by problem (bold: "
-        f"the interval excludes 0). A slice of fewer than {MIN_SLICE_PROBLEMS} problems shows the difference alone.",
+        f"Per slice of the test problems: the {reference_label}'s value, then each arm's (mean over its seeds) and, "
+        f"in brackets, its difference to the {reference_label} with the 95% bootstrap interval over the slice's "
+        "problems, paired by problem (bold: the interval excludes 0). A slice of fewer than "
+        f"{MIN_SLICE_PROBLEMS} problems shows the difference alone.",
         "",
     ]
     for attribute, entries in slices.items():
         if not entries:
             continue
         arms = list(entries[0]["arms"])
-        lines += md_header([attribute, "problems", "base", *arms], "lrr" + "r" * len(arms))
+        lines += md_header([attribute, "problems", reference_label, *arms], "lrr" + "r" * len(arms))
         for e in entries:
             problems = str(e["n_problems"]) if e["interval"] else f"{e['n_problems']} (too few for an interval)"
             cells = [f"{a['mean']:.3f} ({signed(a['difference'])})" for a in e["arms"].values()]

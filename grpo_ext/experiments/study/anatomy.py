@@ -102,21 +102,22 @@ def anatomy_of_samples(
 
 def study_anatomy(study, out: Path, picks: dict, configs: str) -> dict:
     """The anatomy of the base's and every pick's test samples (first seed; each problem's first ``num_generations``
-    samples of the arm's method config as its group), and, for the online picks, the mean share of training groups
-    without outcome signal (TRL's ``frac_reward_zero_std``, logged at the training temperature)."""
-    import yaml
-
-    from grpo_ext.experiments.study.method_configs import method_config_path, task_of
+    samples of the first online arm's config as its group), and, for the online picks, the mean share of training
+    groups without outcome signal (TRL's ``frac_reward_zero_std``, logged at the training temperature)."""
+    from grpo_ext.experiments.study.method_configs import arm_values, method_config_path, task_of
     from grpo_ext.methods.cost import LOG_FILE
+    from grpo_ext.methods.paradigm import get_method
     from grpo_ext.tasks import get_task
 
-    config = method_config_path(study.arms[0].method, configs)
+    config = method_config_path(study.arms[0].method, configs)  # the task: every arm trains on the same stage
     split = study.test.split
-    # the training group size, or fewer where a test evaluation drew fewer samples a problem (the quick run; a study
-    # scoring the arms at a smaller n than the base): every model's groups have the same size
+    # the training group size (an online arm's: an offline config has none, the first arm of a study may be SFT), or
+    # fewer where a test evaluation drew fewer samples a problem (the quick run; a study scoring the arms at a smaller
+    # n than the base): every model's groups have the same size
     folders = [Path(out) / "base", *(study.run_dir(out, arm, picks[arm.name], study.seeds[0]) for arm in study.arms)]
     drawn = min(int(json.loads((folder / f"{split}.json").read_text())["n"]) for folder in folders)
-    group_size = min(int((yaml.safe_load(config.read_text()) or {}).get("num_generations", 8)), drawn)
+    online = next((arm for arm in study.arms if get_method(arm.method).online), None)
+    group_size = min(arm_values(online, configs)["num_generations"] if online is not None else 8, drawn)
     task_name, task_kwargs = task_of(config)
     task = get_task(task_name, **task_kwargs)
     problems = task.load(study.test.split, study.test.limit)

@@ -19,7 +19,15 @@ from collections.abc import Mapping, Sequence
 from grpo_ext.methods.cost import offline_trained_examples
 from grpo_ext.report_format import md_header, md_row
 
-__all__ = ["DATASET_KEYS", "render_counts", "run_counts", "same_for_every_arm", "sizes_text", "spread"]
+__all__ = [
+    "DATASET_KEYS",
+    "log_counts",
+    "render_counts",
+    "run_counts",
+    "same_for_every_arm",
+    "sizes_text",
+    "spread",
+]
 
 #: The ``details`` key of a cost record that holds an offline run's dataset size, in examples
 #: (:mod:`grpo_ext.methods.trainers`: SFT's reference solutions, RFT's unique right samples, DPO's pairs), and what
@@ -70,13 +78,25 @@ def run_counts(cost: Mapping, training: Mapping | None, online: bool, sequences_
     }
 
 
-def spread(values: Sequence) -> str:
+def log_counts(history: Sequence | None) -> dict:
+    """What a run's training log (``training_log.json``, TRL's log history) says of its passes and rate:
+    ``prompt_passes``, the last logged ``epoch`` (an online run's passes over its prompts: 1 or less, no prompt seen
+    twice), and ``min_learning_rate``, the lowest logged ``learning_rate`` (above 0: no step at rate 0); None where
+    the log has none."""
+    entries = [e for e in history or [] if isinstance(e, dict)]
+    epochs = [float(e["epoch"]) for e in entries if isinstance(e.get("epoch"), (int, float))]
+    rates = [float(e["learning_rate"]) for e in entries if isinstance(e.get("learning_rate"), (int, float))]
+    return {"prompt_passes": epochs[-1] if epochs else None, "min_learning_rate": min(rates) if rates else None}
+
+
+def spread(values: Sequence, form=None) -> str:
     """Values of an arm's seeds: ``384`` when they agree, ``96-276`` (the range) when they differ, ``-`` for none;
-    floats to one decimal."""
+    floats to one decimal, or each as ``form`` (a function) writes it."""
     known = [v for v in values if v is not None]
     if not known:
         return "-"
-    text = [f"{v:.1f}".removesuffix(".0") if isinstance(v, float) else str(v) for v in (min(known), max(known))]
+    form = form or (lambda v: f"{v:.1f}".removesuffix(".0") if isinstance(v, float) else str(v))
+    text = [form(v) for v in (min(known), max(known))]
     return text[0] if text[0] == text[1] else f"{text[0]}-{text[1]}"
 
 
@@ -114,16 +134,29 @@ def same_for_every_arm(arms: Mapping[str, Sequence[Mapping]], key: str) -> int |
 
 
 def render_counts(arms: Mapping[str, Mapping]) -> list[str]:
-    """The report's table of what each arm trained on: ``arms`` maps an arm to ``{"runs": [run_counts per seed],
-    "online": bool, "num_generations": int | None}``; a value that differs between seeds shows as a range."""
+    """The report's table of what each arm trained on: ``arms`` maps an arm to ``{"runs": [run_counts per seed, with
+    an online run's :func:`log_counts`], "online": bool, "num_generations": int | None}``; a value that differs
+    between seeds shows as a range."""
     lines = [
         "What each arm trained on, from its runs' records (`training_cost.json`; a range spans the seeds). "
         "*Gradient samples*: the sequences the gradient was computed on, repeats counted (a DPO pair is two); "
-        "*unique*: the distinct ones among them; *epochs*: gradient / unique.",
+        "*unique*: the distinct ones among them; *epochs*: gradient / unique. For an online run, from its training "
+        "log: *prompt passes*, the last logged epoch (at most 1: no prompt drawn twice), and the *lowest learning "
+        "rate* logged (above 0: no step at rate 0).",
         "",
         *md_header(
-            ["arm", "optimizer steps", "generated samples", "gradient samples", "unique", "epochs", "trained on"],
-            "lrrrrrl",
+            [
+                "arm",
+                "optimizer steps",
+                "generated samples",
+                "gradient samples",
+                "unique",
+                "epochs",
+                "trained on",
+                "prompt passes",
+                "lowest learning rate",
+            ],
+            "lrrrrrlrr",
         ),
     ]
     rebuilt = []
@@ -141,6 +174,8 @@ def render_counts(arms: Mapping[str, Mapping]) -> list[str]:
                     spread([r["unique_sequences"] for r in runs]),
                     spread([r["epochs"] for r in runs]),
                     _trained_on(runs, arm["online"], arm.get("num_generations")),
+                    spread([r.get("prompt_passes") for r in runs], lambda v: f"{v:.2f}".rstrip("0").rstrip(".")),
+                    spread([r.get("min_learning_rate") for r in runs], lambda v: f"{v:g}"),
                 ]
             )
         )

@@ -47,29 +47,31 @@ def arm_crossover(results: Sequence[dict], base: dict) -> dict:
     return {**out, "n": n, "per_seed": [{"leader": s["leader"], "k": s["k"]} for s in per_seed]}
 
 
-def _seed_text(seed: dict, leader: str | None) -> str:
+def _seed_text(seed: dict, leader: str | None, reference: str) -> str:
     k = "none" if seed["k"] is None else str(seed["k"])
     if seed["leader"] == leader:
         return k
-    return f"{k} (the {'base' if seed['leader'] == 'a' else 'arm'} leads)" if seed["leader"] else "tie at k = 1"
+    return f"{k} (the {reference if seed['leader'] == 'a' else 'arm'} leads)" if seed["leader"] else "tie at k = 1"
 
 
-def render_crossovers(crossovers: dict[str, dict]) -> list[str]:
-    """The report's section: per arm, who leads at k = 1 and where the other's pass@k catches up."""
+def render_crossovers(crossovers: dict[str, dict], reference_label: str = "base") -> list[str]:
+    """The report's section: per arm, who leads at k = 1 and where the other's pass@k catches up; the run the records
+    call ``base`` (A of every crossover) is shown as ``reference_label`` (a study's start, e.g. "SFT start")."""
     if not crossovers:
         return []
+    ref = f"the {reference_label}"
     lines = [
-        "## Pass@k against the base: the crossover",
+        f"## Pass@k against {ref}: the crossover",
         "",
         "The smallest k at which the model behind at k = 1 reaches the other's pass@k (powers of two up to the "
         "smaller n of the two; the arm's pass@k is its seed mean), with its 95% bootstrap interval over problems. "
-        "An arm above the base at k = 1 that the base catches up with at a small k has sharpened what the base "
+        f"An arm above {ref} at k = 1 that {ref} catches up with at a small k has sharpened what {ref} "
         "could already do (DeepSeekMath 5.2.2) rather than taught it new problems.",
         "",
         *md_header(["arm", "searched to k", "crossover", "per seed"], "lrll"),
     ]
     for arm, c in crossovers.items():
-        text = crossover_text(c, c["n"], ("the base", arm))
-        seeds = ", ".join(_seed_text(s, c["leader"]) for s in c["per_seed"])
+        text = crossover_text(c, c["n"], (ref, arm))
+        seeds = ", ".join(_seed_text(s, c["leader"], reference_label) for s in c["per_seed"])
         lines.append(md_row([arm, str(c["n"]), text, seeds]))
     return [*lines, ""]

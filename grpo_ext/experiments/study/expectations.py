@@ -23,6 +23,10 @@ numbers" shortcut, does not)::
                         text: "..."}
 
 ``against`` may also name a baseline of the study (the base at another prompt, one run like the base).
+
+``question: true`` marks one the study asks rather than expects ("is GRPO above more SFT?"): judged by the same
+statistics, it is answered instead of held (``answer``: "yes" when it would hold, "no" when the reverse holds by the
+same rule, "cannot tell" otherwise) and stays out of the count of expectations held (:func:`held_count`).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from grpo_ext.validation import check_number
 __all__ = [
     "BASE",
     "Expectation",
+    "held_count",
     "judge_expectations",
     "parse_expectations",
     "render_expectations",
@@ -62,6 +67,7 @@ class Expectation:
     minus: str | None = None  # the difference is then (gain in metric) - (gain in minus)
     slice: dict | None = None  # {attribute: value}: judged on those test problems only
     slices: str | None = None  # an attribute: judged on each of its values, held when held on every one
+    question: bool = False  # asked, not expected: answered yes / no / cannot tell, not counted as held or not
 
     @property
     def measured(self) -> str:
@@ -146,6 +152,8 @@ def parse_expectations(
                     f"for {spec['arm'] if n_for(spec['arm']) == drawn else spec['against']} (test.n / test.n_by)"
                 )
         check_number(f"{at}.min_difference", spec.get("min_difference", 0.0))
+        if not isinstance(spec.get("question", False), bool):
+            raise UserError(f"{at}.question: expected true or false, got {spec['question']!r}")
         out[name] = Expectation(name=str(name), **{**spec, "min_difference": float(spec.get("min_difference", 0.0))})
     return out
 
@@ -207,6 +215,23 @@ def _judge_slices(exp: Expectation, a: Sequence[dict], b: Sequence[dict]) -> dic
     }
 
 
+def _answer(exp: Expectation, judged: dict) -> str:
+    """A question's answer from its judged row: "yes" where it holds, "no" where the reverse holds by the same rule
+    (every slice's interval below 0 with every seed negative, by at least the minimum), "cannot tell" otherwise."""
+    if judged["held"]:
+        return "yes"
+    entries = judged.get("by_slice") or [judged]
+    reverse = all(e["verdict"] == "disagrees" and -e["difference"]["difference"] >= exp.min_difference for e in entries)
+    return "no" if reverse else "cannot tell"
+
+
+def held_count(rows: Sequence[dict]) -> tuple[int, int]:
+    """(held, expectations): the rows that held among those that are not questions (a question is answered, it
+    neither holds nor fails; rows written before ``question`` existed count)."""
+    expected = [r for r in rows if not r.get("question")]
+    return sum(1 for r in expected if r["held"]), len(expected)
+
+
 def judge_expectations(
     expectations: dict[str, Expectation],
     arms: dict[str, Sequence[dict]],
@@ -217,7 +242,8 @@ def judge_expectations(
     ``baselines``: name -> a baseline's result, one run like the base), as a row: the expectation's fields, the
     paired ``difference`` (:func:`paired_difference`), its ``verdict`` and ``held`` (True / False), or ``held`` None
     with ``why`` it was not measured (an arm left out, too few samples, no attribute to slice by). A ``slices``
-    expectation adds ``by_slice`` (each value's problems, difference, verdict, held) and ``binding_slice``."""
+    expectation adds ``by_slice`` (each value's problems, difference, verdict, held) and ``binding_slice``; a measured
+    question adds its ``answer`` (:func:`_answer`)."""
     single = {BASE: base, **(baselines or {})}
     rows = []
     for exp in expectations.values():
@@ -238,8 +264,17 @@ def judge_expectations(
             if not a[0]["per_problem"]:
                 rows.append({**row, "held": None, "why": f"no test problem has {attribute} = {value}"})
                 continue
-        rows.append({**row, **(_judge_slices(exp, a, b) if exp.slices else _judge(exp, a, b))})
+        judged = _judge_slices(exp, a, b) if exp.slices else _judge(exp, a, b)
+        rows.append({**row, **judged, **({"answer": _answer(exp, judged)} if exp.question else {})})
     return rows
+
+
+def _answer_text(row: dict, reference_label: str) -> str:
+    """A question's answer in words, the base by its display name."""
+    arm, against = (reference_label if name == BASE else name for name in (row["arm"], row["against"]))
+    return {"yes": f"yes: {arm} is above {against}", "no": f"no: {against} is above {arm}"}.get(
+        row["answer"], "cannot tell"
+    )
 
 
 def render_expectations(rows: list[dict], reference_label: str = BASE) -> list[str]:
@@ -256,7 +291,17 @@ def render_expectations(rows: list[dict], reference_label: str = BASE) -> list[s
     ]
     if not rows:
         return [*lines, "The study states no expectations.", ""]
+    held, expected = held_count(rows)
+    summary = f"{held} of {expected} expectations held."
+    questions = len(rows) - expected
+    if questions:
+        summary += (
+            f" {questions} {'question is' if questions == 1 else 'questions are'} answered by the same rule, not "
+            "counted: *yes* where it would hold, *no* where the reverse holds, *cannot tell* otherwise."
+        )
     lines += [
+        summary,
+        "",
         *md_header(["expectation", "measured", "minimum", "difference [95% interval] (seeds)", "held"], "llrll"),
     ]
     for row in rows:
@@ -265,6 +310,8 @@ def render_expectations(rows: list[dict], reference_label: str = BASE) -> list[s
         else:
             numbers = signed_with_seeds(row["difference"])
             held = f"**{'held' if row['held'] else 'did not hold'}** ({row['verdict']})"
+            if row.get("question"):  # an answer, not a verdict on a prediction
+                held = f"**{_answer_text(row, reference_label)}** ({row['verdict']})"
             if "by_slice" in row:
                 numbers = "; ".join(
                     f"{row['slices']} {s['value']} ({s['n_problems']} problems): {signed_with_seeds(s['difference'])}"

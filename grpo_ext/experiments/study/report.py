@@ -20,7 +20,7 @@ from grpo_ext.experiments.study.anatomy import study_anatomy
 from grpo_ext.experiments.study.answers import sample_rows, study_answers
 from grpo_ext.experiments.study.budget import estimate
 from grpo_ext.experiments.study.config import Setting, Study
-from grpo_ext.experiments.study.counts import run_counts
+from grpo_ext.experiments.study.counts import log_counts, run_counts
 from grpo_ext.experiments.study.crossover import arm_crossover
 from grpo_ext.experiments.study.dynamics import plot_dynamics, read_dynamics, training_steps
 from grpo_ext.experiments.study.expectations import judge_expectations
@@ -36,6 +36,7 @@ from grpo_ext.experiments.study.stats import (
     BOOTSTRAP,
     arm_summary,
     headline_metrics,
+    largest_k,
     paired_difference,
     paper_findings,
     samples_to_reach,
@@ -64,12 +65,14 @@ def carried_anatomy(previous: dict | None, stats: dict) -> dict | None:
 
 def _run_counts(arm, folder: Path, result: dict) -> dict:
     """:func:`~grpo_ext.experiments.study.counts.run_counts` of one run folder (its cost record, else the copy in its
-    test result), with its training config's group size."""
+    test result), with its training config's group size and, for an online run, its training log's prompt passes and
+    lowest learning rate (:func:`~grpo_ext.experiments.study.counts.log_counts`)."""
     method = get_method(arm.method)
     cost = read_json_file(folder, COST_FILE) or result.get("training_cost") or {}
     training = (read_json_file(folder, RUN_FILE) or {}).get("training") or {}
     counts = run_counts(cost, training, method.online, method.sequences_per_example)
-    return {**counts, "num_generations": training.get("num_generations") if method.online else None}
+    log = log_counts(read_json_file(folder, LOG_FILE) if method.online else None)
+    return {**counts, **log, "num_generations": training.get("num_generations") if method.online else None}
 
 
 def _size(result: dict) -> tuple[int, int]:
@@ -148,12 +151,18 @@ def _budget(entry: dict) -> list[tuple[int, int]]:
     return [(int(c.get("samples_generated", 0)), int(c.get("trained_sequences", 0))) for c in costs]
 
 
+def _scored_metrics(result: dict, k_max: int) -> list[str]:
+    """The headline metrics of one run beside the arms: at the arms' K, or at its own largest K where it drew fewer
+    samples a problem (a raw base scored at n = 4 beside arms at n = 16 has no maj@16: the table shows "-")."""
+    return headline_metrics(min(k_max, largest_k([result])))
+
+
 def compute(study: Study, data: dict) -> dict:
     """Everything the report shows, JSON-ready."""
     k_max = min(r["n"] for a in data["arms"].values() for r in a["results"])
     metrics = headline_metrics(k_max)
-    base = {m: v for m, v in arm_summary([data["base"]], metrics).items()}
-    baselines = {name: arm_summary([result], metrics) for name, result in data.get("baselines", {}).items()}
+    base = arm_summary([data["base"]], _scored_metrics(data["base"], k_max))
+    baselines = {name: arm_summary([r], _scored_metrics(r, k_max)) for name, r in data.get("baselines", {}).items()}
     arms = {}
     for name, entry in data["arms"].items():
         budgets = _budget(entry)

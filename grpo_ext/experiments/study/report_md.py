@@ -49,6 +49,12 @@ def _fmt(entry: dict) -> str:
     return interval(entry["mean"], entry["low"], entry["high"])
 
 
+def _cell(metrics: dict, metric: str) -> str:
+    """A test table's cell: ``-`` for a metric the model was not scored at (a baseline drawn fewer samples a problem
+    than the arms' K)."""
+    return _fmt(metrics[metric]) if metric in metrics else "-"
+
+
 def rate_text(search: dict, arm: str, against: str) -> str:
     """Whether an extension ran at its reference's learning rate, and whose pick that rate was (search.json's
     ``rate_of``; an arm without one picked its own)."""
@@ -113,6 +119,19 @@ def _seeds_text(study: Study) -> str:
     )
 
 
+def _searched_axes(study: Study) -> str:
+    """The axes other than the learning rate that an arm searches (its `grid`, more than one value), e.g. "; dpo
+    also searches beta (0.03, 0.1, 0.3)"; "" when none does."""
+    axes = [
+        f"{arm.name} also searches {axis} ({', '.join(f'{v:g}' for v in values)})"
+        for arm in study.arms
+        if arm.rate_of is None
+        for axis, values in arm.grid.items()
+        if len(values) > 1
+    ]
+    return "".join(f"; {text}" for text in axes)
+
+
 def _design(study: Study, stats: dict | None = None, start: dict | None = None) -> str:
     """The paragraph that says how the arms were searched, picked and tested; its counts come from the records
     (``stats``: :func:`compute`; ``start``: the start's record), the study config's only where a study reported
@@ -140,8 +159,8 @@ def _design(study: Study, stats: dict | None = None, start: dict | None = None) 
     )
     return (
         f"{_start_text(study, start)} {_budget_text(stats)} The arms without `rate_of` get the "
-        f"same learning-rate search ({', '.join(f'{x:g}' for x in study.learning_rates)}; DPO also searches "
-        f"beta).{rates} {_seeds_text(study)} and scored on {scored_on}, at "
+        f"same learning-rate search ({', '.join(f'{x:g}' for x in study.learning_rates)}{_searched_axes(study)})."
+        f"{rates} {_seeds_text(study)} and scored on {scored_on}, at "
         f"T = {validation.temperature} ({validation.metric}). Each arm's best setting on validation is trained with "
         f"seeds {', '.join(map(str, study.seeds))} (the search seed is none of them) and evaluated on {tested_on}, "
         f"at T = {study.test.temperature}; test numbers exist only for picked settings. Learning curves are scored "
@@ -227,10 +246,10 @@ def render(
         "## Test results of the picks",
         "",
         *md_header(["arm", "pick", *headline_trio(k), "generated samples", "gradient samples"], "llrrrrr"),
-        md_row([start, "-", *(_fmt(stats["base"][x]) for x in headline), "-", "-"]),
+        md_row([start, "-", *(_cell(stats["base"], x) for x in headline), "-", "-"]),
     ]
     for name, m in stats.get("baselines", {}).items():
-        lines.append(md_row([f"{name} (baseline)", "-", *(_fmt(m[x]) for x in headline), "-", "-"]))
+        lines.append(md_row([f"{name} (baseline)", "-", *(_cell(m, x) for x in headline), "-", "-"]))
     flagged = {}  # an arm's test seeds with a reward-hacking flag (the section below)
     for run in hacking or []:
         if run["role"] == "test":
@@ -246,6 +265,9 @@ def render(
             md_row([f"{name}{note}", search["picks"][name]["slug"], *(_fmt(m[x]) for x in headline), *budgets])
         )
     lines.append("")
+    # what each baseline in the table is (the raw base with worked examples...): the study's words for it
+    described = [b for b in study.baselines if b.text and b.name in stats.get("baselines", {})]
+    lines += [*(f"- {b.name} (baseline): {b.text}" for b in described), *([""] if described else [])]
     counts = {
         name: {"runs": arm["counts"], "online": arm["online"], "num_generations": arm["counts"][0]["num_generations"]}
         for name, arm in stats["arms"].items()
@@ -255,8 +277,8 @@ def render(
         lines += render_counts(counts)
     if hacking is not None:
         lines += render_hacking(hacking, start)
-    lines += render_seed_spread(stats.get("seeds") or {})  # studies reported before it lack it
-    lines += arm_slices_markdown(stats.get("slices") or {})  # studies reported before slices lack them
+    lines += render_seed_spread(stats.get("seeds") or {}, start)  # studies reported before it lack it
+    lines += arm_slices_markdown(stats.get("slices") or {}, reference_label=start)  # reports before slices lack them
     lines += [
         "## Each extension against its vanilla arm",
         "",
@@ -304,7 +326,7 @@ def render(
     for f in stats["findings"]:
         lines.append(md_row([f["claim"], f"**{f['verdict']}**", finding_text(f)]))
     lines.append("")
-    lines += render_crossovers(stats.get("crossovers") or {})  # studies reported before crossovers lack them
+    lines += render_crossovers(stats.get("crossovers") or {}, start)  # studies reported before crossovers lack them
     answers = {shown_as(name, start): a for name, a in (stats.get("answers") or {}).items()}
     lines += answers_markdown(answers, stats.get("slice_attribute"), stats.get("strict_form"))
     if anatomy is not None:

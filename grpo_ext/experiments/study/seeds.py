@@ -5,12 +5,14 @@ Every other interval of the report resamples problems only, over the per-problem
 (:mod:`.stats`): it says how far the mean would move on other problems, not on other seeds, and RL runs from one base
 can differ by more than that. This section lists each arm's seeds with two intervals over seeds *and* problems (a
 two-level bootstrap, :func:`grpo_ext.evaluation.bootstrap.bootstrap_runs_and_problems_ci`): the arm's value and its
-difference to the base. With three seeds the seed level has ten distinct draws: coarse, but it widens where seeds
-disagree. The report's verdicts keep their rule (the problems' interval and every seed's sign), written before the run.
+difference to the base. With s seeds the seed level has C(2s - 1, s) distinct draws (ten for three): coarse, but it
+widens where seeds disagree. The report's verdicts keep their rule (the problems' interval and every seed's sign),
+written before the run.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 from grpo_ext.evaluation.bootstrap import bootstrap_runs_and_problems_ci
@@ -41,8 +43,20 @@ def seed_spread(arms: Mapping[str, Sequence[dict]], base: dict, metric: str = PA
     return out
 
 
-def render_seed_spread(spread: Mapping[str, dict]) -> list[str]:
-    """The report's section: one row per arm."""
+def _draws_text(seed_counts: Sequence[int]) -> str:
+    """How coarse the seed level is: s seeds drawn with replacement make C(2s - 1, s) distinct multisets (10 for 3),
+    for each number of seeds the arms have (the most seeds first)."""
+
+    def draws(s: int) -> str:
+        count = math.comb(2 * s - 1, s)
+        return f"{s} seed{'s' if s != 1 else ''} the seed level has {count} distinct draw{'s' if count != 1 else ''}"
+
+    first, *others = sorted(set(seed_counts), reverse=True)
+    return f"With {draws(first)}" + "".join(f" (with {draws(s)})" for s in others)
+
+
+def render_seed_spread(spread: Mapping[str, dict], reference_label: str = "base") -> list[str]:
+    """The report's section: one row per arm; the run the records call ``base`` shown as ``reference_label``."""
     if not spread:
         return []
     metric = next(iter(spread.values()))["metric"]
@@ -51,14 +65,15 @@ def render_seed_spread(spread: Mapping[str, dict]) -> list[str]:
         "",
         f"Each arm's test {metric} per training seed, and 95% intervals of a two-level bootstrap that resamples the "
         "seeds as well as the problems (the other intervals of this report resample problems only, over the seeds' "
-        "mean). With three seeds the seed level has ten distinct draws: coarse, but wider where seeds disagree.",
+        f"mean). {_draws_text([len(row['per_seed']) for row in spread.values()])}: coarse, but wider where seeds "
+        "disagree.",
         "",
         *md_header(
             [
                 "arm",
                 f"{metric} per seed",
                 "over seeds and problems",
-                "minus the base, over seeds and problems",
+                f"minus the {reference_label}, over seeds and problems",
             ],
             "llll",
         ),  # fmt: skip

@@ -5,7 +5,9 @@ seconds are core-seconds; on a machine shared with other work (or ``--jobs`` abo
 the contention, and an evaluation resumed from its sample cache counts only the samples its last sitting drew.
 
 JSON (:func:`spent`): ``{"rows": [{"what", "runs", "train_core_seconds", "eval_core_seconds"}], "core_hours"}``,
-one row per arm (its search and test runs together) and one per run without training (the base, each baseline).
+one row for the study's start (when it has one: its SFT run in ``start/adapter``), one per arm (its search and test
+runs together) and one per run without training (the base, each baseline); the rows are named as
+:func:`.budget.estimate`'s, so :func:`render_spent` puts the plan beside each.
 
 :func:`measured_rates` turns the same records into the rates of the study's ``budget`` section (a training runner's
 seconds a trained sequence, the harness's samples a second by ``n``), the planning rate kept wherever nothing was
@@ -57,10 +59,29 @@ def _run_folders(out: Path, arm) -> list[Path]:
     return sorted(p.parent for p in (out / "runs" / arm.name).glob("*/*/" + COST_FILE))
 
 
+def _start_folder(study: Study, out: Path) -> Path | None:
+    """The start's training run (:mod:`.start`: ``<out>/start/adapter``), where the study has a start that finished
+    training; None otherwise."""
+    folder = out / "start" / "adapter"
+    return folder if study.start is not None and (folder / COST_FILE).is_file() else None
+
+
+def _trainings(study: Study, out: Path) -> list[tuple[str, Path]]:
+    """(runner, folder) of every training run in ``out``: the start's, then every arm's."""
+    start = _start_folder(study, out)
+    runs = [(get_method(study.start.method).runner, start)] if start is not None else []
+    return runs + [(get_method(arm.method).runner, f) for arm in study.arms for f in _run_folders(out, arm)]
+
+
 def spent(study: Study, out: str | Path) -> dict:
     """The measured core-seconds of every finished part of the study in ``out`` (see the module docstring)."""
     out = Path(out)
     rows = []
+    if study.start is not None:  # its SFT run and learning curve; its evaluations are the base's (below)
+        start = _start_folder(study, out)
+        seconds = _train_seconds(start) if start is not None else 0.0
+        rows.append({"what": f"start ({study.start.label})", "runs": int(start is not None),
+                     "train_core_seconds": seconds, "eval_core_seconds": 0.0})  # fmt: skip
     for arm in study.arms:
         folders = _run_folders(out, arm)
         rows.append(
@@ -74,7 +95,8 @@ def spent(study: Study, out: str | Path) -> dict:
     singles = {"base": out / "base", **{b.name: out / "baselines" / b.name for b in study.baselines}}
     for name, folder in singles.items():
         seconds = _eval_seconds(folder) if folder.is_dir() else 0.0
-        rows.append({"what": f"{name} (no training)", "runs": int(folder.is_dir()), "train_core_seconds": 0.0,
+        label = study.reference_label if name == "base" else name  # the estimate's name: "SFT start (no training)"
+        rows.append({"what": f"{label} (no training)", "runs": int(folder.is_dir()), "train_core_seconds": 0.0,
                      "eval_core_seconds": seconds})  # fmt: skip
     total = sum(r["train_core_seconds"] + r["eval_core_seconds"] for r in rows)
     return {"rows": rows, "core_hours": total / 3600}
@@ -83,10 +105,11 @@ def spent(study: Study, out: str | Path) -> dict:
 def measured_rates(study: Study, out: str | Path) -> dict:
     """The study's ``budget`` rates with every rate its finished runs in ``out`` measured put in (JSON: the budget's
     form, plus ``measured``: what each measured rate rests on). A training runner's seconds a sequence: its runs'
-    training seconds (generation included, the learning curve not) over the sequences they trained. The harness's
-    samples a second by ``n``: the evaluations' samples drawn over their seconds, the trained models' (the arms, and
-    the start where the study has one) apart from the base's. Seconds measured on a shared machine are inflated by
-    the contention, as :func:`spent`'s are."""
+    training seconds (generation included, the learning curve not) over the sequences they trained, the start's run
+    among them (its method's runner: SFT's seconds a sequence). The harness's samples a second by ``n``: the
+    evaluations' samples drawn over their seconds, the trained models' (the arms, and the start where the study has
+    one) apart from the base's. Seconds measured on a shared machine are inflated by the contention, as
+    :func:`spent`'s are."""
     out = Path(out)
     budget = study.budget or {}
     per_sequence = dict(budget.get("seconds_per_sequence") or {})
@@ -102,16 +125,14 @@ def measured_rates(study: Study, out: str | Path) -> dict:
                 totals[0] += float(s["generated"])
                 totals[1] += float(s["seconds"])
 
-    for arm in study.arms:
-        runner = get_method(arm.method).runner
-        for folder in _run_folders(out, arm):
-            cost = _cost(folder)
-            if cost.get("trained_sequences"):
-                totals = training.setdefault(runner, [0.0, 0.0, 0])
-                totals[0] += float(cost.get("train_seconds", cost.get("wall_seconds", 0.0)))
-                totals[1] += float(cost["trained_sequences"])
-                totals[2] += 1
-            add_evaluations("trained", folder)
+    for runner, folder in _trainings(study, out):  # the start's SFT is its runner's too
+        cost = _cost(folder)
+        if cost.get("trained_sequences"):
+            totals = training.setdefault(runner, [0.0, 0.0, 0])
+            totals[0] += float(cost.get("train_seconds", cost.get("wall_seconds", 0.0)))
+            totals[1] += float(cost["trained_sequences"])
+            totals[2] += 1
+        add_evaluations("trained", folder)
     raw = {b.name for b in study.baselines if b.raw_base or study.start is None}
     add_evaluations("trained" if study.start is not None else "base", out / "base")
     for b in study.baselines:

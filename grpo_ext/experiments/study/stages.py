@@ -82,7 +82,9 @@ def write_expectations(study, out: Path, picks: dict) -> dict:
     rows = judge_expectations(study.expectations, results, data["base"], baselines=baselines)
     return {
         "expectations_json": atomic_write_json(out / "expectations.json", {"expectations": rows}),
-        "expectations_md": atomic_write_text(out / "expectations.md", "\n".join(render_expectations(rows))),
+        "expectations_md": atomic_write_text(
+            out / "expectations.md", "\n".join(render_expectations(rows, study.reference_label))
+        ),
     }
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from grpo_ext.experiments.study.anatomy import render_anatomy
 from grpo_ext.experiments.study.config import Setting, load_study
-from grpo_ext.experiments.study.counts import render_counts, run_counts, sizes_text, spread
+from grpo_ext.experiments.study.counts import log_counts, render_counts, run_counts, sizes_text, spread
 from grpo_ext.experiments.study.dynamics import training_steps
 from grpo_ext.experiments.study.expectations import render_expectations
 from grpo_ext.experiments.study.hacking import (
@@ -32,7 +32,7 @@ from grpo_ext.experiments.study.hacking import (
     signals,
     window,
 )
-from grpo_ext.experiments.study.report import carried_anatomy, read_hacking
+from grpo_ext.experiments.study.report import _run_counts, carried_anatomy, read_hacking
 from grpo_ext.experiments.study.report_md import _budget_text
 from grpo_ext.methods.cost import COST_FILE, LOG_FILE, RUN_FILE, offline_trained_examples
 from grpo_ext.methods.paradigm import get_method
@@ -219,8 +219,34 @@ def test_spread_sizes_and_the_counts_table():
     old = {"optimizer_steps": 12, "samples_generated": 0, "trained_sequences": 384, "details": {"examples": 48}}
     counts = run_counts(old, {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 4}, online=False)
     lines = render_counts({"sft": {"runs": [counts], "online": False}})
-    assert "| sft | 12 | 0 | 288 | 48 | 6 | 48 reference solutions |" in lines
+    assert "| sft | 12 | 0 | 288 | 48 | 6 | 48 reference solutions | - | - |" in lines  # an offline run: no log counts
     assert any("sft predate `unique_sequences`" in line for line in lines)
+
+
+def test_an_online_runs_prompt_passes_and_lowest_rate_come_from_its_training_log(tmp_path):
+    """The last logged epoch (1: every prompt drawn once) and the lowest logged learning rate (no step at 0), per
+    online run; an offline run's table cells stay empty."""
+    from grpo_ext.experiments.study.spec import Arm
+
+    steps = ((1, 3e-4, 0.5), (2, 1e-4, 1.0))
+    history = [{"eval/pass@1": 0.5, "epoch": 0, "step": 0}]
+    history += [{"reward": 0.5, "learning_rate": lr, "epoch": epoch, "step": step} for step, lr, epoch in steps]
+    history.append({"train_runtime": 9.0, "epoch": 1.0, "step": 2})  # the trainer's closing summary
+    assert log_counts(history) == {"prompt_passes": 1.0, "min_learning_rate": 1e-4}
+    assert log_counts(None) == {"prompt_passes": None, "min_learning_rate": None}
+    (tmp_path / LOG_FILE).write_text(json.dumps(history))
+    cost = {"optimizer_steps": 2, "samples_generated": 64, "trained_sequences": 64, "unique_sequences": 64}
+    (tmp_path / COST_FILE).write_text(json.dumps(cost))
+    online = _run_counts(Arm("grpo", "grpo_outcome"), tmp_path, {})
+    offline = _run_counts(Arm("sft", "sft"), tmp_path, {})
+    assert (online["prompt_passes"], online["min_learning_rate"]) == (1.0, 1e-4)
+    assert (offline["prompt_passes"], offline["min_learning_rate"]) == (None, None)
+    half = {**online, "prompt_passes": 0.5, "min_learning_rate": 3e-4}
+    lines = render_counts({"grpo": {"runs": [online, half], "online": True, "num_generations": 8},
+                           "sft": {"runs": [offline], "online": False}})  # fmt: skip
+    trained_on = "its own samples, generated while training (8 groups of 8)"
+    assert f"| grpo | 2 | 64 | 64 | 64 | 1 | {trained_on} | 0.5-1 | 0.0001-0.0003 |" in lines
+    assert next(line for line in lines if line.startswith("| sft |")).endswith("| - | - |")
 
 
 def test_the_design_says_the_budgets_differ_per_arm_or_states_the_one_they_share():

@@ -140,5 +140,35 @@ def test_group_anatomy_takes_the_smallest_n_the_models_were_scored_at(tmp_path):
     assert anatomy["group_size"] == 4 and anatomy["rows"]["base"]["all_wrong"] == 1.0
 
 
+def test_group_anatomy_takes_the_group_size_of_an_online_arm(tmp_path):
+    """The SFT study's first arm is more_sft, whose config has no num_generations: the group is an online arm's (4
+    here, every online config of the study changed so), not the default 8 an SFT config gave."""
+    import shutil
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[3]
+    data = yaml.safe_load((root / "configs" / "real" / "sft_study.yaml").read_text())
+    configs = tmp_path / "configs"
+    shutil.copytree(root / data["configs"], configs)
+    for config in configs.glob("*.yaml"):
+        config.write_text(config.read_text().replace("num_generations: 8", "num_generations: 4"))
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump({**data, "configs": str(configs)}, sort_keys=False))
+    study = load_study(tmp_path / "study.yaml")
+    assert study.arms[0].method == "sft" and "num_generations" not in (configs / "sft.yaml").read_text()
+    problem = get_task("word_arithmetic", **_real_task_kwargs(study)).load("test", 1)[0]
+    picks = {arm.name: arm.settings(study.learning_rates)[0] for arm in study.arms}
+    out = tmp_path / "out"
+    folders = [out / "base", *(study.run_dir(out, a, picks[a.name], study.seeds[0]) for a in study.arms)]
+    for folder in folders:
+        folder.mkdir(parents=True)
+        (folder / "test.json").write_text(json.dumps({"n": 16}))
+        row = {"problem_id": "0", "prompt": problem["prompt"], "completion": "#### 1"}
+        (folder / "test_samples.jsonl").write_text("".join(json.dumps({**row, "sample_index": i}) + "\n"
+                                                           for i in range(16)))  # fmt: skip
+        (folder / "training_log.json").write_text("[]")
+    assert study_anatomy(study, out, picks, str(configs))["group_size"] == 4
+
+
 def _real_task_kwargs(study) -> dict:
     return task_of(method_config_path(study.arms[0].method, study.configs_dir))[1]

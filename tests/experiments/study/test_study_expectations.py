@@ -59,6 +59,8 @@ def test_shipped_expectations_are_outcome_above_base_majk_over_passk_and_each_ex
         ("minus: pass@64", "minus: pass@128", r"expectations\.majk_over_passk\.minus: expected pass@K or maj@K"),
         ("min_difference: 0.03", "min_difference: lots", r"outcome_above_base\.min_difference: expected a number"),
         ("min_difference: 0.03", "min_diff: 0.03", r"outcome_above_base: unknown field\(s\) \['min_diff'\]"),
+        ("min_difference: 0.03", "min_difference: 0.03, question: maybe",
+         r"outcome_above_base\.question: expected true or false, got 'maybe'"),
         ("{arm: grpo_process, against: grpo_outcome,", "{arm: grpo_process, against: grpo_process,",
          r"process_vs_outcome\.against: an arm against itself"),
     ],

@@ -10,7 +10,7 @@ import pytest
 from grpo_ext.errors import UserError
 from grpo_ext.experiments.study.budget import estimate, eval_rate
 from grpo_ext.experiments.study.config import load_study
-from grpo_ext.experiments.study.spent import measured_rates, render_measured_rates
+from grpo_ext.experiments.study.spent import measured_rates, render_measured_rates, render_spent, spent
 from grpo_ext.methods.cost import COST_FILE
 from tests.experiments.study.test_real_study import _tiny_study
 
@@ -31,9 +31,9 @@ budget:
 """
 
 
-def _study(tmp_path, trained="10", base="5"):
+def _study(tmp_path, trained="10", base="5", start=""):
     configs = {"grpo_outcome": {**COMMON, "method": "grpo_outcome"}, "sft": {**COMMON, "method": "sft"}}
-    return load_study(_tiny_study(tmp_path, configs, BODY % (trained, base)))
+    return load_study(_tiny_study(tmp_path, configs, BODY % (trained, base) + start))
 
 
 def test_an_evaluation_rate_by_n_is_the_listed_n_nearest_below():
@@ -99,3 +99,31 @@ def test_no_run_measured_means_the_plan(tmp_path):
     rates = measured_rates(study, tmp_path / "empty")
     assert estimate(study, rates)["core_hours"] == estimate(study)["core_hours"]
     assert render_measured_rates(rates, estimate(study, rates), estimate(study)).startswith("No rate measured yet")
+
+
+def test_the_start_is_spent_beside_its_plan_and_its_sft_counts_toward_the_sft_rate(tmp_path):
+    """The start's SFT run (<out>/start/adapter, as results/sft_study/start) is a row of its own named as the
+    estimate's, and its seconds a sequence are SFT's until an arm's SFT run adds to them."""
+    study = _study(tmp_path, start="start: {method: sft, learning_rate: 1.0e-3, label: SFT start}\n")
+    out = tmp_path / "out"
+    _run(out / "start" / "adapter", {"trained_sequences": 20, "train_seconds": 50.0, "wall_seconds": 50.0,
+                                     "curve_seconds": 22.0}, {})  # fmt: skip
+    _run(out / "base", {}, {"test": (16, 320, 40.0)})
+    rows = {r["what"]: r for r in spent(study, out)["rows"]}
+    assert rows["start (SFT start)"] == {"what": "start (SFT start)", "runs": 1, "train_core_seconds": 72.0,
+                                         "eval_core_seconds": 0.0}  # fmt: skip
+    # the start's evaluations are the base run's, named as the estimate names it
+    assert rows["SFT start (no training)"]["eval_core_seconds"] == 40.0 and "base (no training)" not in rows
+    planned = {r["what"]: r for r in estimate(study)["rows"]}
+    # every measured row has its plan beside it (render_spent pairs them by the name before " (")
+    assert {w.split(" (")[0] for w in rows} == {w.split(" (")[0] for w in planned}
+    table = render_spent(spent(study, out), estimate(study)).splitlines()
+    start = planned["start (SFT start)"]["train_core_seconds"] / 3600  # 5 steps x 4 sequences x 1 s
+    assert f"| start (SFT start) | 1 | 0.02 | 0.00 | 1 | {start:.2f} |" in table
+    # 50 s over 20 sequences: 2.5 s a sequence for the sft runner, from the start alone so far
+    rates = measured_rates(study, out)
+    assert rates["seconds_per_sequence"]["sft"] == 2.5
+    assert rates["measured"]["seconds_per_sequence"] == {"sft": {"runs": 1, "sequences": 20}}
+    # a more_sft run adds to the same runner: (50 + 30) s over (20 + 20) sequences
+    _run(out / "runs" / "more_sft" / "lr0.0001" / "seed0", {"trained_sequences": 20, "train_seconds": 30.0}, {})
+    assert measured_rates(study, out)["seconds_per_sequence"]["sft"] == 2.0
