@@ -24,11 +24,11 @@ from pathlib import Path
 import pytest
 
 import grpo_ext.experiments.study.runs as runs
-from grpo_ext.cli import run_cli
 from grpo_ext.experiments.study.config import load_study
 from grpo_ext.experiments.study.options import StudyOptions
 from grpo_ext.experiments.study.provenance import RUN_RECORD
 from grpo_ext.methods.cost import COST_FILE
+from tests.experiments.study.test_study_resume_provenance import one_line  # `call()` ends as a user error
 from tests.experiments.study.test_study_resume_provenance import options as quick_options
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -71,16 +71,6 @@ def faked(monkeypatch):
 def arm_job(arm=0, seed=100, evaluation=STUDY.validation) -> runs.Job:
     arm = STUDY.arms[arm]
     return runs.Job(arm, arm.settings(STUDY.learning_rates)[0], seed, evaluation)
-
-
-def one_line(call, capsys) -> str:
-    """`call()` ends as the command lines end a user error: one line, exit 2 (a traceback is a bug)."""
-    with pytest.raises(SystemExit) as exit_info:
-        run_cli(lambda argv: call(), [])
-    assert exit_info.value.code == 2
-    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1, errors
-    return errors[0]
 
 
 # ---- an evaluation is reused only in the folder of the run it scored ------------------------------------------------
