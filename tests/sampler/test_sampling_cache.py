@@ -86,14 +86,42 @@ def test_samples_do_not_depend_on_batching_or_n(tiny):
 
 
 def test_samples_do_not_depend_on_the_number_of_slots(tiny, monkeypatch):
-    """The sampler's slots are capped (MAX_SLOTS: its KV-cache memory at large n); fewer slots than samples make rows
-    wait for a slot, and change no sample."""
+    """The sampler's slots are capped (MAX_SLOTS, MAX_CPU_SLOTS on a CPU: its KV-cache memory at large n); fewer slots
+    than samples make rows wait for a slot, and change no sample."""
     model, tok = tiny
     params = SamplingParams(n=6, temperature=1.0, max_new_tokens=10, seed=7, batch_size=2)  # 12 slots uncapped
     reference = sample(model, tok, PROMPTS, params, progress=False)
     for cap in (1, 5):
         monkeypatch.setattr(sampling, "MAX_SLOTS", cap)
+        monkeypatch.setattr(sampling, "MAX_CPU_SLOTS", cap)
         assert sample(model, tok, PROMPTS, params, progress=False) == reference
+
+
+def test_samples_in_flight_stay_within_their_bound_and_change_no_sample(tiny, monkeypatch):
+    """A prompt is prefilled only while the samples in flight (prefilled, not finished) stay within SAMPLES_PER_SLOT a
+    slot, or none is in flight: the waiting forks' copies of keys/values are bounded (12 GB on the real model
+    without it). The samples are the same whatever the bound."""
+    from grpo_ext.sampler import decoder as decode_loop
+
+    model, tok = tiny
+    params = SamplingParams(n=3, temperature=1.0, max_new_tokens=10, seed=5, batch_size=4)  # 12 slots
+    reference = sample(model, tok, PROMPTS, params, progress=False)
+    seen = []
+    prefill_more = decode_loop.Decoder.prefill_more
+
+    def recording(self):
+        yield from prefill_more(self)
+        seen.append((self.in_flight, len(self.rows)))
+
+    monkeypatch.setattr(decode_loop.Decoder, "prefill_more", recording)
+    monkeypatch.setattr(sampling, "MAX_CPU_SLOTS", 2)
+    # 2 slots, 3 samples a prompt: at 1 a slot (2 in flight) a prompt is admitted only when none is in flight (3); at
+    # 2 a slot (4) when one sample of the last is left (1 + 3); at 3 a slot (6) two prompts at once
+    for per_slot, most in ((1, 3), (2, 4), (3, 6)):
+        monkeypatch.setattr(decode_loop, "SAMPLES_PER_SLOT", per_slot)
+        seen.clear()
+        assert sample(model, tok, PROMPTS, params, progress=False) == reference
+        assert max(in_flight for in_flight, _ in seen) == most, seen
 
 
 def test_continuous_falls_back_to_generate_when_the_model_does_not_allow_it(tiny, monkeypatch):
