@@ -12,6 +12,7 @@ import yaml
 from grpo_ext.errors import UserError
 from grpo_ext.experiments.study.config import load_study
 from grpo_ext.experiments.study.spec import Setting, pick_settings
+from grpo_ext.tasks import get_task
 
 ROOT = Path(__file__).resolve().parents[3]
 SFT_STUDY = ROOT / "configs" / "real" / "sft_study.yaml"
@@ -30,12 +31,16 @@ def test_sft_study_trains_every_arm_from_its_start_at_one_searched_rate():
     assert study.search(picks) == []  # stage 2: the rate_of arms have nothing to pick
     assert {a.name for a in study.arms if a.rate_of} == {a.name for a in study.arms} - {"grpo_outcome"}
     assert [b.name for b in study.baselines if b.raw_base] == ["raw_base"]
-    # more SFT: one epoch over fresh reference solutions, as many as every arm's gradient samples (not 8 epochs over
-    # the online arms' 400 prompts)
+    # more SFT: as many gradient samples as every arm (3,200), on reference solutions the start never saw, which the
+    # task's train split must hold after the start's (not 8 epochs over the online arms' 400 prompts; 3,200 fresh
+    # ones were asked of a split that holds 2,554 after the start's: the run failed at its data)
     arm = study.arm("more_sft")
     config = {**yaml.safe_load((study.configs_dir / "sft.yaml").read_text()), **arm.overrides}
     per_step = config["per_device_train_batch_size"] * config["gradient_accumulation_steps"]
-    assert config["train_size"] == config["max_steps"] * per_step == 3200
+    assert config["max_steps"] * per_step == 3200 and 1 <= 3200 / config["train_size"] <= 1.5
+    task = get_task(config["task"], **config["task_kwargs"])
+    offset = study.start.overrides["train_size"]
+    assert len(task.problems("train", offset + config["train_size"])) == offset + config["train_size"]
 
 
 def test_a_pick_is_the_mean_over_search_seeds_and_a_single_setting_is_picked_unscored():
