@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from grpo_ext.config_checks import STOP_STRINGS_NEED_SAMPLER
 from grpo_ext.errors import UserError
 from grpo_ext.sampler.continuous import ContinuousUnsupported, continuous_sample
-from grpo_ext.sampler.sampling import MAX_SLOTS, derive_seed, sample_seed
+from grpo_ext.sampler.sampling import derive_seed, max_slots, sample_seed
 from grpo_ext.sampler.static_step import DECODE_MODES
 from grpo_ext.sampler.stops import StopChecker, check_stop
 
@@ -217,7 +217,7 @@ def sample_completions(
             top_p=settings.top_p,
             top_k=settings.top_k,
             min_p=settings.min_p,
-            slots=min(len(prompt_ids), MAX_SLOTS),
+            slots=min(len(prompt_ids), max_slots(next(model.parameters()).device)),
             prefill_batch=len(distinct),
             eos_ids=settings.eos_ids,
             pad_id=settings.pad_id,

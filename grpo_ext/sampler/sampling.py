@@ -39,6 +39,7 @@ __all__ = [
     "derive_seed",
     "encode_prompt_ids",
     "encode_prompts",
+    "max_slots",
     "sample",
     "sample_seed",
     "sample_stream",
@@ -48,9 +49,15 @@ __all__ = [
 #: memory grows with the slots (n = 1024 would otherwise decode 1024 rows at once). The samples do not depend on it.
 MAX_SLOTS = 512
 #: ... and on a CPU at most this many: a CPU decode step costs in proportion to its rows, so more slots buy no speed,
-#: only memory (the SFT start's test prompts at n = 64, fp32, one thread: 512 and 128 slots sampled 57 and 59 samples a
-#: CPU second, at a peak of 6.8 and 4.4 GB).
+#: only memory (the SFT start's test prompts at n = 64, fp32, one thread, before the decoder's bound on the samples in
+#: flight: 512 and 128 slots sampled 57 and 59 samples a CPU second, at a peak of 6.8 and 4.4 GB).
 MAX_CPU_SLOTS = 128
+
+
+def max_slots(device) -> int:
+    """The most slots the sampler decodes at once on ``device``: :data:`MAX_CPU_SLOTS` on a CPU, else
+    :data:`MAX_SLOTS`."""
+    return MAX_CPU_SLOTS if torch.device(device).type == "cpu" else MAX_SLOTS
 
 
 @dataclass(frozen=True)
@@ -215,13 +222,13 @@ def sample_stream(
     """Yield ``(prompt index, its params.n completions)`` as each prompt's samples are done (not in prompt order).
 
     ``continuous``: None (default) decodes with continuous batching (:mod:`grpo_ext.sampler.continuous`,
-    ``batch_size * n`` slots, at most :data:`MAX_SLOTS`, :data:`MAX_CPU_SLOTS` on a CPU) where the model allows it
-    and falls back to ``generate`` otherwise; True asks for it (a warning when it cannot run); False always uses
-    ``generate``. The model is in eval mode while sampling. Each text is cut before ``params.stop``'s stop string
-    completed first; both paths end a sample at the token that completes it. The continuous sampler's sample with stop
-    strings is its sample without them, cut (each sample has its own random stream); the ``generate`` fallback's were
-    too on CPU in the tests (its stream is the batch's: a finished row still draws, discarded, so the other rows' draws
-    did not move)."""
+    ``batch_size * n`` slots, at most :func:`max_slots`) where the model allows it and falls back to ``generate``
+    otherwise; True asks for it (a warning when it cannot run); False always uses ``generate``. The model is in eval
+    mode while sampling. Each text is cut before ``params.stop``'s stop string completed first; both paths end a
+    sample at the token that completes it. The continuous sampler's sample with stop strings is its sample without
+    them, cut (each sample has its own random stream); the ``generate`` fallback's were too on CPU in the tests (its
+    stream is the batch's: a finished row still draws, discarded, so the other rows' draws did not move).
+    """
     prompts = list(prompts)
     if not prompts:
         return
@@ -242,7 +249,7 @@ def sample_stream(
                 max_new_tokens=params.max_new_tokens,
                 temperature=float(params.temperature),
                 top_p=float(params.top_p),
-                slots=min(params.batch_size * params.n, MAX_CPU_SLOTS if device.type == "cpu" else MAX_SLOTS),
+                slots=min(params.batch_size * params.n, max_slots(device)),
                 prefill_batch=params.batch_size,
                 eos_ids=[] if eos is None else [eos],
                 pad_id=pad,
