@@ -101,6 +101,12 @@ def grpo_config() -> type:
 
 def _offline_trainer(ctx: RunContext, trainer_class, dataset):
     """A TRL trainer of the offline methods (SFT, DPO) on `dataset`, with the policy as TRL loads it."""
+    from grpo_ext.policy_loading import compact_log_probs_on_cpu
+
+    # SFT's and DPO's losses go through TRL's fused LM head too: on a CPU it projects the prompt's positions as well
+    # unless compacted (what GRPO's assembly does); measured in the SFT study's more_sft run, the head's forward and
+    # backward were ~29% of a step's CPU time with ~80% of its positions prompt
+    compact_log_probs_on_cpu()
     model_id, quantization_config, peft_config = ctx.policy()
     return trainer_class(
         model=model_id,

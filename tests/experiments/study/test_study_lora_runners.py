@@ -53,8 +53,14 @@ def test_every_runner_trains_a_lora_policy_on_the_chat_task(method, tiny_chat_mo
     """The real study's own method configs (LoRA r16, bf16 base, word_arithmetic chat prompts) on the tiny model:
     one step each. RFT and DPO draw hand-made samples (a random model is never right): a right and a wrong one per
     prompt, so both have data in the chat format; DPO's pairs go through TRL's DPOTrainer."""
+    import trl.trainer.utils as trl_utils
+
     import grpo_ext.methods.draws as draws
     from grpo_ext.methods import run_method
+
+    # as in a fresh process: TRL's own choice of the positions its fused LM head scores (every one on a CPU)
+    original = getattr(trl_utils._use_triton, "__wrapped__", trl_utils._use_triton)
+    monkeypatch.setattr(trl_utils, "_use_triton", original)
 
     def draw(ctx):
         prompts, answers = list(ctx.train_dataset["prompt"]), [str(a) for a in ctx.train_dataset["answer"]]
@@ -81,6 +87,8 @@ def test_every_runner_trains_a_lora_policy_on_the_chat_task(method, tiny_chat_mo
     assert run["model"]["dtype"] == "bfloat16" and run["task"]["task"] == "word_arithmetic"
     if method == "dpo":
         assert cost["details"]["pairs"] == 4
+    # every method's loss scored only the labelled (completion) positions on the CPU (policy_loading)
+    assert trl_utils._use_triton.grpo_ext_cpu_compact
 
 
 @pytest.mark.slow
