@@ -151,7 +151,7 @@ class IterativeArguments(TaskFields):
         metadata={
             "help": "Planning rates and the limit of `scripts/iterative.py --estimate` "
             "(grpo_ext.experiments.iterative.budget): core_hours, grpo_seconds_per_sequence, rm_seconds_per_record, "
-            "rm_scores_per_second, samples_per_second."
+            "rm_scores_per_second, sampling_seconds_per_prompt, sampling_seconds_per_sample."
         },
     )
     resume: bool = field(default=True, metadata={"help": "Resume from output_dir's state when there is one."})

@@ -9,7 +9,13 @@ config's ``budget`` section (one core; measured on the machine)::
       grpo_seconds_per_sequence: 1.1 # one GRPO sample: generated, scored by the verifier, forward and backward
       rm_seconds_per_record: 1.1     # one RM record, one training epoch
       rm_scores_per_second: 4        # records (or GRPO samples) a reward model scores a second
-      samples_per_second: 15         # policy samples a second (the harness, the RM's data and measurement sets)
+      sampling_seconds_per_prompt: 0.86    # policy sampling (the harness, the RM's data and measurement sets):
+      sampling_seconds_per_sample: 0.0066  #   a prompt's fixed cost (its prefill) + each sample's
+
+Sampling is priced by prompt and by sample, not by sample alone: on a CPU a prompt's prefill costs about as much as
+all its samples' decoding (a confident model's samples share their rows until they differ). Measured on the SFT
+study's start (fp32, one thread): 2.3 / 4.9 / 9.7 / 16.8 / ~50 samples a second at n = 2 / 4 / 8 / 16 / 64, i.e.
+0.87 / 0.82 / 0.82 / 0.95 / 1.28 s a prompt: one rate a sample would misprice n = 2 against n = 8 by 4x.
 
 Jobs run one core each, so core-seconds add up whatever ``workers`` is; the wall time is about the total divided by
 the workers. Pure: reads the parsed settings, runs nothing. The spend is read from the saved rows (each row's
@@ -27,7 +33,13 @@ from grpo_ext.report_format import fmt, md_header, md_row
 __all__ = ["RATES", "estimate", "render_estimate", "spent_core_hours"]
 
 #: The planning rates a budget section must give.
-RATES = ("grpo_seconds_per_sequence", "rm_seconds_per_record", "rm_scores_per_second", "samples_per_second")
+RATES = (
+    "grpo_seconds_per_sequence",
+    "rm_seconds_per_record",
+    "rm_scores_per_second",
+    "sampling_seconds_per_prompt",
+    "sampling_seconds_per_sample",
+)
 
 
 def _rates(it_args) -> dict:
@@ -47,9 +59,13 @@ def _records(it_args, pool_size: int) -> int:
     return min(it_args.rm_prompts, pool_size) * it_args.rm_samples_per_prompt
 
 
-def _measurement_records(it_args, pool_size: int) -> int:
-    """Fresh samples the RM is measured on per iteration (pool and held-out sets)."""
-    return (min(it_args.rm_eval_prompts, pool_size) + it_args.rm_heldout_prompts) * it_args.rm_eval_samples_per_prompt
+def _measurement_prompts(it_args, pool_size: int) -> int:
+    """Prompts of the fresh samples the RM is measured on per iteration (pool and held-out sets)."""
+    return min(it_args.rm_eval_prompts, pool_size) + it_args.rm_heldout_prompts
+
+
+def _sampling_seconds(rates: dict, prompts: int, samples: int) -> float:
+    return prompts * rates["sampling_seconds_per_prompt"] + samples * rates["sampling_seconds_per_sample"]
 
 
 def estimate(it_args, training_args, pool_size: int | None = None) -> dict:
@@ -63,9 +79,11 @@ def estimate(it_args, training_args, pool_size: int | None = None) -> dict:
     samples_per_step = int(training_args.per_device_train_batch_size) * int(training_args.gradient_accumulation_steps)
     steps = int(training_args.max_steps)
     grpo_samples = steps * samples_per_step
-    records, measured = _records(it_args, pool), _measurement_records(it_args, pool)
-    test = it_args.eval_prompts * k / rates["samples_per_second"]
-    sampling = measured / rates["samples_per_second"]
+    records, measured_prompts = _records(it_args, pool), _measurement_prompts(it_args, pool)
+    measured = measured_prompts * it_args.rm_eval_samples_per_prompt
+    test = _sampling_seconds(rates, it_args.eval_prompts, it_args.eval_prompts * k)
+    sampling = _sampling_seconds(rates, measured_prompts, measured)
+    rm_data = _sampling_seconds(rates, min(it_args.rm_prompts, pool), records)
     score_measured = measured / rates["rm_scores_per_second"]
     new_records = records + math.floor(it_args.replay_ratio * records + 0.5)
 
@@ -80,7 +98,7 @@ def estimate(it_args, training_args, pool_size: int | None = None) -> dict:
             seeds,
             rm_train=records * initial_epochs * rates["rm_seconds_per_record"],
             rm_score=2 * score_measured,  # the untrained RM and RM_0
-            sample=(records + measured) / rates["samples_per_second"],
+            sample=rm_data + sampling,
             evaluate=test,
         )
     ]
@@ -89,7 +107,7 @@ def estimate(it_args, training_args, pool_size: int | None = None) -> dict:
         grpo = grpo_samples * rates["grpo_seconds_per_sequence"]
         rm_score = (grpo_samples / rates["rm_scores_per_second"] + score_measured) if uses_rm else 0.0
         rm_train = new_records * it_args.rm_epochs * rates["rm_seconds_per_record"] if retrains else 0.0
-        sample = sampling + (records / rates["samples_per_second"] if retrains else 0.0)
+        sample = sampling + (rm_data if retrains else 0.0)
         rm_score += score_measured if retrains else 0.0  # the updated RM, measured again
         what = f"{arm} ({iterations} iterations x {steps} steps x {samples_per_step} samples)"
         rows.append(row(what, seeds * iterations, grpo, rm_train, rm_score, sample, test))

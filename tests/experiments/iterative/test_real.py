@@ -53,10 +53,29 @@ def test_the_real_config_fits_twelve_core_hours_and_three_seeds_would_not():
     assert math.isclose(three["core_hours"], result["core_hours"] * 1.5)
 
 
+def test_sampling_is_priced_by_prompt_and_by_sample():
+    """A prompt's fixed cost (its prefill) plus each sample's, by hand: 300 test prompts x 8 samples at 1 s a prompt
+    and 0.01 s a sample is 324 s an evaluation; the RM's data (128 prompts x 4) is 133.12 s; the measurement sets
+    (64 + 64 prompts x 2) are 130.56 s."""
+    from grpo_ext.experiments.iterative.budget import estimate
+
+    rates = {"grpo_seconds_per_sequence": 1, "rm_seconds_per_record": 1, "rm_scores_per_second": 1}
+    rates.update(core_hours=12, sampling_seconds_per_prompt=1.0, sampling_seconds_per_sample=0.01)
+    flags = ["--rm_prompts", "128", "--rm_samples_per_prompt", "4", "--rm_eval_prompts", "64"]
+    flags += ["--rm_heldout_prompts", "64", "--rm_eval_samples_per_prompt", "2", "--eval_prompts", "300"]
+    it_args, training_args, _ = parse("--budget", json.dumps(rates), "--eval_samples", "8", *flags)
+    rows = {r["what"].split(" ")[0]: r for r in estimate(it_args, training_args)["rows"]}
+    runs = rows["frozen"]["runs"]
+    assert rows["frozen"]["test_core_seconds"] == pytest.approx(runs * 324.0)
+    assert rows["frozen"]["sampling_core_seconds"] == pytest.approx(runs * 130.56)
+    assert rows["iterative"]["sampling_core_seconds"] == pytest.approx(runs * (130.56 + 133.12))
+    assert rows["iteration"]["sampling_core_seconds"] == pytest.approx(rows["iteration"]["runs"] * (130.56 + 133.12))
+
+
 def test_an_estimate_without_planning_rates_names_the_missing_ones():
     from grpo_ext.experiments.iterative.budget import estimate
 
-    it_args, training_args, _ = parse("--budget", '{"core_hours": 12, "samples_per_second": 15}')
+    it_args, training_args, _ = parse("--budget", '{"core_hours": 12, "sampling_seconds_per_prompt": 0.9}')
     with pytest.raises(UserError, match="budget.grpo_seconds_per_sequence"):
         estimate(it_args, training_args)
 
