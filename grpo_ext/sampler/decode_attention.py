@@ -1,4 +1,4 @@
-"""The continuous sampler's attention for one-token decode steps of a bf16 / fp16 model on a CPU.
+"""The continuous sampler's attention for one-token decode steps of a model on a CPU, and its shared prompt prefix.
 
 A decode step attends one new query a row to every key/value column of its slot, so on a CPU it is bound by reading
 the cache. Measured on SmolLM2-135M (3 key/value heads of 64, one thread, AMD EPYC with ``avx512_bf16``), 128 slots x
@@ -20,8 +20,12 @@ kernel's, 0.4% vs 0.2% of the output's mean magnitude), below the rest of a bf16
 distributions of bf16 and float32 models differ as much with either (total variation ~0.005).
 
 :func:`cpu_decode_attention` switches a model to it for the duration of one forward pass (restored after, so the
-trainer's forward and backward passes never see it), and only where it is measured ahead: a CPU model in bf16 / fp16
-whose attention is ``sdpa`` or ``eager``. A float32 model (the tests' reference) keeps its own.
+trainer's forward and backward passes never see it), and only where it is measured ahead: a CPU model whose attention
+is ``sdpa`` or ``eager``. In bf16 / fp16 for the kernel itself (above); in float32 for the shared prefix it makes
+possible: a float32 CPU model's time is in its matmuls (the decode steps about the same either way), and a prompt's
+prefill costs about as much as its samples, so prefilling the 75 tokens of SmolLM2's chat template once instead of in
+every ~108-token prompt was 1.38x / 1.35x the samples a CPU second on the SFT study's start at n = 4 / 16
+(``benchmarks/fp32_prefix.py``), the samples the same but for float rounding at a draw's edge.
 """
 
 from __future__ import annotations
@@ -150,8 +154,8 @@ def _register() -> None:
 
 
 def uses_decode_attention(model) -> bool:
-    """Whether :func:`cpu_decode_attention` switches ``model``: its weights on a CPU in bf16 / fp16 and its attention
-    ``sdpa`` (transformers' default) or ``eager`` (whose arithmetic it is, without the key/value copies)."""
+    """Whether :func:`cpu_decode_attention` switches ``model``: its weights on a CPU in bf16 / fp16 / float32 and its
+    attention ``sdpa`` (transformers' default) or ``eager`` (whose arithmetic it is, without the key/value copies)."""
     config = getattr(model, "config", None)
     if config is None or getattr(config, "_attn_implementation", None) not in ("sdpa", "eager"):
         return False
@@ -160,7 +164,7 @@ def uses_decode_attention(model) -> bool:
     except StopIteration:
         return False
     # a 4-bit base keeps uint8 weights: its compute dtype is not known here, so it keeps sdpa
-    return weight.device.type == "cpu" and weight.dtype in (torch.bfloat16, torch.float16)
+    return weight.device.type == "cpu" and weight.dtype in (torch.bfloat16, torch.float16, torch.float32)
 
 
 @contextlib.contextmanager

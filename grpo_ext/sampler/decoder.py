@@ -140,7 +140,7 @@ class Decoder:
         self.waiting_new: deque[_Row] = deque()  # first rows of freshly prefilled prompts
         self.decode = resolve_decode(decode, model)
         self.static = self.decode != "eager"
-        # the eager step of a bf16 / fp16 model on a CPU attends with decode_attention's kernel (2x sdpa's there)
+        # the eager step of a CPU model attends with decode_attention's kernel (bf16: 2x sdpa's; float32: the prefix)
         self.decode_attention = self.decode != "compiled" and uses_decode_attention(model)
         # A prompt prefix every prompt shares (an instruction, worked examples) is prefilled once and kept apart from
         # the slots, which hold each row's own columns; the decode attention reads it once a step for all the rows.

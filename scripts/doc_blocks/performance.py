@@ -19,6 +19,7 @@ for _name, _source in [
     ("real_step_issue49", "benchmarks/results/real_step_issue49.json"),
     ("lora_sampling", "benchmarks/results/lora_sampling.json"),
     ("eval_real", "benchmarks/results/eval_real.json"),
+    ("fp32_prefix", "benchmarks/results/fp32_prefix.json"),
 ]:
     renderer(_name, _source)(measured_table)
 

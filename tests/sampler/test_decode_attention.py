@@ -1,6 +1,7 @@
 """The continuous sampler's CPU decode attention (grpo_ext.sampler.decode_attention) and the shared prompt prefix
 (prefilled once, attended to by every row without being copied into the slots): the same attention as sdpa, and the
-same samples as the brute-force reference when forced onto a float32 model (bf16 models get it by default)."""
+same samples as the brute-force reference on a float32 model (CPU models get it by default; forced here, so that a
+change of the default leaves these tests on it)."""
 
 import numpy as np
 import pytest
@@ -87,10 +88,10 @@ def test_more_than_one_query_goes_to_sdpa():
     )
 
 
-def test_the_switch_is_for_bf16_cpu_models_on_sdpa_and_is_restored(tiny_char_llama):
+def test_the_switch_is_for_cpu_models_on_sdpa_and_is_restored(tiny_char_llama):
     model, _ = tiny_char_llama()
     assert model.config._attn_implementation == "sdpa"
-    assert not uses_decode_attention(model)  # float32: the tests' reference keeps sdpa
+    assert uses_decode_attention(model)  # float32 too: the shared prefix is prefilled once
     assert uses_decode_attention(model.to(torch.bfloat16))
     with pytest.raises(RuntimeError), cpu_decode_attention(model, prefix=["p"]):
         assert model.config._attn_implementation == decode_attention.NAME and decode_attention._prefix == ["p"]
@@ -115,7 +116,7 @@ def embedded():
 
 @pytest.fixture
 def forced(monkeypatch):
-    """The decode attention and the shared prefix on a float32 model (they are on for bf16 / fp16 CPU models)."""
+    """The decode attention and the shared prefix on, whatever the default rule says."""
     monkeypatch.setattr(decode_loop, "uses_decode_attention", lambda model: True)
     prefills = []
     original = decode_loop.prefill
