@@ -60,28 +60,36 @@ def python() -> str:
     return sys.executable
 
 
-def _tiny_char_llama(tie_word_embeddings: bool = False):
-    """A random 2-layer Llama (grouped-query attention) on the project's character tokenizer, seeded: its samples
-    rarely coincide and rarely stop early. ``(model in eval mode, tokenizer)``."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+def tiny_llama_config(tokenizer, max_position_embeddings: int, **overrides):
+    """The config of the tests' random 2-layer Llama (hidden 32, grouped-query attention: 4 heads on 2) for
+    ``tokenizer`` (its vocabulary, pad and EOS tokens)."""
+    from transformers import LlamaConfig
 
-    from grpo_ext.char_tokenizer import build_char_tokenizer
-
-    torch.manual_seed(0)
-    tokenizer = build_char_tokenizer()
-    config = LlamaConfig(
+    return LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=32,
         intermediate_size=64,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=128,
+        max_position_embeddings=max_position_embeddings,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=None,
-        tie_word_embeddings=tie_word_embeddings,
+        **overrides,
     )
+
+
+def _tiny_char_llama(tie_word_embeddings: bool = False):
+    """A random 2-layer Llama (grouped-query attention) on the project's character tokenizer, seeded: its samples
+    rarely coincide and rarely stop early. ``(model in eval mode, tokenizer)``."""
+    from transformers import LlamaForCausalLM
+
+    from grpo_ext.char_tokenizer import build_char_tokenizer
+
+    torch.manual_seed(0)
+    tokenizer = build_char_tokenizer()
+    config = tiny_llama_config(tokenizer, 128, tie_word_embeddings=tie_word_embeddings)
     return LlamaForCausalLM(config).eval(), tokenizer
 
 

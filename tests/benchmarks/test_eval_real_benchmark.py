@@ -7,7 +7,6 @@ import json
 import logging
 
 import pytest
-import torch
 
 from benchmarks import eval_real
 
@@ -22,27 +21,8 @@ def grpo_ext_log_level():
     logger.setLevel(level)
 
 
-def test_eval_real_json_on_a_tiny_model(tmp_path, tiny_chat_tokenizer):
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    tokenizer = AutoTokenizer.from_pretrained(tiny_chat_tokenizer)
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=None,
-    )
-    folder = tmp_path / "tiny"
-    LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-
+def test_eval_real_json_on_a_tiny_model(tmp_path, tiny_chat_llama_folder):
+    folder = tiny_chat_llama_folder
     argv = ["--model", str(folder), "--problems", "2", "--n", "2", "--reps", "2", "--warmup-problems", "1"]
     argv += ["--max-tokens", "3", "--after-batch", "2", "--out-name", str(tmp_path / "eval_real")]
     payload = eval_real.main(argv)

@@ -5,32 +5,12 @@ from __future__ import annotations
 
 import json
 
-import torch
-
 from benchmarks import fp32_prefix
 from grpo_ext.sampler import decoder
 
 
-def test_fp32_prefix_json_on_a_tiny_model(tmp_path, tiny_chat_tokenizer):
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    tokenizer = AutoTokenizer.from_pretrained(tiny_chat_tokenizer)
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=None,
-    )
-    folder = tmp_path / "tiny"
-    LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+def test_fp32_prefix_json_on_a_tiny_model(tmp_path, tiny_chat_llama_folder):
+    folder = tiny_chat_llama_folder
     rule, find = decoder.uses_decode_attention, decoder.shared_prefix_length
 
     argv = ["--model", str(folder), "--problems", "3", "--n", "2,4", "--reps", "1"]
