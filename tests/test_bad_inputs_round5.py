@@ -71,8 +71,16 @@ def test_ctrl_c_during_training_says_stopped_and_exits_130(python, root, tmp_pat
     out = tmp_path / "out"
     # more steps than the run can make before the signal: 500 tiny steps once ended first on a quiet machine (exit 0)
     flags = [*CONFIG, "--output_dir", str(out), *TINY[2:], "--max_steps", "20000", "--save_strategy", "no"]
+    # SIGINT as a terminal delivers it: a suite started in the background of a non-interactive shell (`pytest &`)
+    # ignores SIGINT, its children inherit that, and Python then installs no KeyboardInterrupt handler (the run trained
+    # on past the signal until the timeout)
     proc = subprocess.Popen(
-        [python, "scripts/train.py", *flags], cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [python, "scripts/train.py", *flags],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     record = out / "grpo_ext_run.json"
     deadline = time.time() + 300
