@@ -69,7 +69,7 @@ def test_a_diverging_learning_rate_stops_the_run_at_its_step(tmp_path, capsys):
 
 def test_ctrl_c_during_training_says_stopped_and_exits_130(python, root, tmp_path):
     out = tmp_path / "out"
-    # more steps than the run can make before the signal: 500 tiny steps once ended first on a quiet machine (exit 0)
+    # more steps than the run can make before the signal
     flags = [*CONFIG, "--output_dir", str(out), *TINY[2:], "--max_steps", "20000", "--save_strategy", "no"]
     # SIGINT as a terminal delivers it: a suite started in the background of a non-interactive shell (`pytest &`)
     # ignores SIGINT, its children inherit that, and Python then installs no KeyboardInterrupt handler (the run trained
